@@ -1,0 +1,312 @@
+//! The configuration of a limit and its validation.
+
+use crate::error::{show, ErrorKind, LimitError};
+use crate::time::Micros;
+
+/// The algorithm of a limit (SQL enum `rate_limiter.kind`).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Kind {
+    /// Tokens arrive continuously at `rate / period`, up to `capacity`.
+    TokenBucket,
+    /// `rate` tokens are granted at the start of each window of length `period`.
+    FixedWindow,
+}
+
+impl Kind {
+    /// The SQL enum label: `'token bucket'` or `'fixed window'`.
+    pub fn label(self) -> &'static str {
+        match self {
+            Kind::TokenBucket => "token bucket",
+            Kind::FixedWindow => "fixed window",
+        }
+    }
+
+    /// Parses an SQL enum label; `None` for anything else.
+    pub fn from_label(label: &str) -> Option<Kind> {
+        match label {
+            "token bucket" => Some(Kind::TokenBucket),
+            "fixed window" => Some(Kind::FixedWindow),
+            _ => None,
+        }
+    }
+}
+
+/// A limit's configuration (SQL composite `rate_limiter.config`).
+///
+/// Invariants after [`Config::validate`]: `rate` finite and > 0, `period`
+/// > 0 microseconds, `capacity` and `max_reserved` (when given) finite and
+/// >= 0, `shards` >= 1.
+#[derive(Debug, Clone, Copy, PartialEq)]
+pub struct Config {
+    /// The algorithm.
+    pub kind: Kind,
+    /// Tokens granted per `period`.
+    pub rate: f64,
+    /// The period, in microseconds.
+    pub period: Micros,
+    /// Most tokens that can accumulate; `None` means `rate`.
+    pub capacity: Option<f64>,
+    /// Most tokens a reservation may owe; `None` means unlimited, `Some(0)`
+    /// means no debt at all.
+    pub max_reserved: Option<f64>,
+    /// Number of rows the limit is split over (only 1 is supported now).
+    pub shards: i32,
+    /// Fixed window only: a time at which a window starts (any window start
+    /// works as anchor, past or future); `None` means a per-key phase.
+    pub start: Option<Micros>,
+}
+
+impl Config {
+    /// The effective capacity: `capacity`, or `rate` when it is not set.
+    pub fn capacity(&self) -> f64 {
+        self.capacity.unwrap_or(self.rate)
+    }
+
+    /// Checks every field; the error names the offending parameter.
+    ///
+    /// Errors: `InvalidParameter` for a non-finite or out-of-domain value,
+    /// `NotSupported` for `shards` > 1.
+    pub fn validate(&self) -> Result<(), LimitError> {
+        if !(self.rate.is_finite() && self.rate > 0.0) {
+            return Err(LimitError::invalid(
+                "rate",
+                format!(
+                    "rate must be finite and greater than zero, got {}",
+                    show(self.rate)
+                ),
+            ));
+        }
+        if self.period <= 0 {
+            return Err(LimitError::invalid(
+                "period",
+                "period must be greater than zero".to_string(),
+            ));
+        }
+        for (parameter, value) in [
+            ("capacity", self.capacity),
+            ("max_reserved", self.max_reserved),
+        ] {
+            if let Some(value) = value {
+                if !(value.is_finite() && value >= 0.0) {
+                    return Err(LimitError::invalid(
+                        parameter,
+                        format!(
+                            "{parameter} must be finite and at least zero, got {}",
+                            show(value)
+                        ),
+                    ));
+                }
+            }
+        }
+        if self.shards < 1 {
+            return Err(LimitError::invalid(
+                "shards",
+                format!("shards must be at least 1, got {}", self.shards),
+            ));
+        }
+        if self.shards > 1 {
+            return Err(LimitError {
+                kind: ErrorKind::NotSupported,
+                parameter: "shards",
+                message: format!(
+                    "shards = {} is not supported yet: this version stores each limit in one row (shards = 1)",
+                    self.shards
+                ),
+            });
+        }
+        Ok(())
+    }
+
+    /// Checks a request's `count` against this (valid) configuration: it
+    /// must be finite and >= 0, and it must be able to succeed some day:
+    /// `count <= capacity` without reserve, `count <= capacity +
+    /// max_reserved` with reserve.
+    ///
+    /// Errors: `InvalidParameter` naming `count`.
+    pub fn validate_count(&self, count: f64, reserve: bool) -> Result<(), LimitError> {
+        if !(count.is_finite() && count >= 0.0) {
+            return Err(LimitError::invalid(
+                "count",
+                format!(
+                    "count must be finite and at least zero, got {}",
+                    show(count)
+                ),
+            ));
+        }
+        let capacity = self.capacity();
+        if !reserve && count > capacity {
+            return Err(LimitError::invalid(
+                "count",
+                format!(
+                    "count {count} exceeds the capacity {capacity}, so the call could never succeed (reserve => true may allow it)"
+                ),
+            ));
+        }
+        if reserve {
+            if let Some(max_reserved) = self.max_reserved {
+                if count > capacity + max_reserved {
+                    return Err(LimitError::invalid(
+                        "count",
+                        format!(
+                            "count {count} exceeds capacity {capacity} plus max_reserved {max_reserved}, so the call could never succeed"
+                        ),
+                    ));
+                }
+            }
+        }
+        Ok(())
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn bucket() -> Config {
+        Config {
+            kind: Kind::TokenBucket,
+            rate: 10.0,
+            period: 60_000_000,
+            capacity: None,
+            max_reserved: None,
+            shards: 1,
+            start: None,
+        }
+    }
+
+    #[test]
+    fn labels_round_trip() {
+        for kind in [Kind::TokenBucket, Kind::FixedWindow] {
+            assert_eq!(Kind::from_label(kind.label()), Some(kind));
+        }
+        assert_eq!(Kind::from_label("leaky bucket"), None);
+    }
+
+    #[test]
+    fn capacity_defaults_to_rate() {
+        assert_eq!(bucket().capacity(), 10.0);
+        assert_eq!(
+            Config {
+                capacity: Some(3.0),
+                ..bucket()
+            }
+            .capacity(),
+            3.0
+        );
+    }
+
+    #[test]
+    fn validation_names_the_parameter() {
+        let cases = [
+            (
+                Config {
+                    rate: 0.0,
+                    ..bucket()
+                },
+                "rate",
+            ),
+            (
+                Config {
+                    rate: -1.0,
+                    ..bucket()
+                },
+                "rate",
+            ),
+            (
+                Config {
+                    rate: f64::NAN,
+                    ..bucket()
+                },
+                "rate",
+            ),
+            (
+                Config {
+                    rate: f64::INFINITY,
+                    ..bucket()
+                },
+                "rate",
+            ),
+            (
+                Config {
+                    period: 0,
+                    ..bucket()
+                },
+                "period",
+            ),
+            (
+                Config {
+                    capacity: Some(-1.0),
+                    ..bucket()
+                },
+                "capacity",
+            ),
+            (
+                Config {
+                    capacity: Some(f64::INFINITY),
+                    ..bucket()
+                },
+                "capacity",
+            ),
+            (
+                Config {
+                    max_reserved: Some(f64::NAN),
+                    ..bucket()
+                },
+                "max_reserved",
+            ),
+            (
+                Config {
+                    shards: 0,
+                    ..bucket()
+                },
+                "shards",
+            ),
+            (
+                Config {
+                    shards: 2,
+                    ..bucket()
+                },
+                "shards",
+            ),
+        ];
+        for (config, parameter) in cases {
+            let error = config.validate().unwrap_err();
+            assert_eq!(error.parameter, parameter, "{config:?}");
+            assert!(error.message.contains(parameter));
+        }
+        assert_eq!(
+            Config {
+                shards: 2,
+                ..bucket()
+            }
+            .validate()
+            .unwrap_err()
+            .kind,
+            ErrorKind::NotSupported
+        );
+        assert!(Config {
+            capacity: Some(0.0),
+            max_reserved: Some(0.0),
+            ..bucket()
+        }
+        .validate()
+        .is_ok());
+    }
+
+    #[test]
+    fn counts_that_can_never_succeed_are_errors() {
+        let config = Config {
+            capacity: Some(3.0),
+            max_reserved: Some(2.0),
+            ..bucket()
+        };
+        assert!(config.validate_count(3.0, false).is_ok());
+        assert!(config.validate_count(3.5, false).is_err());
+        assert!(config.validate_count(5.0, true).is_ok());
+        assert!(config.validate_count(5.5, true).is_err());
+        assert!(config.validate_count(-1.0, false).is_err());
+        assert!(config.validate_count(f64::NAN, true).is_err());
+        // Unlimited reservations accept any finite count.
+        assert!(bucket().validate_count(1e300, true).is_ok());
+    }
+}

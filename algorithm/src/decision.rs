@@ -1,0 +1,405 @@
+//! One rate-limit call: (state, config, now, request) in, decision out.
+
+use crate::config::{Config, Kind};
+use crate::error::LimitError;
+use crate::time::Micros;
+use crate::{fixed_window, token_bucket};
+
+/// The two numbers stored per limit (one row of `rate_limiter.rate_limits`).
+#[derive(Debug, Clone, Copy, PartialEq)]
+pub struct State {
+    /// Tokens available at `ts`; negative while a reservation is owed.
+    pub value: f64,
+    /// Token bucket: when `value` was computed. Fixed window: the start of
+    /// the window `value` belongs to. Microseconds since 2000-01-01 UTC.
+    pub ts: Micros,
+}
+
+/// Which limit a call is about: used only to derive a fixed window's phase.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct LimitId<'a> {
+    /// The limit's name.
+    pub name: &'a str,
+    /// The key; `None` is the global limit of that name.
+    pub key: Option<&'a str>,
+}
+
+/// What a caller asks for.
+#[derive(Debug, Clone, Copy, PartialEq)]
+pub struct Request {
+    /// Tokens to consume; finite and >= 0.
+    pub count: f64,
+    /// Whether the call may go into debt (a reservation) when tokens are short.
+    pub reserve: bool,
+}
+
+/// The outcome of one call.
+#[derive(Debug, Clone, Copy, PartialEq)]
+pub struct Decision {
+    /// Whether the request is admitted (possibly as a reservation).
+    pub ok: bool,
+    /// Microseconds from `now`, rounded up, never early. Refused: the
+    /// earliest time at which the same call would succeed if nothing else
+    /// consumed. Reserved: when the reserved work may run. `None` when
+    /// admitted without debt.
+    pub retry_after: Option<Micros>,
+    /// Tokens left: the new value when admitted (negative while in debt),
+    /// the refilled value, unchanged by the call, when refused.
+    pub remaining: f64,
+    /// The state to store, or `None` when nothing must be written.
+    pub new_state: Option<State>,
+}
+
+/// Evaluates one call of a limit.
+///
+/// `stored` is the stored state (`None`: no row yet, which counts as full);
+/// `config` must already be valid ([`Config::validate`]); `now` is the
+/// current time.
+///
+/// Errors: `InvalidParameter` for a `count` that is negative, not finite or
+/// can never succeed; `OutOfRange` when the resulting value or `retry_after`
+/// does not fit (only reachable with extreme configurations).
+pub fn evaluate(
+    config: &Config,
+    id: LimitId<'_>,
+    stored: Option<State>,
+    now: Micros,
+    request: Request,
+) -> Result<Decision, LimitError> {
+    config.validate_count(request.count, request.reserve)?;
+    let state = match stored {
+        Some(state) => state,
+        None => initial_state(config, id, now),
+    };
+    let refilled = refill(config, state, now);
+    let value = refilled.value - request.count;
+    if !value.is_finite() {
+        return Err(LimitError::out_of_range(
+            "count",
+            format!(
+                "the limit's value would be out of range ({})",
+                crate::error::show(value)
+            ),
+        ));
+    }
+    if value >= 0.0 {
+        return Ok(Decision {
+            ok: true,
+            retry_after: None,
+            remaining: value,
+            new_state: Some(State {
+                value,
+                ts: refilled.ts,
+            }),
+        });
+    }
+    let allowed_debt = match (request.reserve, config.max_reserved) {
+        (false, _) => 0.0,
+        (true, Some(max_reserved)) => max_reserved,
+        (true, None) => f64::INFINITY,
+    };
+    if -value <= allowed_debt {
+        // A reservation: the work may run once the debt is paid back.
+        let new_state = State {
+            value,
+            ts: refilled.ts,
+        };
+        return Ok(Decision {
+            ok: true,
+            retry_after: Some(retry_after(config, new_state, 0.0, now)?),
+            remaining: value,
+            new_state: Some(new_state),
+        });
+    }
+    // Refused: the same call succeeds once the value covers count - allowed_debt.
+    Ok(Decision {
+        ok: false,
+        retry_after: Some(retry_after(
+            config,
+            state,
+            request.count - allowed_debt,
+            now,
+        )?),
+        remaining: refilled.value,
+        new_state: None,
+    })
+}
+
+/// The state of a limit without a row: full, at `now` (token bucket) or at
+/// the start of the current window (fixed window).
+fn initial_state(config: &Config, id: LimitId<'_>, now: Micros) -> State {
+    match config.kind {
+        Kind::TokenBucket => token_bucket::initial_state(config, now),
+        Kind::FixedWindow => {
+            fixed_window::initial_state(config, fixed_window::anchor(config, id), now)
+        }
+    }
+}
+
+fn refill(config: &Config, state: State, now: Micros) -> State {
+    match config.kind {
+        Kind::TokenBucket => token_bucket::refill(config, state, now),
+        Kind::FixedWindow => fixed_window::refill(config, state, now),
+    }
+}
+
+/// Most adjustments of the formula's result by one step; float rounding
+/// needs at most one or two.
+const MAX_ADJUSTMENTS: usize = 4;
+
+/// The smallest delay `t > 0` (in whole microseconds; for a fixed window,
+/// the start of a window) after which `refill(base, now + t).value >= need`.
+///
+/// Starts from the formula (token bucket: `(ts - now) + tokens * period /
+/// rate` rounded up; fixed window: `ts + period * ceil(tokens / rate) -
+/// now`), then checks it with the very arithmetic a later call will use
+/// and moves it by a step if float rounding made it early or late, so that
+/// calling again exactly `retry_after` later succeeds and whole numbers of
+/// microseconds stay exact.
+fn retry_after(config: &Config, base: State, need: f64, now: Micros) -> Result<Micros, LimitError> {
+    let refilled = refill(config, base, now);
+    let tokens = need - refilled.value;
+    let (estimate, step) = match config.kind {
+        Kind::TokenBucket => (token_bucket::wait(config, refilled, tokens, now).ceil(), 1),
+        Kind::FixedWindow => (
+            fixed_window::wait(config, refilled, tokens, now),
+            config.period,
+        ),
+    };
+    // Keep clear of the end of the timestamp range: now + delay must not overflow.
+    let limit = (i64::MAX / 4) as f64;
+    if !(estimate.is_finite() && estimate < limit) {
+        return Err(LimitError::out_of_range(
+            "retry_after",
+            format!("retry_after would be {estimate} microseconds, which is out of range"),
+        ));
+    }
+    let succeeds = |delay: Micros| refill(config, base, now.saturating_add(delay)).value >= need;
+    let mut delay = (estimate as Micros).max(1);
+    for _ in 0..MAX_ADJUSTMENTS {
+        if succeeds(delay) {
+            break;
+        }
+        delay += step;
+    }
+    for _ in 0..MAX_ADJUSTMENTS {
+        if delay - step > 0 && succeeds(delay - step) {
+            delay -= step;
+        } else {
+            break;
+        }
+    }
+    Ok(delay)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    const SECOND: Micros = 1_000_000;
+    const MINUTE: Micros = 60 * SECOND;
+    const ID: LimitId<'static> = LimitId {
+        name: "send",
+        key: Some("42"),
+    };
+
+    fn bucket(rate: f64, capacity: Option<f64>, max_reserved: Option<f64>) -> Config {
+        Config {
+            kind: Kind::TokenBucket,
+            rate,
+            period: MINUTE,
+            capacity,
+            max_reserved,
+            shards: 1,
+            start: None,
+        }
+    }
+
+    fn call(
+        config: &Config,
+        state: &mut Option<State>,
+        now: Micros,
+        count: f64,
+        reserve: bool,
+    ) -> Decision {
+        let decision = evaluate(config, ID, *state, now, Request { count, reserve }).unwrap();
+        if let Some(new_state) = decision.new_state {
+            *state = Some(new_state);
+        }
+        decision
+    }
+
+    #[test]
+    fn ten_per_minute_with_a_burst_of_three() {
+        let config = bucket(10.0, Some(3.0), None);
+        let mut state = None;
+        for expected in [2.0, 1.0, 0.0] {
+            let decision = call(&config, &mut state, 0, 1.0, false);
+            assert!(decision.ok);
+            assert_eq!(decision.remaining, expected);
+            assert_eq!(decision.retry_after, None);
+        }
+        let refused = call(&config, &mut state, 0, 1.0, false);
+        assert!(!refused.ok);
+        assert_eq!(refused.retry_after, Some(6 * SECOND));
+        assert_eq!(refused.remaining, 0.0);
+        assert_eq!(refused.new_state, None);
+        // Exactly retry_after later it succeeds; a microsecond earlier it does not.
+        assert!(!call(&config, &mut state, 6 * SECOND - 1, 1.0, false).ok);
+        assert!(call(&config, &mut state, 6 * SECOND, 1.0, false).ok);
+    }
+
+    #[test]
+    fn reservations_go_into_debt_and_say_when_to_run() {
+        let config = bucket(10.0, None, None);
+        let mut state = Some(State { value: 3.0, ts: 0 });
+        let decision = call(&config, &mut state, 0, 5.0, true);
+        assert!(decision.ok);
+        assert_eq!(decision.remaining, -2.0);
+        assert_eq!(decision.retry_after, Some(12 * SECOND));
+        assert_eq!(state, Some(State { value: -2.0, ts: 0 }));
+    }
+
+    #[test]
+    fn max_reserved_bounds_the_debt() {
+        let config = bucket(10.0, None, Some(2.0));
+        let mut state = Some(State { value: 0.0, ts: 0 });
+        let refused = call(&config, &mut state, 0, 3.0, true);
+        assert!(!refused.ok);
+        // Must wait until the debt it leaves (3 - refill) fits 2: one token, 6 s.
+        assert_eq!(refused.retry_after, Some(6 * SECOND));
+        assert_eq!(state, Some(State { value: 0.0, ts: 0 }));
+        let later = call(&config, &mut state, 6 * SECOND, 3.0, true);
+        assert!(later.ok);
+        assert_eq!(later.remaining, -2.0);
+        assert_eq!(later.retry_after, Some(12 * SECOND));
+        // max_reserved = 0: no debt at all.
+        let strict = bucket(10.0, None, Some(0.0));
+        let mut state = Some(State { value: 0.5, ts: 0 });
+        assert!(!call(&strict, &mut state, 0, 1.0, true).ok);
+    }
+
+    #[test]
+    fn fixed_window_refuses_until_the_next_window() {
+        let config = Config {
+            kind: Kind::FixedWindow,
+            rate: 2.0,
+            period: MINUTE,
+            capacity: None,
+            max_reserved: None,
+            shards: 1,
+            start: Some(0),
+        };
+        let mut state = None;
+        assert!(call(&config, &mut state, 10 * SECOND, 1.0, false).ok);
+        assert!(call(&config, &mut state, 20 * SECOND, 1.0, false).ok);
+        let refused = call(&config, &mut state, 30 * SECOND, 1.0, false);
+        assert!(!refused.ok);
+        assert_eq!(refused.retry_after, Some(30 * SECOND));
+        assert!(call(&config, &mut state, MINUTE, 1.0, false).ok);
+        // A reservation of 5 from 1 left: debt 4 = two windows.
+        let reserved = call(&config, &mut state, MINUTE, 5.0, true);
+        assert!(reserved.ok);
+        assert_eq!(reserved.remaining, -4.0);
+        assert_eq!(reserved.retry_after, Some(2 * MINUTE));
+    }
+
+    #[test]
+    fn a_future_start_does_not_block() {
+        let config = Config {
+            kind: Kind::FixedWindow,
+            rate: 1.0,
+            period: MINUTE,
+            capacity: None,
+            max_reserved: None,
+            shards: 1,
+            start: Some(100 * MINUTE + 5 * SECOND),
+        };
+        let mut state = None;
+        let decision = call(&config, &mut state, 0, 1.0, false);
+        assert!(decision.ok);
+        assert_eq!(state.map(|s| s.ts), Some(-MINUTE + 5 * SECOND));
+        let refused = call(&config, &mut state, 0, 1.0, false);
+        assert_eq!(refused.retry_after, Some(5 * SECOND));
+    }
+
+    #[test]
+    fn impossible_counts_are_errors_not_refusals() {
+        let config = bucket(10.0, Some(3.0), Some(1.0));
+        assert!(evaluate(
+            &config,
+            ID,
+            None,
+            0,
+            Request {
+                count: 4.0,
+                reserve: false
+            }
+        )
+        .is_err());
+        assert!(evaluate(
+            &config,
+            ID,
+            None,
+            0,
+            Request {
+                count: 4.0,
+                reserve: true
+            }
+        )
+        .is_ok());
+        assert!(evaluate(
+            &config,
+            ID,
+            None,
+            0,
+            Request {
+                count: 4.5,
+                reserve: true
+            }
+        )
+        .is_err());
+    }
+
+    #[test]
+    fn unbounded_debt_that_overflows_is_an_error() {
+        let config = bucket(1.0, Some(0.0), None);
+        let state = Some(State {
+            value: -f64::MAX,
+            ts: 0,
+        });
+        let error = evaluate(
+            &config,
+            ID,
+            state,
+            0,
+            Request {
+                count: f64::MAX,
+                reserve: true,
+            },
+        )
+        .unwrap_err();
+        assert_eq!(error.kind, crate::ErrorKind::OutOfRange);
+    }
+
+    #[test]
+    fn retry_after_out_of_range_is_an_error() {
+        let config = Config {
+            period: i64::MAX / 2,
+            ..bucket(1e-300, Some(1.0), None)
+        };
+        let state = Some(State { value: 0.0, ts: 0 });
+        let error = evaluate(
+            &config,
+            ID,
+            state,
+            0,
+            Request {
+                count: 1.0,
+                reserve: false,
+            },
+        )
+        .unwrap_err();
+        assert_eq!(error.parameter, "retry_after");
+    }
+}

@@ -1,0 +1,27 @@
+//! The rate-limit math of the `rate_limiter` PostgreSQL extension, with no
+//! PostgreSQL dependency so it can be unit- and property-tested on its own.
+//!
+//! One call is a pure function: [`evaluate`] takes the stored [`State`] of a
+//! limit (or `None` when no row exists yet), its [`Config`], the current time
+//! and the [`Request`], and returns a [`Decision`]: whether the request is
+//! admitted, when a refused (or reserved) request may run, how many tokens
+//! remain, and the state to store (`None` means "write nothing").
+//!
+//! Units used throughout:
+//! - times are [`Micros`]: microseconds since 2000-01-01 00:00 UTC, the
+//!   PostgreSQL epoch (what a `timestamptz` holds);
+//! - durations (`period`, `retry_after`) are microseconds;
+//! - `rate`, `capacity`, `max_reserved`, `count` and `value` are tokens
+//!   (`f64`, may be fractional).
+
+mod config;
+mod decision;
+mod error;
+pub mod fixed_window;
+mod time;
+pub mod token_bucket;
+
+pub use config::{Config, Kind};
+pub use decision::{evaluate, Decision, LimitId, Request, State};
+pub use error::{ErrorKind, LimitError};
+pub use time::{period_micros, Micros, MICROS_PER_MILLISECOND};

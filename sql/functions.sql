@@ -1,0 +1,103 @@
+-- Every SQL function of the extension. The bodies are in Rust (src/); each
+-- AS clause names the symbol that #[pg_extern(sql = false)] generates.
+-- None is STRICT: a NULL required argument is an error (SQLSTATE 22004),
+-- and a NULL key means the global limit.
+
+-- Config constructors ------------------------------------------------------
+
+CREATE FUNCTION rate_limiter.token_bucket(
+    rate         float8,
+    period       interval,
+    capacity     float8 DEFAULT NULL,
+    max_reserved float8 DEFAULT NULL,
+    shards       int4   DEFAULT 1)
+RETURNS rate_limiter.config
+LANGUAGE c IMMUTABLE PARALLEL SAFE
+AS 'MODULE_PATHNAME', 'token_bucket_wrapper';
+
+COMMENT ON FUNCTION rate_limiter.token_bucket(float8, interval, float8, float8, int4) IS
+'Token-bucket config: rate tokens arrive continuously per period, up to capacity (NULL = rate); '
+'max_reserved bounds the debt of reservations (NULL = unlimited, 0 = none). '
+'Errors: 22004 NULL rate/period/shards; 22023 non-finite or non-positive rate/period, negative capacity/max_reserved, shards < 1; 0A000 shards > 1.';
+
+CREATE FUNCTION rate_limiter.fixed_window(
+    rate         float8,
+    period       interval,
+    capacity     float8      DEFAULT NULL,
+    max_reserved float8      DEFAULT NULL,
+    shards       int4        DEFAULT 1,
+    start        timestamptz DEFAULT NULL)
+RETURNS rate_limiter.config
+LANGUAGE c IMMUTABLE PARALLEL SAFE
+AS 'MODULE_PATHNAME', 'fixed_window_wrapper';
+
+COMMENT ON FUNCTION rate_limiter.fixed_window(float8, interval, float8, float8, int4, timestamptz) IS
+'Fixed-window config: rate tokens at the start of each window of length period, up to capacity (NULL = rate). '
+'Windows start at start + k * period (NULL start = a per-key phase from a hash of name and key). '
+'Errors as for token_bucket.';
+
+-- Definitions --------------------------------------------------------------
+
+CREATE FUNCTION rate_limiter.define(name text, config rate_limiter.config)
+RETURNS void
+LANGUAGE c VOLATILE SECURITY DEFINER
+SET search_path = pg_catalog, rate_limiter, pg_temp
+AS 'MODULE_PATHNAME', 'define_wrapper';
+
+COMMENT ON FUNCTION rate_limiter.define(text, rate_limiter.config) IS
+'Creates or replaces the named limit. Changing kind, period or shards discards its state; other changes keep it (capped at the new capacity). '
+'Errors: 22004 NULL name/config or required field; 22023 invalid config; 0A000 shards > 1.';
+
+CREATE FUNCTION rate_limiter.undefine(name text)
+RETURNS boolean
+LANGUAGE c VOLATILE SECURITY DEFINER
+SET search_path = pg_catalog, rate_limiter, pg_temp
+AS 'MODULE_PATHNAME', 'undefine_wrapper';
+
+COMMENT ON FUNCTION rate_limiter.undefine(text) IS
+'Deletes the named limit; true if it existed. Its state rows are left alone. Errors: 22004 NULL name.';
+
+-- The core -----------------------------------------------------------------
+
+CREATE FUNCTION rate_limiter.rate_limit(
+    name    text,
+    key     text                DEFAULT NULL,
+    count   float8              DEFAULT 1,
+    reserve boolean             DEFAULT false,
+    throws  boolean             DEFAULT false,
+    config  rate_limiter.config DEFAULT NULL)
+RETURNS TABLE (ok boolean, retry_after interval, remaining float8)
+LANGUAGE c VOLATILE SECURITY DEFINER ROWS 1
+SET search_path = pg_catalog, rate_limiter, pg_temp
+AS 'MODULE_PATHNAME', 'rate_limit_wrapper';
+
+COMMENT ON FUNCTION rate_limiter.rate_limit(text, text, float8, boolean, boolean, rate_limiter.config) IS
+'Consumes count tokens of limit (name, key) inside the current transaction, locking its row. '
+'Returns one row: ok, retry_after (interval, rounded up to the microsecond; NULL when admitted without debt), remaining (tokens). '
+'key NULL = the global limit; config inline wins over a definition. '
+'Errors: 22004 NULL name/count/reserve/throws; 42704 no config and no definition; 22023 invalid count or config; '
+'the rate_limiter.sqlstate SQLSTATE (default RL429, JSON DETAIL) when refused with throws => true.';
+
+CREATE FUNCTION rate_limiter.rate_check(
+    name    text,
+    key     text                DEFAULT NULL,
+    count   float8              DEFAULT 1,
+    reserve boolean             DEFAULT false,
+    throws  boolean             DEFAULT false,
+    config  rate_limiter.config DEFAULT NULL)
+RETURNS TABLE (ok boolean, retry_after interval, remaining float8)
+LANGUAGE c VOLATILE SECURITY DEFINER ROWS 1
+SET search_path = pg_catalog, rate_limiter, pg_temp
+AS 'MODULE_PATHNAME', 'rate_check_wrapper';
+
+COMMENT ON FUNCTION rate_limiter.rate_check(text, text, float8, boolean, boolean, rate_limiter.config) IS
+'The answer rate_limit would give now, without taking a lock or writing anything. Same arguments, result and errors as rate_limit.';
+
+CREATE FUNCTION rate_limiter.rate_reset(name text, key text DEFAULT NULL)
+RETURNS void
+LANGUAGE c VOLATILE SECURITY DEFINER
+SET search_path = pg_catalog, rate_limiter, pg_temp
+AS 'MODULE_PATHNAME', 'rate_reset_wrapper';
+
+COMMENT ON FUNCTION rate_limiter.rate_reset(text, text) IS
+'Forgets the state of (name, key) on every shard, so the next call starts full. Needs no definition; a no-op without state. Errors: 22004 NULL name.';

@@ -1,0 +1,57 @@
+-- Schema objects of the rate_limiter extension: types and tables.
+-- Functions are declared in sql/functions.sql; privileges are set in
+-- sql/privileges.sql, which runs last.
+
+-- The algorithm of a limit.
+CREATE TYPE rate_limiter.kind AS ENUM ('token bucket', 'fixed window');
+COMMENT ON TYPE rate_limiter.kind IS
+    'Rate-limit algorithm: ''token bucket'' (continuous refill) or ''fixed window'' (rate tokens per window)';
+
+-- A limit's configuration; build one with rate_limiter.token_bucket() or
+-- rate_limiter.fixed_window(). NULL capacity means rate; NULL max_reserved
+-- means unlimited debt; NULL start means a per-key window phase.
+CREATE TYPE rate_limiter.config AS (
+    kind         rate_limiter.kind,
+    rate         float8,
+    period       interval,
+    capacity     float8,
+    max_reserved float8,
+    shards       int4,
+    start        timestamptz
+);
+COMMENT ON TYPE rate_limiter.config IS
+    'Rate-limit configuration: kind, rate (tokens per period), period, capacity (NULL = rate), max_reserved (NULL = unlimited), shards, start (fixed window anchor, NULL = per-key phase)';
+
+-- Named limits ("define once, use by name").
+CREATE TABLE rate_limiter.definitions (
+    name         text PRIMARY KEY,
+    kind         rate_limiter.kind NOT NULL,
+    rate         float8 NOT NULL,
+    period       interval NOT NULL,
+    capacity     float8,
+    max_reserved float8,
+    shards       int4 NOT NULL DEFAULT 1,
+    start        timestamptz
+);
+COMMENT ON TABLE rate_limiter.definitions IS
+    'Named rate limits; write it with rate_limiter.define() and rate_limiter.undefine()';
+
+-- State: two numbers per (name, key, shard) that has been used. key NULL is
+-- the global limit of that name; NULLS NOT DISTINCT makes it one row.
+-- fillfactor leaves room on each page so that updates stay HOT (value and
+-- ts are not indexed).
+CREATE TABLE rate_limiter.rate_limits (
+    name   text NOT NULL,
+    key    text,
+    shard  int4 NOT NULL DEFAULT 0,
+    value  float8 NOT NULL,
+    ts     timestamptz NOT NULL,
+    CONSTRAINT rate_limits_name_key_shard_key UNIQUE NULLS NOT DISTINCT (name, key, shard)
+) WITH (fillfactor = 80);
+COMMENT ON TABLE rate_limiter.rate_limits IS
+    'Rate-limit state: tokens (value) at time ts per (name, key, shard); a missing row is a full limit';
+
+-- pg_dump keeps definitions and state (a restore must not hand everyone a
+-- full bucket).
+SELECT pg_catalog.pg_extension_config_dump('rate_limiter.definitions', '');
+SELECT pg_catalog.pg_extension_config_dump('rate_limiter.rate_limits', '');

@@ -1,0 +1,228 @@
+//! The SQL type `rate_limiter.config`: reading it, building it, and the
+//! constructors `rate_limiter.token_bucket()` and `rate_limiter.fixed_window()`.
+//!
+//! A config is validated wherever it is used (constructors, `define`,
+//! inline in `rate_limit`/`rate_check`), always through
+//! [`ConfigValues::to_config`], so a hand-built `ROW(...)::rate_limiter.config`
+//! gets the same errors as the constructors.
+
+use crate::errors::CallError;
+use pgrx::heap_tuple::PgHeapTuple;
+use pgrx::prelude::*;
+use pgrx::AllocatedByRust;
+use rate_limiter_algorithm::{period_micros, Config, Kind, LimitError};
+use std::num::NonZeroUsize;
+
+/// The SQL composite `rate_limiter.config` as a result.
+pub type ConfigTuple = PgHeapTuple<'static, AllocatedByRust>;
+
+/// The SQL name of the composite type.
+const CONFIG_TYPE: &str = "rate_limiter.config";
+/// The SQL name of the enum type of its first attribute.
+const KIND_TYPE: &str = "rate_limiter.kind";
+
+/// The fields of a `rate_limiter.config` as SQL values (the period kept as
+/// the caller wrote it), with the required ones known not to be NULL.
+#[derive(Debug, Clone, Copy)]
+pub struct ConfigValues {
+    pub kind: Kind,
+    pub rate: f64,
+    pub period: Interval,
+    pub capacity: Option<f64>,
+    pub max_reserved: Option<f64>,
+    pub shards: i32,
+    pub start: Option<TimestampWithTimeZone>,
+}
+
+/// A required argument or field: `None` (SQL NULL) is a `22004` error
+/// naming it.
+pub fn required<T>(value: Option<T>, parameter: &'static str) -> Result<T, LimitError> {
+    value.ok_or_else(|| LimitError::null(parameter))
+}
+
+fn malformed(error: &dyn std::fmt::Display) -> LimitError {
+    LimitError::invalid(
+        "config",
+        format!("config is not a valid rate_limiter.config: {error}"),
+    )
+}
+
+impl ConfigValues {
+    /// Reads a `rate_limiter.config` value. (pgrx cannot read an enum
+    /// attribute through `PgHeapTuple`, so this reads the tuple with
+    /// PostgreSQL's `GetAttributeByNum`.) NULL
+    /// `kind`, `rate`, `period` or `shards` are `22004` errors naming the
+    /// field.
+    pub fn from_tuple(config: PgHeapTuple<'_, AllocatedByRust>) -> Result<Self, LimitError> {
+        // SAFETY: PostgreSQL passes a value of type rate_limiter.config for
+        // this argument (sql/functions.sql), whose attributes are, in order,
+        // kind, rate, period, capacity, max_reserved, shards, start.
+        unsafe {
+            let header = (*config.into_pg()).t_data;
+            let attribute = |number: i16| {
+                let mut is_null = false;
+                let datum = pg_sys::GetAttributeByNum(header, number, &mut is_null);
+                (datum, is_null)
+            };
+            let (kind, is_null) = attribute(1);
+            if is_null {
+                return Err(LimitError::null("kind"));
+            }
+            // An enum value is the OID of its pg_enum row.
+            let (label, _, _) =
+                pgrx::enum_helper::lookup_enum_by_oid(pg_sys::Oid::from(kind.value() as u32));
+            let kind = Kind::from_label(&label)
+                .ok_or_else(|| LimitError::invalid("kind", format!("unknown kind {label}")))?;
+            let (rate, is_null) = attribute(2);
+            let (period, period_is_null) = attribute(3);
+            let (capacity, capacity_is_null) = attribute(4);
+            let (max_reserved, max_reserved_is_null) = attribute(5);
+            let (shards, shards_is_null) = attribute(6);
+            let (start, start_is_null) = attribute(7);
+            Ok(ConfigValues {
+                kind,
+                rate: required(f64::from_datum(rate, is_null), "rate")?,
+                period: required(Interval::from_datum(period, period_is_null), "period")?,
+                capacity: f64::from_datum(capacity, capacity_is_null),
+                max_reserved: f64::from_datum(max_reserved, max_reserved_is_null),
+                shards: required(i32::from_datum(shards, shards_is_null), "shards")?,
+                start: TimestampWithTimeZone::from_datum(start, start_is_null),
+            })
+        }
+    }
+
+    /// The validated configuration for the math.
+    ///
+    /// Errors: `22023` naming the offending field, `0A000` for `shards` > 1.
+    pub fn to_config(&self) -> Result<Config, LimitError> {
+        let period = period_micros(
+            self.period.months(),
+            self.period.days(),
+            self.period.micros(),
+        )?;
+        let config = Config {
+            kind: self.kind,
+            rate: self.rate,
+            period,
+            capacity: self.capacity,
+            max_reserved: self.max_reserved,
+            shards: self.shards,
+            start: self.start.map(|start| start.into_inner()),
+        };
+        config.validate()?;
+        Ok(config)
+    }
+
+    /// Builds the SQL composite.
+    pub fn into_tuple(self) -> Result<ConfigTuple, CallError> {
+        let error = |e: &dyn std::fmt::Display| CallError::Limit(malformed(e));
+        let mut tuple = PgHeapTuple::new_composite_type(CONFIG_TYPE).map_err(|e| error(&e))?;
+        let kind = pgrx::enum_helper::lookup_enum_by_label(KIND_TYPE, self.kind.label());
+        // SAFETY: attribute 1 is of type rate_limiter.kind and `kind` is one of its values.
+        unsafe { tuple.set_by_index_unchecked(NonZeroUsize::MIN, Some(kind)) };
+        tuple
+            .set_by_name("rate", self.rate)
+            .map_err(|e| error(&e))?;
+        tuple
+            .set_by_name("period", self.period)
+            .map_err(|e| error(&e))?;
+        tuple
+            .set_by_name("capacity", self.capacity)
+            .map_err(|e| error(&e))?;
+        tuple
+            .set_by_name("max_reserved", self.max_reserved)
+            .map_err(|e| error(&e))?;
+        tuple
+            .set_by_name("shards", self.shards)
+            .map_err(|e| error(&e))?;
+        tuple
+            .set_by_name("start", self.start)
+            .map_err(|e| error(&e))?;
+        Ok(tuple)
+    }
+}
+
+/// Reads and validates an optional inline config argument.
+pub fn inline_config(
+    config: Option<PgHeapTuple<'_, AllocatedByRust>>,
+) -> Result<Option<Config>, LimitError> {
+    match config {
+        None => Ok(None),
+        Some(tuple) => ConfigValues::from_tuple(tuple)?.to_config().map(Some),
+    }
+}
+
+#[allow(clippy::too_many_arguments)]
+fn construct(
+    kind: Kind,
+    rate: Option<f64>,
+    period: Option<Interval>,
+    capacity: Option<f64>,
+    max_reserved: Option<f64>,
+    shards: Option<i32>,
+    start: Option<TimestampWithTimeZone>,
+) -> ConfigTuple {
+    let values = (|| {
+        let values = ConfigValues {
+            kind,
+            rate: required(rate, "rate")?,
+            period: required(period, "period")?,
+            capacity,
+            max_reserved,
+            shards: required(shards, "shards")?,
+            start,
+        };
+        values.to_config()?;
+        Ok(values)
+    })();
+    match values
+        .map_err(CallError::Limit)
+        .and_then(ConfigValues::into_tuple)
+    {
+        Ok(tuple) => tuple,
+        Err(error) => crate::errors::report(error),
+    }
+}
+
+/// `rate_limiter.token_bucket(rate, period, capacity, max_reserved, shards)`:
+/// a validated token-bucket config. See sql/functions.sql.
+#[pg_extern(sql = false)]
+fn token_bucket(
+    rate: Option<f64>,
+    period: Option<Interval>,
+    capacity: Option<f64>,
+    max_reserved: Option<f64>,
+    shards: Option<i32>,
+) -> pgrx::composite_type!('static, "rate_limiter.config") {
+    construct(
+        Kind::TokenBucket,
+        rate,
+        period,
+        capacity,
+        max_reserved,
+        shards,
+        None,
+    )
+}
+
+/// `rate_limiter.fixed_window(rate, period, capacity, max_reserved, shards, start)`:
+/// a validated fixed-window config. See sql/functions.sql.
+#[pg_extern(sql = false)]
+fn fixed_window(
+    rate: Option<f64>,
+    period: Option<Interval>,
+    capacity: Option<f64>,
+    max_reserved: Option<f64>,
+    shards: Option<i32>,
+    start: Option<TimestampWithTimeZone>,
+) -> pgrx::composite_type!('static, "rate_limiter.config") {
+    construct(
+        Kind::FixedWindow,
+        rate,
+        period,
+        capacity,
+        max_reserved,
+        shards,
+        start,
+    )
+}

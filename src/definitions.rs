@@ -1,0 +1,120 @@
+//! Named limits: `rate_limiter.define()`, `rate_limiter.undefine()` and the
+//! lookup of a definition by name (table `rate_limiter.definitions`).
+
+use crate::config::{required, ConfigValues};
+use crate::errors::{report, CallError};
+use crate::storage::kept_plan;
+use pgrx::prelude::*;
+use pgrx::spi::SpiClient;
+use pgrx::PgOid;
+use rate_limiter_algorithm::{Config, Kind, LimitError};
+
+const TEXT: PgOid = PgOid::BuiltIn(pg_sys::PgBuiltInOids::TEXTOID);
+
+const LOOKUP: &str = "SELECT kind::text, rate, period, capacity, max_reserved, shards, start \
+     FROM rate_limiter.definitions WHERE name = $1";
+
+/// The validated config of the limit `name`, or `None` when there is no
+/// definition of that name. A stored definition is validated again (a
+/// superuser may have written the table by hand).
+pub fn lookup(client: &SpiClient<'_>, name: &str) -> Result<Option<Config>, CallError> {
+    let plan = kept_plan(client, LOOKUP, &[TEXT], false)?;
+    let table = client.select(plan, Some(1), &[name.into()])?;
+    if table.is_empty() {
+        return Ok(None);
+    }
+    let row = table.first();
+    let label: String = required(row.get(1)?, "kind")?;
+    let kind = Kind::from_label(&label)
+        .ok_or_else(|| LimitError::invalid("kind", format!("unknown kind {label}")))?;
+    let values = ConfigValues {
+        kind,
+        rate: required(row.get(2)?, "rate")?,
+        period: required(row.get(3)?, "period")?,
+        capacity: row.get(4)?,
+        max_reserved: row.get(5)?,
+        shards: required(row.get(6)?, "shards")?,
+        start: row.get(7)?,
+    };
+    Ok(Some(values.to_config()?))
+}
+
+/// Inserts or replaces a definition. When the `kind`, `period` or `shards`
+/// change, the limit's state rows are deleted (they would mean something
+/// else); other changes keep the state, capped at the new capacity when
+/// next evaluated.
+const DEFINE: &str = "
+    WITH previous AS (
+        SELECT kind, period, shards FROM rate_limiter.definitions WHERE name = $1 FOR UPDATE
+    ), upsert AS (
+        INSERT INTO rate_limiter.definitions AS d
+            (name, kind, rate, period, capacity, max_reserved, shards, start)
+        VALUES ($1, $2::rate_limiter.kind, $3, $4, $5, $6, $7, $8)
+        ON CONFLICT (name) DO UPDATE SET
+            kind = excluded.kind, rate = excluded.rate, period = excluded.period,
+            capacity = excluded.capacity, max_reserved = excluded.max_reserved,
+            shards = excluded.shards, start = excluded.start
+        RETURNING 1
+    )
+    DELETE FROM rate_limiter.rate_limits AS r
+    USING previous AS p
+    WHERE r.name = $1
+      AND (p.kind::text, p.period, p.shards) IS DISTINCT FROM ($2, $4, $7)";
+
+const UNDEFINE: &str = "DELETE FROM rate_limiter.definitions WHERE name = $1 RETURNING true";
+
+fn define_config(
+    client: &mut SpiClient<'_>,
+    name: &str,
+    values: ConfigValues,
+) -> Result<(), CallError> {
+    let args = [
+        name.into(),
+        values.kind.label().into(),
+        values.rate.into(),
+        values.period.into(),
+        values.capacity.into(),
+        values.max_reserved.into(),
+        values.shards.into(),
+        values.start.into(),
+    ];
+    client.update(DEFINE, None, &args)?;
+    Ok(())
+}
+
+/// `rate_limiter.define(name, config)`. See sql/functions.sql.
+#[pg_extern(sql = false)]
+fn define(name: Option<&str>, config: Option<pgrx::composite_type!("rate_limiter.config")>) {
+    let checked = (|| {
+        let name = required(name, "name")?;
+        let values = ConfigValues::from_tuple(required(config, "config")?)?;
+        values.to_config()?;
+        Ok::<_, LimitError>((name, values))
+    })();
+    let result = match checked {
+        Ok((name, values)) => Spi::connect_mut(|client| define_config(client, name, values)),
+        Err(error) => Err(CallError::Limit(error)),
+    };
+    if let Err(error) = result {
+        report(error)
+    }
+}
+
+/// `rate_limiter.undefine(name)`: true when a definition was deleted.
+/// State rows are left alone. See sql/functions.sql.
+#[pg_extern(sql = false)]
+fn undefine(name: Option<&str>) -> bool {
+    let name = match required(name, "name") {
+        Ok(name) => name,
+        Err(error) => report(CallError::Limit(error)),
+    };
+    let deleted = Spi::connect_mut(|client| {
+        client
+            .update(UNDEFINE, None, &[name.into()])
+            .map(|table| !table.is_empty())
+    });
+    match deleted {
+        Ok(deleted) => deleted,
+        Err(error) => report(CallError::Spi(error)),
+    }
+}

@@ -1,0 +1,172 @@
+//! Turning errors and refusals into PostgreSQL errors.
+//!
+//! Standard SQLSTATEs go through pgrx's `ErrorReport`. The refusal of a
+//! call with `throws => true` uses a custom SQLSTATE (`rate_limiter.sqlstate`,
+//! default `RL429`), which pgrx cannot raise (it maps unknown codes to
+//! XX000), so [`raise_refused`] calls PostgreSQL's `errstart` ... `errfinish`
+//! itself, as the very last step of a call.
+
+use crate::settings;
+use pgrx::pg_sys::panic::ErrorReport;
+use pgrx::prelude::*;
+use pgrx::{pg_sys, PgSqlErrorCode};
+use rate_limiter_algorithm::{ErrorKind, LimitError, Micros, MICROS_PER_MILLISECOND};
+use serde::Serialize;
+use std::ffi::{c_char, c_int};
+
+/// Why a call failed (as opposed to being refused).
+#[derive(Debug)]
+pub enum CallError {
+    /// Bad input or an out-of-range result.
+    Limit(LimitError),
+    /// No inline config and no definition of this name (SQLSTATE 42704).
+    Undefined(String),
+    /// The state row kept appearing and disappearing under us (SQLSTATE 40001).
+    Contention,
+    /// SPI failed to prepare or run one of our statements (SQLSTATE XX000).
+    Spi(pgrx::spi::SpiError),
+}
+
+impl From<LimitError> for CallError {
+    fn from(error: LimitError) -> Self {
+        CallError::Limit(error)
+    }
+}
+
+impl From<pgrx::spi::SpiError> for CallError {
+    fn from(error: pgrx::spi::SpiError) -> Self {
+        CallError::Spi(error)
+    }
+}
+
+/// Raises `error` as a PostgreSQL ERROR with its SQLSTATE; never returns.
+pub fn report(error: CallError) -> ! {
+    let (code, message, hint) = match error {
+        CallError::Limit(error) => {
+            let code = match error.kind {
+                ErrorKind::NullValue => PgSqlErrorCode::ERRCODE_NULL_VALUE_NOT_ALLOWED,
+                ErrorKind::InvalidParameter => PgSqlErrorCode::ERRCODE_INVALID_PARAMETER_VALUE,
+                ErrorKind::OutOfRange => PgSqlErrorCode::ERRCODE_NUMERIC_VALUE_OUT_OF_RANGE,
+                ErrorKind::NotSupported => PgSqlErrorCode::ERRCODE_FEATURE_NOT_SUPPORTED,
+            };
+            (code, error.message, None)
+        }
+        CallError::Undefined(name) => (
+            PgSqlErrorCode::ERRCODE_UNDEFINED_OBJECT,
+            format!("rate limit \"{name}\" is not defined"),
+            Some("Define it with rate_limiter.define(), or pass config => rate_limiter.token_bucket(...) or rate_limiter.fixed_window(...).".to_string()),
+        ),
+        CallError::Contention => (
+            PgSqlErrorCode::ERRCODE_T_R_SERIALIZATION_FAILURE,
+            "could not serialize access to a rate limit that is being created and reset concurrently".to_string(),
+            Some("Retry the transaction.".to_string()),
+        ),
+        CallError::Spi(error) => (
+            PgSqlErrorCode::ERRCODE_INTERNAL_ERROR,
+            format!("rate limiter storage failed: {error}"),
+            None,
+        ),
+    };
+    let mut report = ErrorReport::new(code, message, "rate_limiter");
+    if let Some(hint) = hint {
+        report = report.set_hint(hint);
+    }
+    report.report(PgLogLevel::ERROR);
+    unreachable!("an ERROR report does not return")
+}
+
+/// Raises a `LimitError` directly.
+pub fn report_limit(error: LimitError) -> ! {
+    report(CallError::Limit(error))
+}
+
+/// The JSON object in the DETAIL of a refused call with `throws => true`.
+#[derive(Serialize)]
+struct RefusalDetail<'a> {
+    name: &'a str,
+    key: Option<&'a str>,
+    /// Milliseconds; exact (retry_after is a whole number of microseconds).
+    retry_after_ms: f64,
+    remaining: f64,
+}
+
+/// The message, DETAIL (JSON) and HINT of a refused call.
+pub fn refusal_texts(
+    name: &str,
+    key: Option<&str>,
+    retry_after: Micros,
+    remaining: f64,
+) -> (String, String, String) {
+    let retry_after_ms = retry_after as f64 / MICROS_PER_MILLISECOND;
+    let message = match key {
+        Some(key) => format!("rate limit \"{name}\" exceeded for key \"{key}\""),
+        None => format!("rate limit \"{name}\" exceeded (global limit)"),
+    };
+    let detail = serde_json::to_string(&RefusalDetail {
+        name,
+        key,
+        retry_after_ms,
+        remaining,
+    })
+    .unwrap_or_else(|_| String::from("{}"));
+    let hint = format!("Retry after {retry_after_ms} ms.");
+    (message, detail, hint)
+}
+
+extern "C" {
+    fn errstart(elevel: c_int, domain: *const c_char) -> bool;
+    fn errcode(sqlerrcode: c_int) -> c_int;
+    fn errmsg(fmt: *const c_char, ...) -> c_int;
+    fn errdetail(fmt: *const c_char, ...) -> c_int;
+    fn errhint(fmt: *const c_char, ...) -> c_int;
+}
+
+extern "C-unwind" {
+    fn errfinish(filename: *const c_char, lineno: c_int, funcname: *const c_char);
+}
+
+/// Copies `text` into memory that PostgreSQL owns (the current memory
+/// context), so that nothing owned by Rust is alive when the error jumps.
+fn palloc_cstring(text: &str) -> *mut c_char {
+    let bytes = text.as_bytes();
+    unsafe {
+        let copy = pg_sys::palloc(bytes.len() + 1) as *mut u8;
+        std::ptr::copy_nonoverlapping(bytes.as_ptr(), copy, bytes.len());
+        // text values never contain NUL; cut at one just in case.
+        *copy.add(bytes.len()) = 0;
+        copy as *mut c_char
+    }
+}
+
+/// Raises the refusal of a call with `throws => true`: SQLSTATE from
+/// `rate_limiter.sqlstate`, a message naming the limit and key, a JSON
+/// DETAIL and a HINT. Never returns.
+///
+/// Must be the last thing a call does: `errfinish` longjmps past the Rust
+/// frames above, so the caller must hold no value that needs dropping
+/// (this function drops its own before jumping).
+pub fn raise_refused(name: &str, key: Option<&str>, retry_after: Micros, remaining: f64) -> ! {
+    let (message, detail, hint) = {
+        let (message, detail, hint) = refusal_texts(name, key, retry_after, remaining);
+        (
+            palloc_cstring(&message),
+            palloc_cstring(&detail),
+            palloc_cstring(&hint),
+        )
+    };
+    let code = settings::sqlstate_code();
+    unsafe {
+        if errstart(PgLogLevel::ERROR as c_int, std::ptr::null()) {
+            errcode(code);
+            errmsg(c"%s".as_ptr(), message);
+            errdetail(c"%s".as_ptr(), detail);
+            errhint(c"%s".as_ptr(), hint);
+            errfinish(
+                c"errors.rs".as_ptr(),
+                line!() as c_int,
+                c"rate_limiter".as_ptr(),
+            );
+        }
+    }
+    unreachable!("errfinish(ERROR) does not return")
+}

@@ -1,0 +1,44 @@
+//! `rate_limiter`: transactional application-layer rate limiting inside
+//! PostgreSQL.
+//!
+//! Layout, one concept per file:
+//! - the math lives in the `rate_limiter_algorithm` crate (`algorithm/`),
+//!   pure Rust with no PostgreSQL dependency;
+//! - [`storage`]: locking, reading and writing the state rows (SPI);
+//! - [`definitions`]: named limits (`define`, `undefine`, lookup);
+//! - [`config`]: the SQL type `rate_limiter.config` and its constructors;
+//! - [`limit`]: the SQL functions `rate_limit`, `rate_check`, `rate_reset`;
+//! - [`settings`]: the GUCs `rate_limiter.now_override` and `rate_limiter.sqlstate`;
+//! - [`clock`]: the current time (real or overridden);
+//! - [`errors`]: turning errors and refusals into PostgreSQL errors.
+//!
+//! The SQL objects are written by hand in `sql/`: `schema.sql` (types and
+//! tables), `functions.sql` (every `CREATE FUNCTION`, pointing at the
+//! `*_wrapper` symbols that `#[pg_extern(sql = false)]` generates here) and
+//! `privileges.sql`.
+
+use pgrx::prelude::*;
+
+pub mod clock;
+pub mod config;
+pub mod definitions;
+pub mod errors;
+pub mod limit;
+pub mod settings;
+pub mod storage;
+
+pgrx::pg_module_magic!();
+
+extension_sql_file!("../sql/schema.sql", name = "schema", bootstrap);
+extension_sql_file!(
+    "../sql/functions.sql",
+    name = "functions",
+    requires = ["schema"]
+);
+extension_sql_file!("../sql/privileges.sql", name = "privileges", finalize);
+
+/// Called once when a backend loads the library: registers the GUCs.
+#[pg_guard]
+pub extern "C-unwind" fn _PG_init() {
+    settings::register();
+}

@@ -1,0 +1,226 @@
+//! The core SQL functions: `rate_limiter.rate_limit()` (consume),
+//! `rate_limiter.rate_check()` (the same answer, no lock, no write) and
+//! `rate_limiter.rate_reset()` (forget the state).
+//!
+//! Order of work in a call: argument checks (NULLs are 22004 before
+//! anything is looked up), the config (inline, else the definition, else
+//! 42704), the row lock, the clock, the math, the write. Errors are raised
+//! only after SPI is finished; a refusal with `throws => true` is raised as
+//! the very last step.
+
+use crate::clock;
+use crate::config::{inline_config, required};
+use crate::definitions;
+use crate::errors::{raise_refused, report, CallError};
+use crate::storage::{self, RowId};
+use pgrx::heap_tuple::PgHeapTuple;
+use pgrx::prelude::*;
+use pgrx::spi::SpiClient;
+use pgrx::AllocatedByRust;
+use rate_limiter_algorithm::{evaluate, Config, Decision, LimitError, LimitId, Request};
+
+/// The result row: `(ok, retry_after, remaining)`. (The `#[pg_extern]`
+/// signatures spell it out: pgrx does not resolve aliases there.)
+type ResultRow = TableIterator<
+    'static,
+    (
+        name!(ok, bool),
+        name!(retry_after, Option<Interval>),
+        name!(remaining, f64),
+    ),
+>;
+
+/// How many times a call re-reads a row that a concurrent transaction
+/// created (or deleted) between our read and our insert.
+const MAX_ATTEMPTS: usize = 3;
+
+/// The checked arguments of `rate_limit` / `rate_check`.
+struct Call<'a> {
+    name: &'a str,
+    key: Option<&'a str>,
+    request: Request,
+    throws: bool,
+    config: Option<Config>,
+}
+
+impl<'a> Call<'a> {
+    fn new(
+        name: Option<&'a str>,
+        key: Option<&'a str>,
+        count: Option<f64>,
+        reserve: Option<bool>,
+        throws: Option<bool>,
+        config: Option<PgHeapTuple<'_, AllocatedByRust>>,
+    ) -> Result<Self, LimitError> {
+        let name = required(name, "name")?;
+        let count = required(count, "count")?;
+        let reserve = required(reserve, "reserve")?;
+        let throws = required(throws, "throws")?;
+        Ok(Call {
+            name,
+            key,
+            request: Request { count, reserve },
+            throws,
+            config: inline_config(config)?,
+        })
+    }
+
+    fn id(&self) -> LimitId<'a> {
+        LimitId {
+            name: self.name,
+            key: self.key,
+        }
+    }
+
+    fn row(&self) -> RowId<'a> {
+        RowId {
+            name: self.name,
+            key: self.key,
+            shard: 0,
+        }
+    }
+
+    /// The inline config, else the definition, else 42704.
+    fn config(&self, client: &SpiClient<'_>) -> Result<Config, CallError> {
+        let config = match self.config {
+            Some(config) => config,
+            None => definitions::lookup(client, self.name)?
+                .ok_or_else(|| CallError::Undefined(self.name.to_string()))?,
+        };
+        config.validate_count(self.request.count, self.request.reserve)?;
+        Ok(config)
+    }
+}
+
+/// Locks the row, evaluates and records the consumption.
+fn consume(client: &mut SpiClient<'_>, call: &Call<'_>) -> Result<Decision, CallError> {
+    let config = call.config(client)?;
+    for _ in 0..MAX_ATTEMPTS {
+        let stored = storage::lock(client, call.row())?;
+        let decision = evaluate(&config, call.id(), stored, clock::now(), call.request)?;
+        match (decision.new_state, stored) {
+            (None, _) => return Ok(decision),
+            (Some(state), Some(_)) => {
+                storage::update(client, call.row(), state)?;
+                return Ok(decision);
+            }
+            (Some(state), None) => {
+                if storage::insert(client, call.row(), state)? {
+                    return Ok(decision);
+                }
+                // A concurrent transaction created the row: lock it and retry.
+            }
+        }
+    }
+    Err(CallError::Contention)
+}
+
+/// Evaluates without locking or writing.
+fn check(client: &SpiClient<'_>, call: &Call<'_>) -> Result<Decision, CallError> {
+    let config = call.config(client)?;
+    let stored = storage::read(client, call.row())?;
+    Ok(evaluate(
+        &config,
+        call.id(),
+        stored,
+        clock::now(),
+        call.request,
+    )?)
+}
+
+/// Turns a decision into the result row, or raises the refusal when the
+/// call has `throws => true`. `name` and `key` borrow the arguments, so
+/// nothing needs dropping when the refusal is raised.
+fn finish(name: &str, key: Option<&str>, throws: bool, decision: Decision) -> ResultRow {
+    let retry_after = decision.retry_after.map(Interval::from_micros);
+    if !decision.ok && throws {
+        raise_refused(
+            name,
+            key,
+            decision.retry_after.unwrap_or(0),
+            decision.remaining,
+        );
+    }
+    TableIterator::once((decision.ok, retry_after, decision.remaining))
+}
+
+fn run(
+    name: Option<&str>,
+    key: Option<&str>,
+    count: Option<f64>,
+    reserve: Option<bool>,
+    throws: Option<bool>,
+    config: Option<PgHeapTuple<'_, AllocatedByRust>>,
+    body: impl FnOnce(&Call<'_>) -> Result<Decision, CallError>,
+) -> ResultRow {
+    let call = match Call::new(name, key, count, reserve, throws, config) {
+        Ok(call) => call,
+        Err(error) => report(CallError::Limit(error)),
+    };
+    let (name, key, throws) = (call.name, call.key, call.throws);
+    let outcome = body(&call);
+    drop(call);
+    match outcome {
+        Ok(decision) => finish(name, key, throws, decision),
+        Err(error) => report(error),
+    }
+}
+
+/// `rate_limiter.rate_limit(name, key, count, reserve, throws, config)`:
+/// consumes `count` tokens if it can. See sql/functions.sql.
+#[pg_extern(sql = false)]
+fn rate_limit(
+    name: Option<&str>,
+    key: Option<&str>,
+    count: Option<f64>,
+    reserve: Option<bool>,
+    throws: Option<bool>,
+    config: Option<pgrx::composite_type!("rate_limiter.config")>,
+) -> TableIterator<
+    'static,
+    (
+        name!(ok, bool),
+        name!(retry_after, Option<Interval>),
+        name!(remaining, f64),
+    ),
+> {
+    run(name, key, count, reserve, throws, config, |call| {
+        Spi::connect_mut(|client| consume(client, call))
+    })
+}
+
+/// `rate_limiter.rate_check(...)`: the answer `rate_limit` would give, with
+/// no lock and no write. See sql/functions.sql.
+#[pg_extern(sql = false)]
+fn rate_check(
+    name: Option<&str>,
+    key: Option<&str>,
+    count: Option<f64>,
+    reserve: Option<bool>,
+    throws: Option<bool>,
+    config: Option<pgrx::composite_type!("rate_limiter.config")>,
+) -> TableIterator<
+    'static,
+    (
+        name!(ok, bool),
+        name!(retry_after, Option<Interval>),
+        name!(remaining, f64),
+    ),
+> {
+    run(name, key, count, reserve, throws, config, |call| {
+        Spi::connect(|client| check(client, call))
+    })
+}
+
+/// `rate_limiter.rate_reset(name, key)`: forgets the state of (name, key)
+/// on every shard. See sql/functions.sql.
+#[pg_extern(sql = false)]
+fn rate_reset(name: Option<&str>, key: Option<&str>) {
+    let name = match required(name, "name") {
+        Ok(name) => name,
+        Err(error) => report(CallError::Limit(error)),
+    };
+    if let Err(error) = Spi::connect_mut(|client| storage::delete(client, name, key)) {
+        report(CallError::Spi(error))
+    }
+}

@@ -1,0 +1,200 @@
+//! The extension's settings (GUCs).
+//!
+//! - `rate_limiter.now_override` (superuser only): a `timestamptz` literal
+//!   that replaces the clock, for deterministic tests; empty means the real
+//!   clock. Parsed once when set; infinite or unparsable values are refused.
+//! - `rate_limiter.sqlstate` (anyone): the SQLSTATE raised by
+//!   `throws => true` (default `RL429`); exactly five characters of `0-9A-Z`,
+//!   not of class `00`. Anything else is refused when set.
+//!
+//! Both are validated by check hooks and decoded once into per-backend
+//! caches by assign hooks, so reading them on every call costs nothing.
+
+use pgrx::guc::{GucContext, GucFlags, GucRegistry, GucSetting};
+use pgrx::pg_sys;
+use pgrx::prelude::*;
+use std::cell::Cell;
+use std::ffi::{c_char, c_void, CStr, CString};
+
+/// The SQLSTATE raised by refused calls with `throws => true`, unless set.
+pub const DEFAULT_SQLSTATE: &str = "RL429";
+
+static NOW_OVERRIDE: GucSetting<Option<CString>> = GucSetting::<Option<CString>>::new(None);
+static SQLSTATE: GucSetting<Option<CString>> = GucSetting::<Option<CString>>::new(Some(c"RL429"));
+
+thread_local! {
+    /// Decoded `rate_limiter.now_override`: microseconds since 2000-01-01.
+    static NOW_OVERRIDE_MICROS: Cell<Option<i64>> = const { Cell::new(None) };
+    /// Decoded `rate_limiter.sqlstate`, as PostgreSQL's packed error code.
+    static SQLSTATE_CODE: Cell<i32> = const { Cell::new(0) };
+}
+
+/// Registers the GUCs; called from `_PG_init`.
+pub fn register() {
+    SQLSTATE_CODE.with(|code| code.set(encode_sqlstate(DEFAULT_SQLSTATE.as_bytes())));
+    // SAFETY: the hooks are `#[pg_guard]`ed and do not panic on any input.
+    unsafe {
+        GucRegistry::define_string_guc_with_hooks(
+            c"rate_limiter.now_override",
+            c"Replaces the clock of the rate limiter (superuser only, for tests).",
+            c"A timestamptz literal; empty means the real clock (clock_timestamp()).",
+            &NOW_OVERRIDE,
+            GucContext::Suset,
+            GucFlags::default(),
+            Some(check_now_override),
+            Some(assign_now_override),
+            None,
+        );
+        GucRegistry::define_string_guc_with_hooks(
+            c"rate_limiter.sqlstate",
+            c"SQLSTATE raised when a call with throws => true is refused.",
+            c"Five characters of 0-9A-Z, not of class 00, e.g. RL429 (default) or PT429 for PostgREST's HTTP 429.",
+            &SQLSTATE,
+            GucContext::Userset,
+            GucFlags::default(),
+            Some(check_sqlstate),
+            Some(assign_sqlstate),
+            None,
+        );
+        pg_sys::MarkGUCPrefixReserved(c"rate_limiter".as_ptr());
+    }
+}
+
+/// The overridden current time, in microseconds since 2000-01-01, if set.
+pub fn now_override() -> Option<i64> {
+    NOW_OVERRIDE_MICROS.with(Cell::get)
+}
+
+/// The SQLSTATE for refused calls with `throws => true`, packed as
+/// PostgreSQL's `MAKE_SQLSTATE` does.
+pub fn sqlstate_code() -> i32 {
+    SQLSTATE_CODE.with(Cell::get)
+}
+
+/// Whether `text` is a SQLSTATE we accept: five characters of `0-9A-Z`,
+/// not of class `00` (successful completion).
+pub fn is_valid_sqlstate(text: &[u8]) -> bool {
+    text.len() == 5
+        && text
+            .iter()
+            .all(|c| c.is_ascii_digit() || c.is_ascii_uppercase())
+        && &text[..2] != b"00"
+}
+
+/// PostgreSQL's `MAKE_SQLSTATE`: six bits per character.
+fn encode_sqlstate(text: &[u8]) -> i32 {
+    text.iter()
+        .take(5)
+        .enumerate()
+        .map(|(i, &c)| (i32::from(c.wrapping_sub(b'0')) & 0x3F) << (6 * i))
+        .sum()
+}
+
+/// Sets the DETAIL of the error PostgreSQL reports when a check hook
+/// refuses a value.
+unsafe fn set_check_detail(detail: &str) {
+    if let Ok(detail) = CString::new(detail) {
+        unsafe {
+            pg_sys::GUC_check_errdetail_string =
+                pg_sys::MemoryContextStrdup(pg_sys::ErrorContext, detail.as_ptr());
+        }
+    }
+}
+
+/// Allocates a GUC "extra" block (freed by PostgreSQL with `free()`).
+unsafe fn malloc_extra(value: i64) -> *mut c_void {
+    unsafe {
+        let extra = libc::malloc(std::mem::size_of::<i64>()) as *mut i64;
+        if !extra.is_null() {
+            extra.write(value);
+        }
+        extra as *mut c_void
+    }
+}
+
+/// Parses a `timestamptz` literal with PostgreSQL's own input function;
+/// `None` when it does not parse or is infinite.
+fn parse_timestamptz(text: &CStr) -> Option<i64> {
+    let datum = pgrx::PgTryBuilder::new(|| unsafe {
+        pgrx::direct_function_call::<TimestampWithTimeZone>(
+            pg_sys::timestamptz_in,
+            &[
+                Some(pg_sys::Datum::from(text.as_ptr())),
+                Some(pg_sys::Datum::from(pg_sys::InvalidOid)),
+                Some(pg_sys::Datum::from(-1i32)),
+            ],
+        )
+    })
+    .catch_others(|_| None)
+    .execute()?;
+    datum.is_finite().then(|| datum.into_inner())
+}
+
+#[pg_guard]
+unsafe extern "C-unwind" fn check_now_override(
+    newval: *mut *mut c_char,
+    extra: *mut *mut c_void,
+    _source: pg_sys::GucSource::Type,
+) -> bool {
+    unsafe {
+        if newval.is_null() || (*newval).is_null() {
+            return true;
+        }
+        let text = CStr::from_ptr(*newval);
+        if text.to_bytes().iter().all(u8::is_ascii_whitespace) {
+            return true;
+        }
+        match parse_timestamptz(text) {
+            Some(micros) => {
+                *extra = malloc_extra(micros);
+                !(*extra).is_null()
+            }
+            None => {
+                set_check_detail("rate_limiter.now_override must be a finite timestamptz literal, or empty for the real clock.");
+                false
+            }
+        }
+    }
+}
+
+#[pg_guard]
+unsafe extern "C-unwind" fn assign_now_override(_newval: *const c_char, extra: *mut c_void) {
+    let micros = if extra.is_null() {
+        None
+    } else {
+        Some(unsafe { *(extra as *const i64) })
+    };
+    NOW_OVERRIDE_MICROS.with(|cell| cell.set(micros));
+}
+
+#[pg_guard]
+unsafe extern "C-unwind" fn check_sqlstate(
+    newval: *mut *mut c_char,
+    _extra: *mut *mut c_void,
+    _source: pg_sys::GucSource::Type,
+) -> bool {
+    let text = unsafe {
+        if newval.is_null() || (*newval).is_null() {
+            &[][..]
+        } else {
+            CStr::from_ptr(*newval).to_bytes()
+        }
+    };
+    if is_valid_sqlstate(text) {
+        true
+    } else {
+        unsafe {
+            set_check_detail("rate_limiter.sqlstate must be five characters of 0-9 and A-Z, not of class 00, e.g. RL429 or PT429.");
+        }
+        false
+    }
+}
+
+#[pg_guard]
+unsafe extern "C-unwind" fn assign_sqlstate(newval: *const c_char, _extra: *mut c_void) {
+    if newval.is_null() {
+        return;
+    }
+    let text = unsafe { CStr::from_ptr(newval) }.to_bytes();
+    SQLSTATE_CODE.with(|code| code.set(encode_sqlstate(text)));
+}

@@ -1,0 +1,1 @@
+//! Shared helpers for the integration tests: connecting to the test server.
