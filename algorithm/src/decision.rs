@@ -106,18 +106,20 @@ pub fn evaluate(
         };
         return Ok(Decision {
             ok: true,
-            retry_after: Some(retry_after(config, new_state, 0.0, now)?),
+            retry_after: Some(retry_after(config, new_state, 0.0, 0.0, now)?),
             remaining: value,
             new_state: Some(new_state),
         });
     }
-    // Refused: the same call succeeds once the value covers count - allowed_debt.
+    // Refused: the same call succeeds once it would leave a debt of at most
+    // allowed_debt.
     Ok(Decision {
         ok: false,
         retry_after: Some(retry_after(
             config,
             state,
-            request.count - allowed_debt,
+            request.count,
+            allowed_debt,
             now,
         )?),
         remaining: refilled.value,
@@ -148,17 +150,26 @@ fn refill(config: &Config, state: State, now: Micros) -> State {
 const MAX_ADJUSTMENTS: usize = 4;
 
 /// The smallest delay `t > 0` (in whole microseconds; for a fixed window,
-/// the start of a window) after which `refill(base, now + t).value >= need`.
+/// the start of a window) after which a call for `count` tokens from state
+/// `base` is admitted with a debt of at most `allowed_debt`, i.e.
+/// `-(refill(base, now + t).value - count) <= allowed_debt`, the very test
+/// [`evaluate`] applies.
 ///
 /// Starts from the formula (token bucket: `(ts - now) + tokens * period /
 /// rate` rounded up; fixed window: `ts + period * ceil(tokens / rate) -
-/// now`), then checks it with the very arithmetic a later call will use
-/// and moves it by a step if float rounding made it early or late, so that
+/// now`), then checks it with the arithmetic a later call will use and
+/// moves it by a step if float rounding made it early or late, so that
 /// calling again exactly `retry_after` later succeeds and whole numbers of
 /// microseconds stay exact.
-fn retry_after(config: &Config, base: State, need: f64, now: Micros) -> Result<Micros, LimitError> {
+fn retry_after(
+    config: &Config,
+    base: State,
+    count: f64,
+    allowed_debt: f64,
+    now: Micros,
+) -> Result<Micros, LimitError> {
     let refilled = refill(config, base, now);
-    let tokens = need - refilled.value;
+    let tokens = (count - allowed_debt) - refilled.value;
     let (estimate, step) = match config.kind {
         Kind::TokenBucket => (token_bucket::wait(config, refilled, tokens, now).ceil(), 1),
         Kind::FixedWindow => (
@@ -174,17 +185,21 @@ fn retry_after(config: &Config, base: State, need: f64, now: Micros) -> Result<M
             format!("retry_after would be {estimate} microseconds, which is out of range"),
         ));
     }
-    let succeeds = |delay: Micros| refill(config, base, now.saturating_add(delay)).value >= need;
+    let admitted = |delay: Micros| {
+        let value = refill(config, base, now.saturating_add(delay)).value - count;
+        -value <= allowed_debt
+    };
     let mut delay = (estimate as Micros).max(1);
     for _ in 0..MAX_ADJUSTMENTS {
-        if succeeds(delay) {
+        if admitted(delay) {
             break;
         }
-        delay += step;
+        delay = delay.saturating_add(step);
     }
     for _ in 0..MAX_ADJUSTMENTS {
-        if delay - step > 0 && succeeds(delay - step) {
-            delay -= step;
+        let earlier = delay.saturating_sub(step);
+        if earlier > 0 && admitted(earlier) {
+            delay = earlier;
         } else {
             break;
         }

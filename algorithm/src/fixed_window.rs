@@ -68,7 +68,7 @@ pub fn refill(config: &Config, state: State, now: Micros) -> State {
 /// the refilled state `refilled`: `ts + period * ceil(tokens / rate) - now`.
 pub fn wait(config: &Config, refilled: State, tokens: f64, now: Micros) -> f64 {
     let windows = (tokens / config.rate).ceil();
-    (refilled.ts - now) as f64 + windows * config.period as f64
+    (i128::from(refilled.ts) - i128::from(now)) as f64 + windows * config.period as f64
 }
 
 #[cfg(test)]

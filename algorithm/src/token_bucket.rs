@@ -29,7 +29,8 @@ pub fn refill(config: &Config, state: State, now: Micros) -> State {
 /// Microseconds from `now` until `tokens` more tokens have arrived in the
 /// refilled state `refilled` (not rounded): `(ts - now) + tokens * period / rate`.
 pub fn wait(config: &Config, refilled: State, tokens: f64, now: Micros) -> f64 {
-    (refilled.ts - now) as f64 + (tokens * config.period as f64) / config.rate
+    (i128::from(refilled.ts) - i128::from(now)) as f64
+        + (tokens * config.period as f64) / config.rate
 }
 
 #[cfg(test)]
