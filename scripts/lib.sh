@@ -40,13 +40,17 @@ ensure_tools() {
 
 install_extension() {
     log "building and installing the extension (release)"
-    cargo pgrx install --release --pg-config "$PG_CONFIG" >/dev/null
+    local output
+    output=$(mktemp)
+    cargo pgrx install --release --pg-config "$PG_CONFIG" >"$output" 2>&1 || { cat "$output"; rm -f "$output"; return 1; }
+    rm -f "$output"
 }
 
 start_cluster() {
     local dir=$1
     mkdir -p "$dir"
     chown postgres:postgres "$dir"
+    chmod a+x "$(dirname "$dir")"   # postgres must be able to reach it
     sudo -u postgres env -u RUST_BACKTRACE "$PG_BIN/initdb" -D "$dir/data" -U postgres \
         --auth=trust --no-sync >/dev/null
     sudo -u postgres env -u RUST_BACKTRACE "$PG_BIN/pg_ctl" -D "$dir/data" -l "$dir/server.log" -w \

@@ -88,6 +88,9 @@ CREATE FUNCTION rate_limiter.rate_check(
 RETURNS TABLE (ok boolean, retry_after interval, remaining float8)
 LANGUAGE c VOLATILE SECURITY DEFINER ROWS 1
 SET search_path = pg_catalog, rate_limiter, pg_temp
+-- The read is planned once per backend; keep that plan on the index even
+-- if it was made while the table was empty.
+SET enable_seqscan = off
 AS 'MODULE_PATHNAME', 'rate_check_wrapper';
 
 COMMENT ON FUNCTION rate_limiter.rate_check(text, text, float8, boolean, boolean, rate_limiter.config) IS
@@ -97,7 +100,60 @@ CREATE FUNCTION rate_limiter.rate_reset(name text, key text DEFAULT NULL)
 RETURNS void
 LANGUAGE c VOLATILE SECURITY DEFINER
 SET search_path = pg_catalog, rate_limiter, pg_temp
+SET enable_seqscan = off
 AS 'MODULE_PATHNAME', 'rate_reset_wrapper';
 
 COMMENT ON FUNCTION rate_limiter.rate_reset(text, text) IS
 'Forgets the state of (name, key) on every shard, so the next call starts full. Needs no definition; a no-op without state. Errors: 22004 NULL name.';
+
+-- Internal ----------------------------------------------------------------
+-- Used by the statements rate_limit runs (see src/storage.rs); not granted
+-- to anyone (sql/privileges.sql revokes them from PUBLIC).
+
+CREATE FUNCTION rate_limiter._evaluate_locked(value float8, ts timestamptz)
+RETURNS boolean
+LANGUAGE c VOLATILE STRICT
+AS 'MODULE_PATHNAME', '_evaluate_locked_wrapper';
+
+COMMENT ON FUNCTION rate_limiter._evaluate_locked(float8, timestamptz) IS
+'Internal to rate_limit: evaluates the call in progress on the locked state row; true when the new state must be written.';
+
+CREATE FUNCTION rate_limiter._new_value()
+RETURNS float8
+LANGUAGE c VOLATILE
+AS 'MODULE_PATHNAME', '_new_value_wrapper';
+
+COMMENT ON FUNCTION rate_limiter._new_value() IS 'Internal to rate_limit: the value to write.';
+
+CREATE FUNCTION rate_limiter._new_ts()
+RETURNS timestamptz
+LANGUAGE c VOLATILE
+AS 'MODULE_PATHNAME', '_new_ts_wrapper';
+
+COMMENT ON FUNCTION rate_limiter._new_ts() IS 'Internal to rate_limit: the ts to write.';
+
+CREATE FUNCTION rate_limiter._invalidate_definitions(relid oid)
+RETURNS void
+LANGUAGE c VOLATILE STRICT
+AS 'MODULE_PATHNAME', '_invalidate_definitions_wrapper';
+
+COMMENT ON FUNCTION rate_limiter._invalidate_definitions(oid) IS
+'Internal: tells every backend to drop its cached definitions (called by the trigger on rate_limiter.definitions).';
+
+CREATE FUNCTION rate_limiter._definitions_changed()
+RETURNS trigger
+LANGUAGE plpgsql
+SET search_path = pg_catalog, rate_limiter, pg_temp
+AS $$
+BEGIN
+    PERFORM rate_limiter._invalidate_definitions(TG_RELID);
+    RETURN NULL;
+END
+$$;
+
+COMMENT ON FUNCTION rate_limiter._definitions_changed() IS
+'Internal: statement trigger on rate_limiter.definitions that invalidates cached definitions.';
+
+CREATE TRIGGER definitions_changed
+AFTER INSERT OR UPDATE OR DELETE OR TRUNCATE ON rate_limiter.definitions
+FOR EACH STATEMENT EXECUTE FUNCTION rate_limiter._definitions_changed();

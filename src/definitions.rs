@@ -1,5 +1,12 @@
 //! Named limits: `rate_limiter.define()`, `rate_limiter.undefine()` and the
 //! lookup of a definition by name (table `rate_limiter.definitions`).
+//!
+//! Lookups are cached per backend (also "no such definition"), so a call
+//! by name runs no statement for its definition. Any write to the table
+//! fires a statement trigger that sends a relcache invalidation for it;
+//! every backend drops its cache when it processes an invalidation, which
+//! each lookup checks for first. So a committed `define` is seen by the
+//! next call in every session, as a READ COMMITTED read would see it.
 
 use crate::config::{required, ConfigValues};
 use crate::errors::{report, CallError};
@@ -8,16 +15,63 @@ use pgrx::prelude::*;
 use pgrx::spi::SpiClient;
 use pgrx::PgOid;
 use rate_limiter_algorithm::{Config, Kind, LimitError};
+use std::cell::RefCell;
+use std::collections::HashMap;
 
 const TEXT: PgOid = PgOid::BuiltIn(pg_sys::PgBuiltInOids::TEXTOID);
 
 const LOOKUP: &str = "SELECT kind::text, rate, period, capacity, max_reserved, shards, start \
      FROM rate_limiter.definitions WHERE name = $1";
 
+thread_local! {
+    /// Definitions looked up in this backend, by name (`None`: undefined).
+    static CACHE: RefCell<HashMap<String, Option<Config>>> = RefCell::new(HashMap::new());
+}
+
+/// Registers the cache's invalidation callback; called from `_PG_init`.
+pub fn register_cache_invalidation() {
+    // SAFETY: the callback only clears a thread-local map; it cannot fail.
+    unsafe {
+        pg_sys::CacheRegisterRelcacheCallback(Some(forget_definitions), pg_sys::Datum::from(0))
+    };
+}
+
+/// Relcache invalidation callback: forgets every cached definition. (Any
+/// relation's invalidation clears it; they are rare, and this way no OID
+/// needs tracking across DROP/CREATE EXTENSION.)
+#[pg_guard]
+unsafe extern "C-unwind" fn forget_definitions(_arg: pg_sys::Datum, _relid: pg_sys::Oid) {
+    CACHE.with(|cache| {
+        if let Ok(mut cache) = cache.try_borrow_mut() {
+            cache.clear();
+        }
+    });
+}
+
+/// `rate_limiter._invalidate_definitions(relid)`: sends a relcache
+/// invalidation for `relid` (the definitions table), from the statement
+/// trigger on it. Internal: not granted to anyone.
+#[pg_extern(sql = false)]
+fn _invalidate_definitions(relid: pg_sys::Oid) {
+    unsafe { pg_sys::CacheInvalidateRelcacheByRelid(relid) };
+}
+
 /// The validated config of the limit `name`, or `None` when there is no
-/// definition of that name. A stored definition is validated again (a
-/// superuser may have written the table by hand).
+/// definition of that name; cached (see the module documentation).
 pub fn lookup(client: &SpiClient<'_>, name: &str) -> Result<Option<Config>, CallError> {
+    // Process pending invalidations (cheap when there are none).
+    unsafe { pg_sys::AcceptInvalidationMessages() };
+    if let Some(cached) = CACHE.with(|cache| cache.borrow().get(name).copied()) {
+        return Ok(cached);
+    }
+    let found = lookup_uncached(client, name)?;
+    CACHE.with(|cache| cache.borrow_mut().insert(name.to_string(), found));
+    Ok(found)
+}
+
+/// Reads the definition from the table. A stored definition is validated
+/// again (a superuser may have written the table by hand).
+fn lookup_uncached(client: &SpiClient<'_>, name: &str) -> Result<Option<Config>, CallError> {
     let plan = kept_plan(client, LOOKUP, &[TEXT], false)?;
     let table = client.select(plan, Some(1), &[name.into()])?;
     if table.is_empty() {

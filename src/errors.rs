@@ -21,8 +21,6 @@ pub enum CallError {
     Limit(LimitError),
     /// No inline config and no definition of this name (SQLSTATE 42704).
     Undefined(String),
-    /// The state row kept appearing and disappearing under us (SQLSTATE 40001).
-    Contention,
     /// SPI failed to prepare or run one of our statements (SQLSTATE XX000).
     Spi(pgrx::spi::SpiError),
 }
@@ -55,11 +53,6 @@ pub fn report(error: CallError) -> ! {
             PgSqlErrorCode::ERRCODE_UNDEFINED_OBJECT,
             format!("rate limit \"{name}\" is not defined"),
             Some("Define it with rate_limiter.define(), or pass config => rate_limiter.token_bucket(...) or rate_limiter.fixed_window(...).".to_string()),
-        ),
-        CallError::Contention => (
-            PgSqlErrorCode::ERRCODE_T_R_SERIALIZATION_FAILURE,
-            "could not serialize access to a rate limit that is being created and reset concurrently".to_string(),
-            Some("Retry the transaction.".to_string()),
         ),
         CallError::Spi(error) => (
             PgSqlErrorCode::ERRCODE_INTERNAL_ERROR,

@@ -41,4 +41,5 @@ extension_sql_file!("../sql/privileges.sql", name = "privileges", finalize);
 #[pg_guard]
 pub extern "C-unwind" fn _PG_init() {
     settings::register();
+    definitions::register_cache_invalidation();
 }

@@ -30,10 +30,6 @@ type ResultRow = TableIterator<
     ),
 >;
 
-/// How many times a call re-reads a row that a concurrent transaction
-/// created (or deleted) between our read and our insert.
-const MAX_ATTEMPTS: usize = 3;
-
 /// The checked arguments of `rate_limit` / `rate_check`.
 struct Call<'a> {
     name: &'a str,
@@ -92,27 +88,13 @@ impl<'a> Call<'a> {
     }
 }
 
-/// Locks the row, evaluates and records the consumption.
+/// Locks the row, evaluates and records the consumption, in one statement
+/// (see `storage`).
 fn consume(client: &mut SpiClient<'_>, call: &Call<'_>) -> Result<Decision, CallError> {
     let config = call.config(client)?;
-    for _ in 0..MAX_ATTEMPTS {
-        let stored = storage::lock(client, call.row())?;
-        let decision = evaluate(&config, call.id(), stored, clock::now(), call.request)?;
-        match (decision.new_state, stored) {
-            (None, _) => return Ok(decision),
-            (Some(state), Some(_)) => {
-                storage::update(client, call.row(), state)?;
-                return Ok(decision);
-            }
-            (Some(state), None) => {
-                if storage::insert(client, call.row(), state)? {
-                    return Ok(decision);
-                }
-                // A concurrent transaction created the row: lock it and retry.
-            }
-        }
-    }
-    Err(CallError::Contention)
+    // What a full limit (no row yet) would answer now.
+    let fresh = evaluate(&config, call.id(), None, clock::now(), call.request)?;
+    storage::consume(client, call.row(), config, call.request, fresh)
 }
 
 /// Evaluates without locking or writing.

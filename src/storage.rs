@@ -2,16 +2,34 @@
 //! (name, key, shard), read and written through SPI inside the caller's
 //! transaction.
 //!
+//! Consuming is ONE statement, an `INSERT ... ON CONFLICT DO UPDATE`:
+//! - no row yet: it inserts the state computed for a full limit;
+//! - a row exists: PostgreSQL locks it (waiting for concurrent writers, and
+//!   raising 40001 under REPEATABLE READ / SERIALIZABLE when the row changed
+//!   after the snapshot), then evaluates the `WHERE` clause,
+//!   `rate_limiter._evaluate_locked(value, ts)`, which runs the math on the
+//!   locked row with the clock read *now*, keeps the decision in
+//!   [`PENDING`], and answers whether to write. A refusal writes nothing
+//!   (the row stays locked until the transaction ends); an admission sets
+//!   `value` and `ts` from `_new_value()` / `_new_ts()`.
+//!
+//! The arbiter index finds the row, so there is no scan for the planner to
+//! get wrong: a `SELECT ... FOR UPDATE` plan made while the table was empty
+//! (after a TRUNCATE, say) stays a sequential scan as the table grows.
+//! Statements that do scan (`rate_check`, `rate_reset`) run in functions
+//! declared with `SET enable_seqscan = off` (sql/functions.sql).
+//!
 //! Every statement is prepared once per backend and kept (re-planning on
 //! each call would cost more than the call itself). Tables are
-//! schema-qualified. The global limit (key NULL) needs its own statements,
-//! because `key = NULL` matches nothing and `key IS NOT DISTINCT FROM $2`
-//! cannot use the index.
+//! schema-qualified. Reading the global limit (key NULL) needs its own
+//! statement, because `key = NULL` matches nothing and `key IS NOT DISTINCT
+//! FROM $2` cannot use the index.
 
+use crate::errors::CallError;
 use pgrx::prelude::*;
 use pgrx::spi::{OwnedPreparedStatement, SpiClient, SpiResult};
 use pgrx::PgOid;
-use rate_limiter_algorithm::State;
+use rate_limiter_algorithm::{evaluate, Config, Decision, LimitError, LimitId, Request, State};
 use std::cell::RefCell;
 use std::collections::HashMap;
 
@@ -59,20 +77,15 @@ const INT4: PgOid = PgOid::BuiltIn(pg_sys::PgBuiltInOids::INT4OID);
 const FLOAT8: PgOid = PgOid::BuiltIn(pg_sys::PgBuiltInOids::FLOAT8OID);
 const TIMESTAMPTZ: PgOid = PgOid::BuiltIn(pg_sys::PgBuiltInOids::TIMESTAMPTZOID);
 
-const LOCK_KEYED: &str = "SELECT value, ts FROM rate_limiter.rate_limits \
-     WHERE name = $1 AND key = $2 AND shard = $3 FOR UPDATE";
-const LOCK_GLOBAL: &str = "SELECT value, ts FROM rate_limiter.rate_limits \
-     WHERE name = $1 AND key IS NULL AND shard = $2 FOR UPDATE";
 const READ_KEYED: &str = "SELECT value, ts FROM rate_limiter.rate_limits \
      WHERE name = $1 AND key = $2 AND shard = $3";
 const READ_GLOBAL: &str = "SELECT value, ts FROM rate_limiter.rate_limits \
      WHERE name = $1 AND key IS NULL AND shard = $2";
-const UPDATE_KEYED: &str = "UPDATE rate_limiter.rate_limits SET value = $4, ts = $5 \
-     WHERE name = $1 AND key = $2 AND shard = $3";
-const UPDATE_GLOBAL: &str = "UPDATE rate_limiter.rate_limits SET value = $4, ts = $5 \
-     WHERE name = $1 AND key IS NULL AND shard = $3 AND $2::text IS NULL";
-const INSERT: &str = "INSERT INTO rate_limiter.rate_limits (name, key, shard, value, ts) \
-     VALUES ($1, $2, $3, $4, $5) ON CONFLICT (name, key, shard) DO NOTHING RETURNING true";
+const CONSUME: &str = "INSERT INTO rate_limiter.rate_limits AS r (name, key, shard, value, ts) \
+     VALUES ($1, $2, $3, $4, $5) \
+     ON CONFLICT (name, key, shard) DO UPDATE \
+     SET value = rate_limiter._new_value(), ts = rate_limiter._new_ts() \
+     WHERE rate_limiter._evaluate_locked(r.value, r.ts)";
 const DELETE_KEYED: &str = "DELETE FROM rate_limiter.rate_limits WHERE name = $1 AND key = $2";
 const DELETE_GLOBAL: &str = "DELETE FROM rate_limiter.rate_limits WHERE name = $1 AND key IS NULL";
 
@@ -97,17 +110,6 @@ fn state_from(table: pgrx::spi::SpiTupleTable<'_>) -> SpiResult<Option<State>> {
     })
 }
 
-/// Locks the state row (`SELECT ... FOR UPDATE`) and returns it; `None`
-/// when it does not exist (the limit is full). Under REPEATABLE READ or
-/// SERIALIZABLE a row changed by a concurrent transaction raises 40001.
-pub fn lock(client: &mut SpiClient<'_>, row: RowId<'_>) -> SpiResult<Option<State>> {
-    let plan = match row.key {
-        Some(_) => kept_plan(client, LOCK_KEYED, &[TEXT, TEXT, INT4], true)?,
-        None => kept_plan(client, LOCK_GLOBAL, &[TEXT, INT4], true)?,
-    };
-    state_from(client.update(plan, Some(1), &row_args(row))?)
-}
-
 /// Reads the state row without locking it (read-only; works in a
 /// read-only transaction and on a standby).
 pub fn read(client: &SpiClient<'_>, row: RowId<'_>) -> SpiResult<Option<State>> {
@@ -129,39 +131,132 @@ fn full_args(row: RowId<'_>, state: State) -> Vec<pgrx::datum::DatumWithOid<'sta
     ]
 }
 
-/// Overwrites an existing (locked) state row.
-pub fn update(client: &mut SpiClient<'_>, row: RowId<'_>, state: State) -> SpiResult<()> {
-    let plan = match row.key {
-        Some(_) => kept_plan(
-            client,
-            UPDATE_KEYED,
-            &[TEXT, TEXT, INT4, FLOAT8, TIMESTAMPTZ],
-            true,
-        )?,
-        None => kept_plan(
-            client,
-            UPDATE_GLOBAL,
-            &[TEXT, TEXT, INT4, FLOAT8, TIMESTAMPTZ],
-            true,
-        )?,
-    };
-    client.update(plan, None, &full_args(row, state))?;
-    Ok(())
+/// A consuming call in progress: what `_evaluate_locked` needs, and the
+/// decision it reached.
+struct Pending {
+    config: Config,
+    name: String,
+    key: Option<String>,
+    request: Request,
+    /// The decision so far: for a full limit until `_evaluate_locked` runs
+    /// on an existing row (again after each concurrent update, in READ
+    /// COMMITTED), then for that row.
+    decision: Decision,
 }
 
-/// Creates the state row. Returns `false`, writing nothing, when a
-/// concurrent transaction created it first (the caller then locks the
-/// existing row and evaluates again). Under REPEATABLE READ or
-/// SERIALIZABLE such a conflict raises 40001 instead.
-pub fn insert(client: &mut SpiClient<'_>, row: RowId<'_>, state: State) -> SpiResult<bool> {
+thread_local! {
+    /// The consuming call in progress in this backend (calls never nest).
+    static PENDING: RefCell<Option<Pending>> = const { RefCell::new(None) };
+}
+
+/// Consumes from the state row (see the module documentation) and returns
+/// the decision. `fresh` is the decision for a limit without a row (a full
+/// limit at the current time); it must admit, which every valid count does.
+pub fn consume(
+    client: &mut SpiClient<'_>,
+    row: RowId<'_>,
+    config: Config,
+    request: Request,
+    fresh: Decision,
+) -> Result<Decision, CallError> {
+    let Some(fresh_state) = fresh.new_state else {
+        return Err(CallError::Limit(LimitError::out_of_range(
+            "count",
+            "a full limit refused the call".to_string(),
+        )));
+    };
+    PENDING.with(|pending| {
+        *pending.borrow_mut() = Some(Pending {
+            config,
+            name: row.name.to_string(),
+            key: row.key.map(str::to_string),
+            request,
+            decision: fresh,
+        })
+    });
     let plan = kept_plan(
         client,
-        INSERT,
+        CONSUME,
         &[TEXT, TEXT, INT4, FLOAT8, TIMESTAMPTZ],
         true,
     )?;
-    let inserted = client.update(plan, None, &full_args(row, state))?;
-    Ok(!inserted.is_empty())
+    let result = client.update(plan, None, &full_args(row, fresh_state));
+    let pending = PENDING.with(|pending| pending.borrow_mut().take());
+    result?;
+    pending.map(|pending| pending.decision).ok_or_else(|| {
+        CallError::Limit(LimitError::out_of_range(
+            "count",
+            "the decision was lost".to_string(),
+        ))
+    })
+}
+
+fn no_pending_call() -> ! {
+    crate::errors::report(CallError::Limit(LimitError::invalid(
+        "value",
+        "rate_limiter._evaluate_locked() is internal to rate_limiter.rate_limit()".to_string(),
+    )))
+}
+
+/// `rate_limiter._evaluate_locked(value, ts)`: the `WHERE` clause of the
+/// consuming upsert, evaluated on the locked row. Runs the math with the
+/// clock read now (after the lock), records the decision, and returns
+/// whether to write. Internal: not granted to anyone.
+#[pg_extern(sql = false)]
+fn _evaluate_locked(value: f64, ts: TimestampWithTimeZone) -> bool {
+    let now = crate::clock::now();
+    let outcome = PENDING.with(|pending| {
+        let mut pending = pending.borrow_mut();
+        let pending = pending.as_mut()?;
+        let id = LimitId {
+            name: &pending.name,
+            key: pending.key.as_deref(),
+        };
+        let stored = State {
+            value,
+            ts: ts.into_inner(),
+        };
+        Some(
+            evaluate(&pending.config, id, Some(stored), now, pending.request).map(|decision| {
+                pending.decision = decision;
+                decision.new_state.is_some()
+            }),
+        )
+    });
+    match outcome {
+        Some(Ok(write)) => write,
+        Some(Err(error)) => crate::errors::report(CallError::Limit(error)),
+        None => no_pending_call(),
+    }
+}
+
+fn new_state() -> State {
+    PENDING
+        .with(|pending| {
+            pending
+                .borrow()
+                .as_ref()
+                .and_then(|pending| pending.decision.new_state)
+        })
+        .unwrap_or_else(|| no_pending_call())
+}
+
+/// `rate_limiter._new_value()`: the value to write for an admitted call.
+#[pg_extern(sql = false)]
+fn _new_value() -> f64 {
+    new_state().value
+}
+
+/// `rate_limiter._new_ts()`: the ts to write for an admitted call.
+#[pg_extern(sql = false)]
+fn _new_ts() -> TimestampWithTimeZone {
+    let ts = new_state().ts;
+    TimestampWithTimeZone::try_from(ts).unwrap_or_else(|_| {
+        crate::errors::report(CallError::Limit(LimitError::out_of_range(
+            "ts",
+            format!("the new timestamp {ts} is out of range"),
+        )))
+    })
 }
 
 /// Deletes the state of (name, key) on every shard.

@@ -36,8 +36,8 @@ SELECT ok, remaining FROM rate_limiter.rate_check('tx', 'a', 1);
 SELECT * FROM rate_limiter.rate_limit('tx', 'a', 1);
 ROLLBACK;
 
--- rate_limit locks the row (row-share lock on the table, a transaction id
--- held to the end); rate_check takes only the plain read lock.
+-- rate_limit takes a row-exclusive lock on the table and locks the row
+-- until the transaction ends; rate_check takes only the plain read lock.
 BEGIN;
 SELECT ok FROM rate_limiter.rate_check('tx', 'a', 0);
 SELECT mode FROM pg_locks WHERE pid = pg_backend_pid() AND relation = 'rate_limiter.rate_limits'::regclass ORDER BY mode;
