@@ -4,7 +4,8 @@
 #   1. unit and property tests of the pure math       (cargo test)
 #   2. SQL golden-file tests                          (pg_regress)
 #   3. lock-behaviour specs with interleaved sessions (pg_isolation_regress)
-#   4. tests with many real concurrent connections    (cargo test)
+#   4. tests with many real concurrent connections, through pgbouncer, and
+#      across a SIGKILL of the postmaster             (cargo test)
 # against a throwaway cluster, and prints a summary line
 # "tests: N passed, M failed".
 set -euo pipefail
@@ -36,8 +37,10 @@ cargo test -p rate_limiter_algorithm 2>&1 | tee "$results/unit.log" || broken+=(
 count_cargo "$results/unit.log"
 
 cluster=$(mktemp -d /tmp/rate_limiter_test.XXXXXX)
-trap 'stop_cluster "$cluster"' EXIT
+pooler=$(mktemp -d /tmp/rate_limiter_pooler.XXXXXX)
+trap 'stop_pgbouncer "$pooler"; stop_cluster "$cluster"' EXIT
 start_cluster "$cluster"
+start_pgbouncer "$pooler"
 
 log "2. SQL golden-file tests (pg_regress)"
 chmod -R a+rwX "$results"
@@ -56,8 +59,8 @@ if "$PGXS_DIR/src/test/isolation/pg_isolation_regress" \
 [ -f "$results/isolation/regression.diffs" ] && cat "$results/isolation/regression.diffs"
 count_pg "$results/isolation.log"
 
-log "4. concurrency and client tests against the real server"
-cargo test -p rate_limiter_integration_tests -- --test-threads=1 2>&1 | tee "$results/integration.log" || broken+=("integration")
+log "4. concurrency, pooler, crash and client tests against the real server"
+cargo test -p rate_limiter_integration_tests -- --test-threads=1 --nocapture 2>&1 | tee "$results/integration.log" || broken+=("integration")
 count_cargo "$results/integration.log"
 
 rm -rf "$results"

@@ -46,6 +46,7 @@ unsafe extern "C-unwind" fn forget_definitions(_arg: pg_sys::Datum, _relid: pg_s
             cache.clear();
         }
     });
+    crate::security::forget();
 }
 
 /// `rate_limiter._invalidate_definitions(relid)`: sends a relcache
@@ -146,7 +147,9 @@ fn define(name: Option<&str>, config: Option<pgrx::composite_type!("rate_limiter
         Ok::<_, LimitError>((name, values))
     })();
     let result = match checked {
-        Ok((name, values)) => Spi::connect_mut(|client| define_config(client, name, values)),
+        Ok((name, values)) => crate::security::as_owner(|| {
+            Spi::connect_mut(|client| define_config(client, name, values))
+        }),
         Err(error) => Err(CallError::Limit(error)),
     };
     if let Err(error) = result {

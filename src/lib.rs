@@ -10,6 +10,7 @@
 //! - [`limit`]: the SQL functions `rate_limit`, `rate_check`, `rate_reset`;
 //! - [`settings`]: the GUCs `rate_limiter.now_override` and `rate_limiter.sqlstate`;
 //! - [`clock`]: the current time (real or overridden);
+//! - [`security`]: running statements as the extension's owner with a pinned search path;
 //! - [`errors`]: turning errors and refusals into PostgreSQL errors.
 //!
 //! The SQL objects are written by hand in `sql/`: `schema.sql` (types and
@@ -24,6 +25,7 @@ pub mod config;
 pub mod definitions;
 pub mod errors;
 pub mod limit;
+pub mod security;
 pub mod settings;
 pub mod storage;
 

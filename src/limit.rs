@@ -12,6 +12,7 @@ use crate::clock;
 use crate::config::{inline_config, required};
 use crate::definitions;
 use crate::errors::{raise_refused, report, CallError};
+use crate::security::as_owner;
 use crate::storage::{self, RowId};
 use pgrx::heap_tuple::PgHeapTuple;
 use pgrx::prelude::*;
@@ -167,7 +168,7 @@ fn rate_limit(
     ),
 > {
     run(name, key, count, reserve, throws, config, |call| {
-        Spi::connect_mut(|client| consume(client, call))
+        as_owner(|| Spi::connect_mut(|client| consume(client, call)))
     })
 }
 
@@ -190,7 +191,7 @@ fn rate_check(
     ),
 > {
     run(name, key, count, reserve, throws, config, |call| {
-        Spi::connect(|client| check(client, call))
+        as_owner(|| Spi::connect(|client| check(client, call)))
     })
 }
 
@@ -202,7 +203,7 @@ fn rate_reset(name: Option<&str>, key: Option<&str>) {
         Ok(name) => name,
         Err(error) => report(CallError::Limit(error)),
     };
-    if let Err(error) = Spi::connect_mut(|client| storage::delete(client, name, key)) {
+    if let Err(error) = as_owner(|| Spi::connect_mut(|client| storage::delete(client, name, key))) {
         report(CallError::Spi(error))
     }
 }

@@ -1,0 +1,2 @@
+\set k random(1, 100000)
+SELECT ok, retry_after_ms, remaining FROM baseline.plpgsql_token_bucket('pgbench', :k::text, 1, 100, 60000, 100);

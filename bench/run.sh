@@ -1,0 +1,41 @@
+#!/usr/bin/env bash
+# Runs every benchmark scenario in one go and writes bench/report/report.md
+# and bench/report/chart.png. Starts a throwaway PostgreSQL cluster (as
+# `postgres`, in a temporary directory, port $RL_BENCH_PORT) and a throwaway
+# redis-server on 127.0.0.1:$RL_REDIS_PORT, and removes both afterwards.
+# QUICK=1 shrinks every scenario for a smoke run.
+set -euo pipefail
+cd "$(dirname "$0")/.."
+source scripts/lib.sh
+RL_PORT=${RL_BENCH_PORT:-54331}
+REDIS_PORT=${RL_REDIS_PORT:-6390}
+
+ensure_tools
+install_extension
+log "building the benchmark client"
+cargo build -q --release -p rate_limiter_bench
+
+work=$(mktemp -d /tmp/rate_limiter_bench.XXXXXX)
+cleanup() {
+    redis-cli -p "$REDIS_PORT" shutdown nosave >/dev/null 2>&1 || true
+    stop_cluster "$work/pg"
+    rm -rf "$work"
+}
+trap cleanup EXIT
+start_cluster "$work/pg"
+sudo -u postgres "$PG_BIN/psql" -q -h "$work/pg" -p "$RL_PORT" -d postgres \
+    -c "ALTER SYSTEM SET shared_buffers = '1GB'" -c "ALTER SYSTEM SET max_wal_size = '4GB'" >/dev/null
+sudo -u postgres env -u RUST_BACKTRACE "$PG_BIN/pg_ctl" -D "$work/pg/data" -w restart >/dev/null
+sudo -u postgres "$PG_BIN/createdb" -h "$work/pg" -p "$RL_PORT" bench
+redis-server --port "$REDIS_PORT" --bind 127.0.0.1 --save '' --appendonly no \
+    --dir "$work" --daemonize yes --logfile "$work/redis.log" >/dev/null
+
+log "running the scenarios (about 10 minutes)"
+export RATE_LIMITER_BENCH_URL="host=127.0.0.1 port=$RL_PORT user=postgres dbname=bench"
+export RATE_LIMITER_BENCH_PGBENCH="-h 127.0.0.1 -p $RL_PORT -U postgres bench"
+export RATE_LIMITER_BENCH_REDIS="redis://127.0.0.1:$REDIS_PORT/"
+export RATE_LIMITER_BENCH_OUT=bench/report
+[ -n "${QUICK:-}" ] && export RATE_LIMITER_BENCH_QUICK=1
+./target/release/rate_limiter_bench
+gnuplot -e "IN='bench/report/ratios.tsv'; OUT='bench/report/chart.png'" bench/chart.gp
+cat bench/report/report.md

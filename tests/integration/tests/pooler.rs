@@ -1,0 +1,100 @@
+//! The concurrency test through pgbouncer in transaction pooling mode (8
+//! clients multiplexed over 3 server connections): same answers, same
+//! bound. Uses the simple query protocol (transaction pooling does not
+//! keep named prepared statements) and the real clock (session settings
+//! such as rate_limiter.now_override do not survive transaction pooling).
+
+use postgres::{Client, NoTls, SimpleQueryMessage};
+use rate_limiter_integration_tests::{connect, unique_name, DATABASE};
+use std::sync::{Arc, Barrier};
+use std::thread;
+use std::time::{Duration, Instant};
+
+fn pooler_url() -> String {
+    let url = std::env::var("RATE_LIMITER_TEST_POOLER_URL")
+        .expect("RATE_LIMITER_TEST_POOLER_URL is not set: run the tests through scripts/test.sh");
+    format!("{url} dbname={DATABASE}")
+}
+
+/// The first column of the first row of a simple query's result.
+fn first_value(messages: &[SimpleQueryMessage]) -> Option<String> {
+    messages.iter().find_map(|message| match message {
+        SimpleQueryMessage::Row(row) => row.get(0).map(str::to_string),
+        _ => None,
+    })
+}
+
+fn server_now(client: &mut Client) -> f64 {
+    let messages = client
+        .simple_query("SELECT extract(epoch FROM clock_timestamp())")
+        .unwrap();
+    first_value(&messages).unwrap().parse().unwrap()
+}
+
+#[test]
+fn through_pgbouncer_transaction_pooling_the_bound_holds() {
+    connect(); // creates the database and the extension
+    let name = unique_name("pooled");
+    let mut client = Client::connect(&pooler_url(), NoTls).expect("connect through pgbouncer");
+    let sql = format!(
+        "BEGIN; SELECT ok FROM rate_limiter.rate_limit('{name}', 'k', \
+         config => rate_limiter.token_bucket(50, '1 second', capacity => 20)); COMMIT;"
+    );
+    let start = server_now(&mut client);
+    let barrier = Arc::new(Barrier::new(8));
+    let workers: Vec<_> = (0..8)
+        .map(|_| {
+            let (sql, barrier) = (sql.clone(), barrier.clone());
+            thread::spawn(move || {
+                let mut client =
+                    Client::connect(&pooler_url(), NoTls).expect("connect through pgbouncer");
+                let (mut admitted, mut refused) = (0u64, 0u64);
+                barrier.wait();
+                let begin = Instant::now();
+                while begin.elapsed() < Duration::from_secs(3) {
+                    let messages = client
+                        .simple_query(&sql)
+                        .expect("no errors through the pooler");
+                    match first_value(&messages).as_deref() {
+                        Some("t") => admitted += 1,
+                        Some("f") => refused += 1,
+                        other => panic!("unexpected result {other:?}"),
+                    }
+                }
+                (admitted, refused)
+            })
+        })
+        .collect();
+    let (admitted, refused) = workers
+        .into_iter()
+        .map(|worker| worker.join().unwrap())
+        .fold((0, 0), |total, one| (total.0 + one.0, total.1 + one.1));
+    let end = server_now(&mut client);
+    let bound = 20.0 + 50.0 * (end - start);
+    println!("through pgbouncer: {admitted} admitted, {refused} refused, bound {bound:.1}");
+    assert!(
+        admitted as f64 <= bound,
+        "over-admission through the pooler: {admitted} > {bound}"
+    );
+    assert!(refused > 0);
+    assert!(
+        admitted as f64 >= 0.5 * bound,
+        "suspiciously few admitted: {admitted} of {bound}"
+    );
+    // The pooler really multiplexed: 8 clients over at most 3 server connections.
+    let admin_url = std::env::var("RATE_LIMITER_TEST_POOLER_URL").unwrap() + " dbname=pgbouncer";
+    let mut admin = Client::connect(&admin_url, NoTls).expect("connect to the pgbouncer console");
+    let servers = admin
+        .simple_query("SHOW SERVERS")
+        .unwrap()
+        .iter()
+        .filter(|message| match message {
+            SimpleQueryMessage::Row(row) => row.get("database") == Some(DATABASE),
+            _ => false,
+        })
+        .count();
+    assert!(
+        (1..=3).contains(&servers),
+        "{servers} server connections for 8 clients"
+    );
+}
