@@ -88,9 +88,6 @@ CREATE FUNCTION rate_limiter.rate_check(
     config  rate_limiter.config DEFAULT NULL)
 RETURNS TABLE (ok boolean, retry_after interval, remaining float8)
 LANGUAGE c VOLATILE ROWS 1
--- The read is planned once per backend; keep that plan on the index even
--- if it was made while the table was empty.
-SET enable_seqscan = off
 AS 'MODULE_PATHNAME', 'rate_check_wrapper';
 
 COMMENT ON FUNCTION rate_limiter.rate_check(text, text, float8, boolean, boolean, rate_limiter.config) IS
@@ -99,6 +96,8 @@ COMMENT ON FUNCTION rate_limiter.rate_check(text, text, float8, boolean, boolean
 CREATE FUNCTION rate_limiter.rate_reset(name text, key text DEFAULT NULL)
 RETURNS void
 LANGUAGE c VOLATILE
+-- The DELETE is planned once per backend; keep that plan on the index even
+-- if it was made while the table was empty.
 SET enable_seqscan = off
 AS 'MODULE_PATHNAME', 'rate_reset_wrapper';
 

@@ -47,6 +47,7 @@ unsafe extern "C-unwind" fn forget_definitions(_arg: pg_sys::Datum, _relid: pg_s
         }
     });
     crate::security::forget();
+    crate::storage::forget();
 }
 
 /// `rate_limiter._invalidate_definitions(relid)`: sends a relcache
@@ -59,13 +60,14 @@ fn _invalidate_definitions(relid: pg_sys::Oid) {
 
 /// The validated config of the limit `name`, or `None` when there is no
 /// definition of that name; cached (see the module documentation).
-pub fn lookup(client: &SpiClient<'_>, name: &str) -> Result<Option<Config>, CallError> {
+pub fn lookup(name: &str) -> Result<Option<Config>, CallError> {
     // Process pending invalidations (cheap when there are none).
     unsafe { pg_sys::AcceptInvalidationMessages() };
     if let Some(cached) = CACHE.with(|cache| cache.borrow().get(name).copied()) {
         return Ok(cached);
     }
-    let found = lookup_uncached(client, name)?;
+    // A miss reads the table (as the extension's owner).
+    let found = crate::security::as_owner(|| Spi::connect(|client| lookup_uncached(client, name)))?;
     CACHE.with(|cache| cache.borrow_mut().insert(name.to_string(), found));
     Ok(found)
 }

@@ -16,7 +16,6 @@ use crate::security::as_owner;
 use crate::storage::{self, RowId};
 use pgrx::heap_tuple::PgHeapTuple;
 use pgrx::prelude::*;
-use pgrx::spi::SpiClient;
 use pgrx::AllocatedByRust;
 use rate_limiter_algorithm::{evaluate, Config, Decision, LimitError, LimitId, Request};
 
@@ -78,10 +77,10 @@ impl<'a> Call<'a> {
     }
 
     /// The inline config, else the definition, else 42704.
-    fn config(&self, client: &SpiClient<'_>) -> Result<Config, CallError> {
+    fn config(&self) -> Result<Config, CallError> {
         let config = match self.config {
             Some(config) => config,
-            None => definitions::lookup(client, self.name)?
+            None => definitions::lookup(self.name)?
                 .ok_or_else(|| CallError::Undefined(self.name.to_string()))?,
         };
         config.validate_count(self.request.count, self.request.reserve)?;
@@ -91,17 +90,19 @@ impl<'a> Call<'a> {
 
 /// Locks the row, evaluates and records the consumption, in one statement
 /// (see `storage`).
-fn consume(client: &mut SpiClient<'_>, call: &Call<'_>) -> Result<Decision, CallError> {
-    let config = call.config(client)?;
+fn consume(call: &Call<'_>) -> Result<Decision, CallError> {
+    let config = call.config()?;
     // What a full limit (no row yet) would answer now.
     let fresh = evaluate(&config, call.id(), None, clock::now(), call.request)?;
-    storage::consume(client, call.row(), config, call.request, fresh)
+    as_owner(|| {
+        Spi::connect_mut(|client| storage::consume(client, call.row(), config, call.request, fresh))
+    })
 }
 
 /// Evaluates without locking or writing.
-fn check(client: &SpiClient<'_>, call: &Call<'_>) -> Result<Decision, CallError> {
-    let config = call.config(client)?;
-    let stored = storage::read(client, call.row())?;
+fn check(call: &Call<'_>) -> Result<Decision, CallError> {
+    let config = call.config()?;
+    let stored = storage::read(call.row());
     Ok(evaluate(
         &config,
         call.id(),
@@ -168,7 +169,7 @@ fn rate_limit(
     ),
 > {
     run(name, key, count, reserve, throws, config, |call| {
-        as_owner(|| Spi::connect_mut(|client| consume(client, call)))
+        consume(call)
     })
 }
 
@@ -191,7 +192,7 @@ fn rate_check(
     ),
 > {
     run(name, key, count, reserve, throws, config, |call| {
-        as_owner(|| Spi::connect(|client| check(client, call)))
+        check(call)
     })
 }
 

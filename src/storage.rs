@@ -16,8 +16,9 @@
 //! The arbiter index finds the row, so there is no scan for the planner to
 //! get wrong: a `SELECT ... FOR UPDATE` plan made while the table was empty
 //! (after a TRUNCATE, say) stays a sequential scan as the table grows.
-//! Statements that do scan (`rate_check`, `rate_reset`) run in functions
-//! declared with `SET enable_seqscan = off` (sql/functions.sql).
+//! `rate_check` reads the row through the unique index directly, without
+//! SPI or the planner; `rate_reset`, whose `DELETE` does scan, runs with
+//! `SET enable_seqscan = off` (sql/functions.sql).
 //!
 //! Every statement is prepared once per backend and kept (re-planning on
 //! each call would cost more than the call itself). Tables are
@@ -30,7 +31,7 @@ use pgrx::prelude::*;
 use pgrx::spi::{OwnedPreparedStatement, SpiClient, SpiResult};
 use pgrx::PgOid;
 use rate_limiter_algorithm::{evaluate, Config, Decision, LimitError, LimitId, Request, State};
-use std::cell::RefCell;
+use std::cell::{Cell, RefCell};
 use std::collections::HashMap;
 
 /// Which state row a call is about.
@@ -77,10 +78,6 @@ const INT4: PgOid = PgOid::BuiltIn(pg_sys::PgBuiltInOids::INT4OID);
 const FLOAT8: PgOid = PgOid::BuiltIn(pg_sys::PgBuiltInOids::FLOAT8OID);
 const TIMESTAMPTZ: PgOid = PgOid::BuiltIn(pg_sys::PgBuiltInOids::TIMESTAMPTZOID);
 
-const READ_KEYED: &str = "SELECT value, ts FROM rate_limiter.rate_limits \
-     WHERE name = $1 AND key = $2 AND shard = $3";
-const READ_GLOBAL: &str = "SELECT value, ts FROM rate_limiter.rate_limits \
-     WHERE name = $1 AND key IS NULL AND shard = $2";
 const CONSUME: &str = "INSERT INTO rate_limiter.rate_limits AS r (name, key, shard, value, ts) \
      VALUES ($1, $2, $3, $4, $5) \
      ON CONFLICT (name, key, shard) DO UPDATE \
@@ -89,35 +86,132 @@ const CONSUME: &str = "INSERT INTO rate_limiter.rate_limits AS r (name, key, sha
 const DELETE_KEYED: &str = "DELETE FROM rate_limiter.rate_limits WHERE name = $1 AND key = $2";
 const DELETE_GLOBAL: &str = "DELETE FROM rate_limiter.rate_limits WHERE name = $1 AND key IS NULL";
 
-fn row_args(row: RowId<'_>) -> Vec<pgrx::datum::DatumWithOid<'static>> {
-    match row.key {
-        Some(key) => vec![row.name.into(), key.into(), row.shard.into()],
-        None => vec![row.name.into(), row.shard.into()],
-    }
+/// The state table and its unique index on (name, key, shard), looked up
+/// once per backend.
+#[derive(Clone, Copy)]
+struct Relations {
+    table: pg_sys::Oid,
+    index: pg_sys::Oid,
 }
 
-fn state_from(table: pgrx::spi::SpiTupleTable<'_>) -> SpiResult<Option<State>> {
-    if table.is_empty() {
-        return Ok(None);
-    }
-    let (value, ts) = table.first().get_two::<f64, TimestampWithTimeZone>()?;
-    Ok(match (value, ts) {
-        (Some(value), Some(ts)) => Some(State {
-            value,
-            ts: ts.into_inner(),
-        }),
-        _ => None,
-    })
+thread_local! {
+    static RELATIONS: Cell<Option<Relations>> = const { Cell::new(None) };
 }
 
-/// Reads the state row without locking it (read-only; works in a
-/// read-only transaction and on a standby).
-pub fn read(client: &SpiClient<'_>, row: RowId<'_>) -> SpiResult<Option<State>> {
-    let plan = match row.key {
-        Some(_) => kept_plan(client, READ_KEYED, &[TEXT, TEXT, INT4], false)?,
-        None => kept_plan(client, READ_GLOBAL, &[TEXT, INT4], false)?,
+/// Forgets the cached relation OIDs (the extension may have been dropped
+/// and created again); called on every relcache invalidation.
+pub fn forget() {
+    RELATIONS.with(|relations| relations.set(None));
+}
+
+fn relations() -> Relations {
+    if let Some(relations) = RELATIONS.with(Cell::get) {
+        return relations;
+    }
+    // SAFETY: catalog lookups; get_namespace_oid raises an ERROR if the schema is missing.
+    let relations = unsafe {
+        let schema = pg_sys::get_namespace_oid(c"rate_limiter".as_ptr(), false);
+        Relations {
+            table: pg_sys::get_relname_relid(c"rate_limits".as_ptr(), schema),
+            index: pg_sys::get_relname_relid(c"rate_limits_name_key_shard_key".as_ptr(), schema),
+        }
     };
-    state_from(client.select(plan, Some(1), &row_args(row))?)
+    if relations.table == pg_sys::InvalidOid || relations.index == pg_sys::InvalidOid {
+        error!(
+            "rate_limiter.rate_limits or its unique index is missing: is the extension installed?"
+        );
+    }
+    RELATIONS.with(|cell| cell.set(Some(relations)));
+    relations
+}
+
+/// Reads the state row without locking it, with the active snapshot: a
+/// direct scan of the unique index (no SPI, no planner), so it costs about
+/// as much as the index lookup itself and works in read-only transactions
+/// and on standbys. The caller has EXECUTE on `rate_check`; like the other
+/// functions it reads the table with the extension's rights.
+pub fn read(row: RowId<'_>) -> Option<State> {
+    let relations = relations();
+    let name = row.name.into_datum();
+    let key = row.key.and_then(IntoDatum::into_datum);
+    // SAFETY: the relations exist (looked up above, locked below); the scan
+    // keys match the index's columns (text, text, int4) and collations.
+    unsafe {
+        let table = pg_sys::table_open(relations.table, pg_sys::AccessShareLock as i32);
+        let index = pg_sys::index_open(relations.index, pg_sys::AccessShareLock as i32);
+        let collation = |column: usize| *(*index).rd_indcollation.add(column);
+        let mut keys: [pg_sys::ScanKeyData; 3] = std::mem::zeroed();
+        let equal = pg_sys::BTEqualStrategyNumber as u16;
+        pg_sys::ScanKeyEntryInitialize(
+            &mut keys[0],
+            0,
+            1,
+            equal,
+            pg_sys::InvalidOid,
+            collation(0),
+            pg_sys::Oid::from(pg_sys::F_TEXTEQ),
+            name.unwrap_or(pg_sys::Datum::from(0)),
+        );
+        match key {
+            Some(key) => pg_sys::ScanKeyEntryInitialize(
+                &mut keys[1],
+                0,
+                2,
+                equal,
+                pg_sys::InvalidOid,
+                collation(1),
+                pg_sys::Oid::from(pg_sys::F_TEXTEQ),
+                key,
+            ),
+            None => pg_sys::ScanKeyEntryInitialize(
+                &mut keys[1],
+                (pg_sys::SK_ISNULL | pg_sys::SK_SEARCHNULL) as i32,
+                2,
+                0,
+                pg_sys::InvalidOid,
+                pg_sys::InvalidOid,
+                pg_sys::InvalidOid,
+                pg_sys::Datum::from(0),
+            ),
+        }
+        pg_sys::ScanKeyEntryInitialize(
+            &mut keys[2],
+            0,
+            3,
+            equal,
+            pg_sys::InvalidOid,
+            collation(2),
+            pg_sys::Oid::from(pg_sys::F_INT4EQ),
+            pg_sys::Datum::from(row.shard),
+        );
+        let scan = pg_sys::index_beginscan(table, index, pg_sys::GetActiveSnapshot(), 3, 0);
+        pg_sys::index_rescan(scan, keys.as_mut_ptr(), 3, std::ptr::null_mut(), 0);
+        let slot = pg_sys::table_slot_create(table, std::ptr::null_mut());
+        let state = if pg_sys::index_getnext_slot(
+            scan,
+            pg_sys::ScanDirection::ForwardScanDirection,
+            slot,
+        ) {
+            let (mut value_null, mut ts_null) = (false, false);
+            let value = pg_sys::slot_getattr(slot, 4, &mut value_null);
+            let ts = pg_sys::slot_getattr(slot, 5, &mut ts_null);
+            match (
+                f64::from_datum(value, value_null),
+                i64::from_datum(ts, ts_null),
+            ) {
+                (Some(value), Some(ts)) => Some(State { value, ts }),
+                _ => None,
+            }
+        } else {
+            None
+        };
+        pg_sys::ExecDropSingleTupleTableSlot(slot);
+        pg_sys::index_endscan(scan);
+        // Keep the locks until the transaction ends, as a query would.
+        pg_sys::index_close(index, pg_sys::NoLock as i32);
+        pg_sys::table_close(table, pg_sys::NoLock as i32);
+        state
+    }
 }
 
 fn full_args(row: RowId<'_>, state: State) -> Vec<pgrx::datum::DatumWithOid<'static>> {

@@ -34,32 +34,46 @@ fn seconds(client: &mut Client, sql: &str) -> f64 {
     start.elapsed().as_secs_f64()
 }
 
-/// Microseconds per call for `keys` distinct new keys.
-fn distinct_keys(client: &mut Client, call: &str, keys: usize) -> f64 {
-    let mut runs: Vec<f64> = (0..RUNS)
-        .map(|_| {
-            reset(client);
-            let sql = format!(
-                "SELECT count(*) FROM generate_series(1, {keys}) AS g, LATERAL {call} AS r"
-            );
-            seconds(client, &sql) * 1e6 / keys as f64
-        })
-        .collect();
-    median(&mut runs)
+/// Microseconds per call for `keys` distinct new keys, for each call in
+/// `calls`: the median of RUNS runs, the contenders taking turns in a
+/// rotating order so that none always runs first after a TRUNCATE.
+fn distinct_keys(client: &mut Client, calls: &[&str], keys: usize) -> Vec<f64> {
+    rotate(calls.len(), |i| {
+        reset(client);
+        let sql = format!(
+            "SELECT count(*) FROM generate_series(1, {keys}) AS g, LATERAL {} AS r",
+            calls[i]
+        );
+        seconds(client, &sql) * 1e6 / keys as f64
+    })
 }
 
-/// Microseconds per call for `keys` existing keys, `rounds` statements.
-fn repeated_keys(client: &mut Client, call: &str, keys: usize, rounds: usize) -> f64 {
-    let sql = format!("SELECT count(*) FROM generate_series(1, {keys}) AS g, LATERAL {call} AS r");
-    let mut runs: Vec<f64> = (0..RUNS)
-        .map(|_| {
-            reset(client);
-            client.batch_execute(&sql).unwrap(); // create the rows
-            let total: f64 = (0..rounds).map(|_| seconds(client, &sql)).sum();
-            total * 1e6 / (keys * rounds) as f64
-        })
-        .collect();
-    median(&mut runs)
+/// Microseconds per call for `keys` existing keys, `rounds` statements of
+/// one call per key, for each call in `calls` (taking turns as above).
+fn repeated_keys(client: &mut Client, calls: &[&str], keys: usize, rounds: usize) -> Vec<f64> {
+    rotate(calls.len(), |i| {
+        reset(client);
+        let sql = format!(
+            "SELECT count(*) FROM generate_series(1, {keys}) AS g, LATERAL {} AS r",
+            calls[i]
+        );
+        client.batch_execute(&sql).unwrap(); // create the rows
+        let total: f64 = (0..rounds).map(|_| seconds(client, &sql)).sum();
+        total * 1e6 / (keys * rounds) as f64
+    })
+}
+
+/// Runs `measure(i)` RUNS times for each of `n` contenders, in an order
+/// that rotates every run, and returns each contender's median.
+fn rotate(n: usize, mut measure: impl FnMut(usize) -> f64) -> Vec<f64> {
+    let mut samples = vec![Vec::new(); n];
+    for run in 0..RUNS {
+        for turn in 0..n {
+            let i = (run + turn) % n;
+            samples[i].push(measure(i));
+        }
+    }
+    samples.iter_mut().map(|runs| median(runs)).collect()
 }
 
 pub fn run(bench: &Bench, report: &mut Report) {
@@ -67,12 +81,11 @@ pub fn run(bench: &Bench, report: &mut Report) {
     let distinct = bench.scaled(100_000);
     let (keys, rounds) = (1000, bench.scaled(100));
 
-    let new_ext = distinct_keys(&mut client, EXTENSION, distinct);
-    let new_pl = distinct_keys(&mut client, PLPGSQL, distinct);
-    let new_floor = distinct_keys(&mut client, FLOOR, distinct);
-    let old_ext = repeated_keys(&mut client, EXTENSION, keys, rounds);
-    let old_pl = repeated_keys(&mut client, PLPGSQL, keys, rounds);
-    let old_floor = repeated_keys(&mut client, FLOOR, keys, rounds);
+    let contenders = [EXTENSION, PLPGSQL, FLOOR];
+    let new = distinct_keys(&mut client, &contenders, distinct);
+    let (new_ext, new_pl, new_floor) = (new[0], new[1], new[2]);
+    let old = repeated_keys(&mut client, &contenders, keys, rounds);
+    let (old_ext, old_pl, old_floor) = (old[0], old[1], old[2]);
 
     // rate_check vs a bare primary-key SELECT of the same rows.
     reset(&mut client);
