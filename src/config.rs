@@ -95,6 +95,12 @@ impl ConfigValues {
     ///
     /// Errors: `22023` naming the offending field, `0A000` for `shards` > 1.
     pub fn to_config(&self) -> Result<Config, LimitError> {
+        if self.start.is_some_and(|start| !start.is_finite()) {
+            return Err(LimitError::invalid(
+                "start",
+                "start must be a finite timestamp".to_string(),
+            ));
+        }
         let period = period_micros(
             self.period.months(),
             self.period.days(),

@@ -46,12 +46,13 @@ pub fn report(error: CallError) -> ! {
                 ErrorKind::InvalidParameter => PgSqlErrorCode::ERRCODE_INVALID_PARAMETER_VALUE,
                 ErrorKind::OutOfRange => PgSqlErrorCode::ERRCODE_NUMERIC_VALUE_OUT_OF_RANGE,
                 ErrorKind::NotSupported => PgSqlErrorCode::ERRCODE_FEATURE_NOT_SUPPORTED,
+                ErrorKind::TimestampOutOfRange => PgSqlErrorCode::ERRCODE_DATETIME_FIELD_OVERFLOW,
             };
             (code, error.message, None)
         }
         CallError::Undefined(name) => (
             PgSqlErrorCode::ERRCODE_UNDEFINED_OBJECT,
-            format!("rate limit \"{name}\" is not defined"),
+            format!("rate limit \"{}\" is not defined", shorten(&name)),
             Some("Define it with rate_limiter.define(), or pass config => rate_limiter.token_bucket(...) or rate_limiter.fixed_window(...).".to_string()),
         ),
         CallError::Spi(error) => (
@@ -73,6 +74,18 @@ pub fn report_limit(error: LimitError) -> ! {
     report(CallError::Limit(error))
 }
 
+/// Names and keys longer than this are cut in messages (the DETAIL of a
+/// refusal keeps them whole).
+const MESSAGE_TEXT_LIMIT: usize = 64;
+
+/// `text`, cut to MESSAGE_TEXT_LIMIT characters with "..." when longer.
+fn shorten(text: &str) -> String {
+    match text.char_indices().nth(MESSAGE_TEXT_LIMIT) {
+        Some((cut, _)) => format!("{}...", &text[..cut]),
+        None => text.to_string(),
+    }
+}
+
 /// The JSON object in the DETAIL of a refused call with `throws => true`.
 #[derive(Serialize)]
 struct RefusalDetail<'a> {
@@ -92,8 +105,12 @@ pub fn refusal_texts(
 ) -> (String, String, String) {
     let retry_after_ms = retry_after as f64 / MICROS_PER_MILLISECOND;
     let message = match key {
-        Some(key) => format!("rate limit \"{name}\" exceeded for key \"{key}\""),
-        None => format!("rate limit \"{name}\" exceeded (global limit)"),
+        Some(key) => format!(
+            "rate limit \"{}\" exceeded for key \"{}\"",
+            shorten(name),
+            shorten(key)
+        ),
+        None => format!("rate limit \"{}\" exceeded (global limit)", shorten(name)),
     };
     let detail = serde_json::to_string(&RefusalDetail {
         name,

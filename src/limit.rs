@@ -103,13 +103,12 @@ fn consume(call: &Call<'_>) -> Result<Decision, CallError> {
 fn check(call: &Call<'_>) -> Result<Decision, CallError> {
     let config = call.config()?;
     let stored = storage::read(call.row());
-    Ok(evaluate(
-        &config,
-        call.id(),
-        stored,
-        clock::now(),
-        call.request,
-    )?)
+    let decision = evaluate(&config, call.id(), stored, clock::now(), call.request)?;
+    // Answer as rate_limit would: a state it could not store is an error.
+    if let Some(state) = decision.new_state {
+        storage::timestamp(state.ts)?;
+    }
+    Ok(decision)
 }
 
 /// Turns a decision into the result row, or raises the refusal when the

@@ -30,7 +30,9 @@ use crate::errors::CallError;
 use pgrx::prelude::*;
 use pgrx::spi::{OwnedPreparedStatement, SpiClient, SpiResult};
 use pgrx::PgOid;
-use rate_limiter_algorithm::{evaluate, Config, Decision, LimitError, LimitId, Request, State};
+use rate_limiter_algorithm::{
+    evaluate, Config, Decision, ErrorKind, LimitError, LimitId, Micros, Request, State,
+};
 use std::cell::{Cell, RefCell};
 use std::collections::HashMap;
 
@@ -214,8 +216,26 @@ pub fn read(row: RowId<'_>) -> Option<State> {
     }
 }
 
-fn full_args(row: RowId<'_>, state: State) -> Vec<pgrx::datum::DatumWithOid<'static>> {
-    let ts = TimestampWithTimeZone::try_from(state.ts).ok();
+/// `ts` as a `timestamptz`; `22008` when it is outside PostgreSQL's range
+/// (a fixed window anchored near the end of time, say).
+pub fn timestamp(ts: Micros) -> Result<TimestampWithTimeZone, CallError> {
+    TimestampWithTimeZone::try_from(ts)
+        .ok()
+        .filter(TimestampWithTimeZone::is_finite)
+        .ok_or_else(|| {
+            CallError::Limit(LimitError {
+                kind: ErrorKind::TimestampOutOfRange,
+                parameter: "ts",
+                message: "the limit's new timestamp is out of range for timestamptz".to_string(),
+            })
+        })
+}
+
+fn full_args(
+    row: RowId<'_>,
+    state: State,
+    ts: TimestampWithTimeZone,
+) -> Vec<pgrx::datum::DatumWithOid<'static>> {
     vec![
         row.name.into(),
         row.key.into(),
@@ -274,7 +294,8 @@ pub fn consume(
         &[TEXT, TEXT, INT4, FLOAT8, TIMESTAMPTZ],
         true,
     )?;
-    let result = client.update(plan, None, &full_args(row, fresh_state));
+    let ts = timestamp(fresh_state.ts)?;
+    let result = client.update(plan, None, &full_args(row, fresh_state, ts));
     let pending = PENDING.with(|pending| pending.borrow_mut().take());
     result?;
     pending.map(|pending| pending.decision).ok_or_else(|| {
@@ -344,13 +365,7 @@ fn _new_value() -> f64 {
 /// `rate_limiter._new_ts()`: the ts to write for an admitted call.
 #[pg_extern(sql = false)]
 fn _new_ts() -> TimestampWithTimeZone {
-    let ts = new_state().ts;
-    TimestampWithTimeZone::try_from(ts).unwrap_or_else(|_| {
-        crate::errors::report(CallError::Limit(LimitError::out_of_range(
-            "ts",
-            format!("the new timestamp {ts} is out of range"),
-        )))
-    })
+    timestamp(new_state().ts).unwrap_or_else(|error| crate::errors::report(error))
 }
 
 /// Deletes the state of (name, key) on every shard.

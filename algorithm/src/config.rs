@@ -104,6 +104,12 @@ impl Config {
                 format!("shards must be at least 1, got {}", self.shards),
             ));
         }
+        if self.kind == Kind::TokenBucket && self.start.is_some() {
+            return Err(LimitError::invalid(
+                "start",
+                "start applies only to fixed windows: a token bucket has no windows".to_string(),
+            ));
+        }
         if self.shards > 1 {
             return Err(LimitError {
                 kind: ErrorKind::NotSupported,

@@ -13,6 +13,8 @@ pub enum ErrorKind {
     InvalidParameter,
     /// A computed value does not fit its type (SQLSTATE `22003` numeric_value_out_of_range).
     OutOfRange,
+    /// A computed time is outside PostgreSQL's timestamp range (SQLSTATE `22008` datetime_field_overflow).
+    TimestampOutOfRange,
     /// A valid value this version does not support (SQLSTATE `0A000` feature_not_supported).
     NotSupported,
 }
