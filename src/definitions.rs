@@ -46,8 +46,7 @@ unsafe extern "C-unwind" fn forget_definitions(_arg: pg_sys::Datum, _relid: pg_s
             cache.clear();
         }
     });
-    crate::security::forget();
-    crate::storage::forget();
+    crate::catalog::forget();
 }
 
 /// `rate_limiter._invalidate_definitions(relid)`: sends a relcache

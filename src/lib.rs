@@ -11,6 +11,7 @@
 //! - [`settings`]: the GUCs `rate_limiter.now_override` and `rate_limiter.sqlstate`;
 //! - [`clock`]: the current time (real or overridden);
 //! - [`security`]: running statements as the extension's owner with a pinned search path;
+//! - [`catalog`]: the OIDs of the extension's schema, table, index and owner;
 //! - [`errors`]: turning errors and refusals into PostgreSQL errors.
 //!
 //! The SQL objects are written by hand in `sql/`: `schema.sql` (types and
@@ -20,6 +21,7 @@
 
 use pgrx::prelude::*;
 
+pub mod catalog;
 pub mod clock;
 pub mod config;
 pub mod definitions;

@@ -33,7 +33,7 @@ use pgrx::PgOid;
 use rate_limiter_algorithm::{
     evaluate, Config, Decision, ErrorKind, LimitError, LimitId, Micros, Request, State,
 };
-use std::cell::{Cell, RefCell};
+use std::cell::RefCell;
 use std::collections::HashMap;
 
 /// Which state row a call is about.
@@ -88,52 +88,13 @@ const CONSUME: &str = "INSERT INTO rate_limiter.rate_limits AS r (name, key, sha
 const DELETE_KEYED: &str = "DELETE FROM rate_limiter.rate_limits WHERE name = $1 AND key = $2";
 const DELETE_GLOBAL: &str = "DELETE FROM rate_limiter.rate_limits WHERE name = $1 AND key IS NULL";
 
-/// The state table and its unique index on (name, key, shard), looked up
-/// once per backend.
-#[derive(Clone, Copy)]
-struct Relations {
-    table: pg_sys::Oid,
-    index: pg_sys::Oid,
-}
-
-thread_local! {
-    static RELATIONS: Cell<Option<Relations>> = const { Cell::new(None) };
-}
-
-/// Forgets the cached relation OIDs (the extension may have been dropped
-/// and created again); called on every relcache invalidation.
-pub fn forget() {
-    RELATIONS.with(|relations| relations.set(None));
-}
-
-fn relations() -> Relations {
-    if let Some(relations) = RELATIONS.with(Cell::get) {
-        return relations;
-    }
-    // SAFETY: catalog lookups; get_namespace_oid raises an ERROR if the schema is missing.
-    let relations = unsafe {
-        let schema = pg_sys::get_namespace_oid(c"rate_limiter".as_ptr(), false);
-        Relations {
-            table: pg_sys::get_relname_relid(c"rate_limits".as_ptr(), schema),
-            index: pg_sys::get_relname_relid(c"rate_limits_name_key_shard_key".as_ptr(), schema),
-        }
-    };
-    if relations.table == pg_sys::InvalidOid || relations.index == pg_sys::InvalidOid {
-        error!(
-            "rate_limiter.rate_limits or its unique index is missing: is the extension installed?"
-        );
-    }
-    RELATIONS.with(|cell| cell.set(Some(relations)));
-    relations
-}
-
 /// Reads the state row without locking it, with the active snapshot: a
 /// direct scan of the unique index (no SPI, no planner), so it costs about
 /// as much as the index lookup itself and works in read-only transactions
 /// and on standbys. The caller has EXECUTE on `rate_check`; like the other
 /// functions it reads the table with the extension's rights.
 pub fn read(row: RowId<'_>) -> Option<State> {
-    let relations = relations();
+    let relations = crate::catalog::objects();
     let name = row.name.into_datum();
     let key = row.key.and_then(IntoDatum::into_datum);
     // SAFETY: the relations exist (looked up above, locked below); the scan

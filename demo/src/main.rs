@@ -223,45 +223,27 @@ fn main() {
     set_time(&mut client, T0 + 30 * SECOND);
     for i in 1..=7 {
         let email = format!("user{i}@example.com");
-        match client.execute("INSERT INTO signups VALUES ($1)", &[&email]) {
-            Ok(_) => {
-                model.check(
-                    &signup,
-                    "signup",
-                    None,
-                    T0 + 30 * SECOND,
-                    1.0,
-                    false,
-                    (true, None, 4.0 - (i - 1) as f64),
-                );
-                println!("   t=  30s  {email:<20} -> signed up");
-            }
+        let (answer, outcome) = match client.execute("INSERT INTO signups VALUES ($1)", &[&email]) {
+            Ok(_) => ((true, None, 4.0 - (i - 1) as f64), "signed up".to_string()),
             Err(error) => {
-                let db = error.as_db_error().unwrap();
+                let db = error.as_db_error().expect("a server error");
                 let detail = db.detail().unwrap_or_default();
-                let retry_ms: f64 = detail
-                    .split("\"retry_after_ms\":")
-                    .nth(1)
-                    .and_then(|s| s.split([',', '}']).next())
-                    .and_then(|s| s.parse().ok())
-                    .unwrap();
-                model.check(
-                    &signup,
-                    "signup",
-                    None,
-                    T0 + 30 * SECOND,
-                    1.0,
-                    false,
-                    (false, Some(retry_ms / 1000.0), 0.0),
-                );
-                println!(
-                    "   t=  30s  {email:<20} -> {} {}: {}",
-                    db.code().code(),
-                    db.message(),
-                    detail
-                );
+                let json: serde_json::Value = serde_json::from_str(detail).expect("a JSON DETAIL");
+                let retry_ms = json["retry_after_ms"].as_f64().expect("retry_after_ms");
+                let outcome = format!("{} {}: {detail}", db.code().code(), db.message());
+                ((false, Some(retry_ms / 1000.0), 0.0), outcome)
             }
-        }
+        };
+        model.check(
+            &signup,
+            "signup",
+            None,
+            T0 + 30 * SECOND,
+            1.0,
+            false,
+            answer,
+        );
+        println!("   t=  30s  {email:<20} -> {outcome}");
     }
     set_time(&mut client, T0 + 60 * SECOND);
     client

@@ -1,0 +1,67 @@
+//! The extension's own catalog objects, looked up once per backend and
+//! forgotten on every relcache invalidation (the extension may have been
+//! dropped and created again): the schema, the state table and its unique
+//! index, and the role that owns them.
+
+use pgrx::pg_sys;
+use pgrx::prelude::*;
+use std::cell::Cell;
+
+/// OIDs of the extension's objects in this database.
+#[derive(Clone, Copy)]
+pub struct Objects {
+    /// `rate_limiter.rate_limits`.
+    pub table: pg_sys::Oid,
+    /// Its unique index on (name, key, shard).
+    pub index: pg_sys::Oid,
+    /// The owner of the table: the role the functions act as.
+    pub owner: pg_sys::Oid,
+    /// `[rate_limiter]` as a List in TopMemoryContext, for search paths.
+    pub schemas: *mut pg_sys::List,
+}
+
+thread_local! {
+    static OBJECTS: Cell<Option<Objects>> = const { Cell::new(None) };
+}
+
+/// Forgets the looked-up objects; called on every relcache invalidation.
+pub fn forget() {
+    OBJECTS.with(|objects| objects.set(None));
+}
+
+/// The extension's objects; raises an ERROR if they are missing.
+pub fn objects() -> Objects {
+    if let Some(objects) = OBJECTS.with(Cell::get) {
+        return objects;
+    }
+    // SAFETY: catalog lookups; get_namespace_oid raises an ERROR if the
+    // schema is missing, and the other misses are checked.
+    let objects = unsafe {
+        let schema = pg_sys::get_namespace_oid(c"rate_limiter".as_ptr(), false);
+        let table = pg_sys::get_relname_relid(c"rate_limits".as_ptr(), schema);
+        let index = pg_sys::get_relname_relid(c"rate_limits_name_key_shard_key".as_ptr(), schema);
+        if table == pg_sys::InvalidOid || index == pg_sys::InvalidOid {
+            error!("rate_limiter.rate_limits or its unique index is missing: is the extension installed?");
+        }
+        let tuple = pg_sys::SearchSysCache1(
+            pg_sys::SysCacheIdentifier::RELOID as i32,
+            pg_sys::Datum::from(table),
+        );
+        if tuple.is_null() {
+            error!("cache lookup failed for rate_limiter.rate_limits");
+        }
+        let owner = (*(pg_sys::GETSTRUCT(tuple) as pg_sys::Form_pg_class)).relowner;
+        pg_sys::ReleaseSysCache(tuple);
+        let old = pg_sys::MemoryContextSwitchTo(pg_sys::TopMemoryContext);
+        let schemas = pg_sys::lappend_oid(std::ptr::null_mut(), schema);
+        pg_sys::MemoryContextSwitchTo(old);
+        Objects {
+            table,
+            index,
+            owner,
+            schemas,
+        }
+    };
+    OBJECTS.with(|cell| cell.set(Some(objects)));
+    objects
+}
