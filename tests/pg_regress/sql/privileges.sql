@@ -55,6 +55,27 @@ SET rate_limiter.now_override = '2030-01-01 00:00:00+00';
 \echo :LAST_ERROR_SQLSTATE
 RESET ROLE;
 
+-- An error raised while a call acts as the owner, and caught by the
+-- caller, leaves the caller who they were: same user, same search path,
+-- still no access to the tables.
+SET ROLE rl_app;
+SELECT current_user, current_schemas(true);
+SELECT ok FROM rate_limiter.rate_limit('debt', count => 1e308, reserve => true,
+    config => rate_limiter.token_bucket(1e308, '1 microsecond', capacity => 0));
+DO $$
+BEGIN
+    -- The second debt overflows inside the locked-row evaluation.
+    PERFORM * FROM rate_limiter.rate_limit('debt', count => 1e308, reserve => true,
+        config => rate_limiter.token_bucket(1e308, '1 microsecond', capacity => 0));
+EXCEPTION WHEN OTHERS THEN
+    RAISE NOTICE 'caught %: %', SQLSTATE, SQLERRM;
+END
+$$;
+SELECT current_user, current_schemas(true);
+SELECT count(*) FROM rate_limiter.rate_limits;
+\echo :LAST_ERROR_SQLSTATE
+RESET ROLE;
+
 -- search_path tricks change nothing: an "=" operator that is always true,
 -- a clock_timestamp() and tables named like the extension's, in a schema
 -- the caller controls and in pg_temp.
