@@ -4,7 +4,7 @@
 //! round); `rate_check` against a bare primary-key SELECT of the same row.
 //! Each measurement is the median of 3 runs, divided by the number of calls.
 
-use crate::report::{median, Report};
+use crate::report::{median, rotate, Report};
 use crate::Bench;
 use postgres::Client;
 use std::time::Instant;
@@ -38,7 +38,7 @@ fn seconds(client: &mut Client, sql: &str) -> f64 {
 /// `calls`: the median of RUNS runs, the contenders taking turns in a
 /// rotating order so that none always runs first after a TRUNCATE.
 fn distinct_keys(client: &mut Client, calls: &[&str], keys: usize) -> Vec<f64> {
-    rotate(calls.len(), |i| {
+    rotate(calls.len(), RUNS, |i| {
         reset(client);
         let sql = format!(
             "SELECT count(*) FROM generate_series(1, {keys}) AS g, LATERAL {} AS r",
@@ -51,7 +51,7 @@ fn distinct_keys(client: &mut Client, calls: &[&str], keys: usize) -> Vec<f64> {
 /// Microseconds per call for `keys` existing keys, `rounds` statements of
 /// one call per key, for each call in `calls` (taking turns as above).
 fn repeated_keys(client: &mut Client, calls: &[&str], keys: usize, rounds: usize) -> Vec<f64> {
-    rotate(calls.len(), |i| {
+    rotate(calls.len(), RUNS, |i| {
         reset(client);
         let sql = format!(
             "SELECT count(*) FROM generate_series(1, {keys}) AS g, LATERAL {} AS r",
@@ -61,19 +61,6 @@ fn repeated_keys(client: &mut Client, calls: &[&str], keys: usize, rounds: usize
         let total: f64 = (0..rounds).map(|_| seconds(client, &sql)).sum();
         total * 1e6 / (keys * rounds) as f64
     })
-}
-
-/// Runs `measure(i)` RUNS times for each of `n` contenders, in an order
-/// that rotates every run, and returns each contender's median.
-fn rotate(n: usize, mut measure: impl FnMut(usize) -> f64) -> Vec<f64> {
-    let mut samples = vec![Vec::new(); n];
-    for run in 0..RUNS {
-        for turn in 0..n {
-            let i = (run + turn) % n;
-            samples[i].push(measure(i));
-        }
-    }
-    samples.iter_mut().map(|runs| median(runs)).collect()
 }
 
 pub fn run(bench: &Bench, report: &mut Report) {

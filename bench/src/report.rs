@@ -121,3 +121,17 @@ pub fn percentile(values: &mut [f64], p: f64) -> f64 {
     let index = ((p / 100.0) * (values.len() - 1) as f64).round() as usize;
     values[index]
 }
+
+/// Runs `measure(i)` `runs` times for each of `n` contenders, in an order
+/// that rotates every run (so that none always goes first), and returns
+/// each contender's median.
+pub fn rotate(n: usize, runs: usize, mut measure: impl FnMut(usize) -> f64) -> Vec<f64> {
+    let mut samples = vec![Vec::new(); n];
+    for run in 0..runs {
+        for turn in 0..n {
+            let i = (run + turn) % n;
+            samples[i].push(measure(i));
+        }
+    }
+    samples.iter_mut().map(|runs| median(runs)).collect()
+}
