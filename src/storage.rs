@@ -22,9 +22,9 @@
 //!
 //! Every statement is prepared once per backend and kept (re-planning on
 //! each call would cost more than the call itself). Tables are
-//! schema-qualified. Reading the global limit (key NULL) needs its own
-//! statement, because `key = NULL` matches nothing and `key IS NOT DISTINCT
-//! FROM $2` cannot use the index.
+//! schema-qualified. Deleting the state of the global limit (key NULL)
+//! needs its own statement, because `key = NULL` matches nothing and `key IS
+//! NOT DISTINCT FROM $2` cannot use the index.
 
 use crate::errors::CallError;
 use pgrx::prelude::*;
