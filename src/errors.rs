@@ -69,11 +69,6 @@ pub fn report(error: CallError) -> ! {
     unreachable!("an ERROR report does not return")
 }
 
-/// Raises a `LimitError` directly.
-pub fn report_limit(error: LimitError) -> ! {
-    report(CallError::Limit(error))
-}
-
 /// Names and keys longer than this are cut in messages (the DETAIL of a
 /// refusal keeps them whole).
 const MESSAGE_TEXT_LIMIT: usize = 64;

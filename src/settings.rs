@@ -17,10 +17,11 @@ use std::cell::Cell;
 use std::ffi::{c_char, c_void, CStr, CString};
 
 /// The SQLSTATE raised by refused calls with `throws => true`, unless set.
-pub const DEFAULT_SQLSTATE: &str = "RL429";
+pub const DEFAULT_SQLSTATE: &CStr = c"RL429";
 
 static NOW_OVERRIDE: GucSetting<Option<CString>> = GucSetting::<Option<CString>>::new(None);
-static SQLSTATE: GucSetting<Option<CString>> = GucSetting::<Option<CString>>::new(Some(c"RL429"));
+static SQLSTATE: GucSetting<Option<CString>> =
+    GucSetting::<Option<CString>>::new(Some(DEFAULT_SQLSTATE));
 
 thread_local! {
     /// Decoded `rate_limiter.now_override`: microseconds since 2000-01-01.
@@ -31,7 +32,7 @@ thread_local! {
 
 /// Registers the GUCs; called from `_PG_init`.
 pub fn register() {
-    SQLSTATE_CODE.with(|code| code.set(encode_sqlstate(DEFAULT_SQLSTATE.as_bytes())));
+    SQLSTATE_CODE.with(|code| code.set(encode_sqlstate(DEFAULT_SQLSTATE.to_bytes())));
     // SAFETY: the hooks are `#[pg_guard]`ed and do not panic on any input.
     unsafe {
         GucRegistry::define_string_guc_with_hooks(
