@@ -105,30 +105,8 @@ COMMENT ON FUNCTION rate_limiter.rate_reset(text, text) IS
 'Forgets the state of (name, key) on every shard, so the next call starts full. Needs no definition; a no-op without state. Errors: 22004 NULL name.';
 
 -- Internal ----------------------------------------------------------------
--- Used by the statements rate_limit runs (see src/storage.rs); not granted
+-- Used by the definitions trigger (see src/definitions.rs); not granted
 -- to anyone (sql/privileges.sql revokes them from PUBLIC).
-
-CREATE FUNCTION rate_limiter._evaluate_locked(value float8, ts timestamptz)
-RETURNS boolean
-LANGUAGE c VOLATILE STRICT
-AS 'MODULE_PATHNAME', '_evaluate_locked_wrapper';
-
-COMMENT ON FUNCTION rate_limiter._evaluate_locked(float8, timestamptz) IS
-'Internal to rate_limit: evaluates the call in progress on the locked state row; true when the new state must be written.';
-
-CREATE FUNCTION rate_limiter._new_value()
-RETURNS float8
-LANGUAGE c VOLATILE
-AS 'MODULE_PATHNAME', '_new_value_wrapper';
-
-COMMENT ON FUNCTION rate_limiter._new_value() IS 'Internal to rate_limit: the value to write.';
-
-CREATE FUNCTION rate_limiter._new_ts()
-RETURNS timestamptz
-LANGUAGE c VOLATILE
-AS 'MODULE_PATHNAME', '_new_ts_wrapper';
-
-COMMENT ON FUNCTION rate_limiter._new_ts() IS 'Internal to rate_limit: the ts to write.';
 
 CREATE FUNCTION rate_limiter._invalidate_definitions(relid oid)
 RETURNS void

@@ -38,16 +38,21 @@ COMMENT ON TABLE rate_limiter.definitions IS
 
 -- State: two numbers per (name, key, shard) that has been used. key NULL is
 -- the global limit of that name; NULLS NOT DISTINCT makes it one row.
--- fillfactor leaves room on each page so that updates stay HOT (value and
--- ts are not indexed).
+-- The row is as small as the hand-written (name, key, value, ts) table's:
+-- shard is a smallint, which fits in the alignment padding before value.
+-- name and key compare bytewise (COLLATE "C"): the unique index is searched
+-- on every call, and equality is the same under every deterministic
+-- collation. The default fillfactor (100) keeps the table compact; value
+-- and ts are not indexed, so updates stay HOT once each page has one free
+-- slot (README, "Storage").
 CREATE TABLE rate_limiter.rate_limits (
-    name   text NOT NULL,
-    key    text,
-    shard  int4 NOT NULL DEFAULT 0,
+    name   text COLLATE "C" NOT NULL,
+    key    text COLLATE "C",
+    shard  int2 NOT NULL DEFAULT 0,
     value  float8 NOT NULL,
     ts     timestamptz NOT NULL,
     CONSTRAINT rate_limits_name_key_shard_key UNIQUE NULLS NOT DISTINCT (name, key, shard)
-) WITH (fillfactor = 80);
+);
 COMMENT ON TABLE rate_limiter.rate_limits IS
     'Rate-limit state: tokens (value) at time ts per (name, key, shard); a missing row is a full limit';
 

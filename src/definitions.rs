@@ -10,7 +10,7 @@
 
 use crate::config::{required, ConfigValues};
 use crate::errors::{report, CallError};
-use crate::storage::kept_plan;
+use crate::plans::kept_plan;
 use pgrx::prelude::*;
 use pgrx::spi::SpiClient;
 use pgrx::PgOid;

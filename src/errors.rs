@@ -23,6 +23,9 @@ pub enum CallError {
     Undefined(String),
     /// SPI failed to prepare or run one of our statements (SQLSTATE XX000).
     Spi(pgrx::spi::SpiError),
+    /// The row changed after the snapshot of a REPEATABLE READ or
+    /// SERIALIZABLE transaction (SQLSTATE 40001); the message says how.
+    SerializationFailure(&'static str),
 }
 
 impl From<LimitError> for CallError {
@@ -58,6 +61,11 @@ pub fn report(error: CallError) -> ! {
         CallError::Spi(error) => (
             PgSqlErrorCode::ERRCODE_INTERNAL_ERROR,
             format!("rate limiter storage failed: {error}"),
+            None,
+        ),
+        CallError::SerializationFailure(message) => (
+            PgSqlErrorCode::ERRCODE_T_R_SERIALIZATION_FAILURE,
+            message.to_string(),
             None,
         ),
     };

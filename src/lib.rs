@@ -27,6 +27,7 @@ pub mod config;
 pub mod definitions;
 pub mod errors;
 pub mod limit;
+pub mod plans;
 pub mod security;
 pub mod settings;
 pub mod storage;

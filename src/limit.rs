@@ -87,14 +87,14 @@ impl<'a> Call<'a> {
     }
 }
 
-/// Locks the row, evaluates and records the consumption, in one statement
-/// (see `storage`).
+/// Locks the row, evaluates with the clock read after the lock, and records
+/// the consumption (see `storage`).
 fn consume(call: &Call<'_>) -> Result<Decision, CallError> {
     let config = call.config()?;
-    // What a full limit (no row yet) would answer now.
-    let fresh = evaluate(&config, call.id(), None, clock::now(), call.request)?;
-    as_owner(|| {
-        Spi::connect_mut(|client| storage::consume(client, call.row(), config, call.request, fresh))
+    // Check the call against the config before touching the row.
+    evaluate(&config, call.id(), None, clock::now(), call.request)?;
+    storage::consume(call.row(), |stored| {
+        Ok(evaluate(&config, call.id(), stored, clock::now(), call.request)?)
     })
 }
 
