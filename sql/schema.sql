@@ -44,7 +44,9 @@ COMMENT ON TABLE rate_limiter.definitions IS
 -- on every call, and equality is the same under every deterministic
 -- collation. The default fillfactor (100) keeps the table compact; value
 -- and ts are not indexed, so updates stay HOT once each page has one free
--- slot (README, "Storage").
+-- slot (README, "Storage"). The index only grows when a key is new (HOT
+-- updates add no entries), so its pages are filled completely when keys
+-- arrive in ascending order.
 CREATE TABLE rate_limiter.rate_limits (
     name   text COLLATE "C" NOT NULL,
     key    text COLLATE "C",
@@ -52,6 +54,7 @@ CREATE TABLE rate_limiter.rate_limits (
     value  float8 NOT NULL,
     ts     timestamptz NOT NULL,
     CONSTRAINT rate_limits_name_key_shard_key UNIQUE NULLS NOT DISTINCT (name, key, shard)
+        WITH (fillfactor = 100)
 );
 COMMENT ON TABLE rate_limiter.rate_limits IS
     'Rate-limit state: tokens (value) at time ts per (name, key, shard); a missing row is a full limit';

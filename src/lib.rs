@@ -4,7 +4,10 @@
 //! Layout, one concept per file:
 //! - the math lives in the `rate_limiter_algorithm` crate (`algorithm/`),
 //!   pure Rust with no PostgreSQL dependency;
-//! - [`storage`]: locking, reading and writing the state rows (SPI);
+//! - [`storage`]: locking, reading and writing the state rows (directly on
+//!   the heap and index);
+//! - [`result_row`]: returning the result row of `rate_limit` / `rate_check`;
+//! - [`plans`]: SPI statements prepared once and kept;
 //! - [`definitions`]: named limits (`define`, `undefine`, lookup);
 //! - [`config`]: the SQL type `rate_limiter.config` and its constructors;
 //! - [`limit`]: the SQL functions `rate_limit`, `rate_check`, `rate_reset`;
@@ -16,7 +19,8 @@
 //!
 //! The SQL objects are written by hand in `sql/`: `schema.sql` (types and
 //! tables), `functions.sql` (every `CREATE FUNCTION`, pointing at the
-//! `*_wrapper` symbols that `#[pg_extern(sql = false)]` generates here) and
+//! `*_wrapper` symbols that `#[pg_extern(sql = false)]` generates here, or
+//! that `limit` defines as plain C entry points) and
 //! `privileges.sql`.
 
 use pgrx::prelude::*;
@@ -28,6 +32,7 @@ pub mod definitions;
 pub mod errors;
 pub mod limit;
 pub mod plans;
+pub mod result_row;
 pub mod security;
 pub mod settings;
 pub mod storage;

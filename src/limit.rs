@@ -12,23 +12,15 @@ use crate::clock;
 use crate::config::{inline_config, required};
 use crate::definitions;
 use crate::errors::{raise_refused, report, CallError};
+use crate::result_row::{self, ResultRow};
 use crate::security::as_owner;
 use crate::storage::{self, RowId};
 use pgrx::heap_tuple::PgHeapTuple;
 use pgrx::prelude::*;
+use pgrx::fcinfo::pg_getarg;
+use pgrx::pg_sys;
 use pgrx::AllocatedByRust;
 use rate_limiter_algorithm::{evaluate, Config, Decision, LimitError, LimitId, Request};
-
-/// The result row: `(ok, retry_after, remaining)`. (The `#[pg_extern]`
-/// signatures spell it out: pgrx does not resolve aliases there.)
-type ResultRow = TableIterator<
-    'static,
-    (
-        name!(ok, bool),
-        name!(retry_after, Option<Interval>),
-        name!(remaining, f64),
-    ),
->;
 
 /// The checked arguments of `rate_limit` / `rate_check`.
 struct Call<'a> {
@@ -114,7 +106,6 @@ fn check(call: &Call<'_>) -> Result<Decision, CallError> {
 /// call has `throws => true`. `name` and `key` borrow the arguments, so
 /// nothing needs dropping when the refusal is raised.
 fn finish(name: &str, key: Option<&str>, throws: bool, decision: Decision) -> ResultRow {
-    let retry_after = decision.retry_after.map(Interval::from_micros);
     if !decision.ok && throws {
         raise_refused(
             name,
@@ -123,19 +114,30 @@ fn finish(name: &str, key: Option<&str>, throws: bool, decision: Decision) -> Re
             decision.remaining,
         );
     }
-    TableIterator::once((decision.ok, retry_after, decision.remaining))
+    ResultRow {
+        ok: decision.ok,
+        retry_after: decision.retry_after.map(Interval::from_micros),
+        remaining: decision.remaining,
+    }
 }
 
-fn run(
-    name: Option<&str>,
-    key: Option<&str>,
-    count: Option<f64>,
-    reserve: Option<bool>,
-    throws: Option<bool>,
-    config: Option<PgHeapTuple<'_, AllocatedByRust>>,
+/// Runs `body` for the arguments of the call `fcinfo` (`name, key, count,
+/// reserve, throws, config`) and returns its result row.
+///
+/// # Safety
+/// `fcinfo` must be a call of a function with those six arguments.
+unsafe fn run(
+    fcinfo: pg_sys::FunctionCallInfo,
     body: impl FnOnce(&Call<'_>) -> Result<Decision, CallError>,
-) -> ResultRow {
-    let call = match Call::new(name, key, count, reserve, throws, config) {
+) -> pg_sys::Datum {
+    let call = match Call::new(
+        pg_getarg::<&str>(fcinfo, 0),
+        pg_getarg::<&str>(fcinfo, 1),
+        pg_getarg::<f64>(fcinfo, 2),
+        pg_getarg::<bool>(fcinfo, 3),
+        pg_getarg::<bool>(fcinfo, 4),
+        pg_getarg::<PgHeapTuple<'_, AllocatedByRust>>(fcinfo, 5),
+    ) {
         Ok(call) => call,
         Err(error) => report(CallError::Limit(error)),
     };
@@ -143,55 +145,41 @@ fn run(
     let outcome = body(&call);
     drop(call);
     match outcome {
-        Ok(decision) => finish(name, key, throws, decision),
+        Ok(decision) => result_row::put(fcinfo, finish(name, key, throws, decision)),
         Err(error) => report(error),
     }
 }
 
+/// PostgreSQL's "version 1 calling convention" record for the two entry
+/// points below (what `PG_FUNCTION_INFO_V1` declares in C).
+const CALLING_CONVENTION: pg_sys::Pg_finfo_record = pg_sys::Pg_finfo_record { api_version: 1 };
+
 /// `rate_limiter.rate_limit(name, key, count, reserve, throws, config)`:
-/// consumes `count` tokens if it can. See sql/functions.sql.
-#[pg_extern(sql = false)]
-fn rate_limit(
-    name: Option<&str>,
-    key: Option<&str>,
-    count: Option<f64>,
-    reserve: Option<bool>,
-    throws: Option<bool>,
-    config: Option<pgrx::composite_type!("rate_limiter.config")>,
-) -> TableIterator<
-    'static,
-    (
-        name!(ok, bool),
-        name!(retry_after, Option<Interval>),
-        name!(remaining, f64),
-    ),
-> {
-    run(name, key, count, reserve, throws, config, |call| {
-        consume(call)
-    })
+/// consumes `count` tokens if it can. See sql/functions.sql. A plain C
+/// entry point rather than `#[pg_extern]`, to return its row in
+/// materialize mode (see `result_row`).
+#[no_mangle]
+#[pg_guard]
+pub unsafe extern "C-unwind" fn rate_limit_wrapper(fcinfo: pg_sys::FunctionCallInfo) -> pg_sys::Datum {
+    run(fcinfo, consume)
+}
+
+#[no_mangle]
+pub extern "C" fn pg_finfo_rate_limit_wrapper() -> &'static pg_sys::Pg_finfo_record {
+    &CALLING_CONVENTION
 }
 
 /// `rate_limiter.rate_check(...)`: the answer `rate_limit` would give, with
 /// no lock and no write. See sql/functions.sql.
-#[pg_extern(sql = false)]
-fn rate_check(
-    name: Option<&str>,
-    key: Option<&str>,
-    count: Option<f64>,
-    reserve: Option<bool>,
-    throws: Option<bool>,
-    config: Option<pgrx::composite_type!("rate_limiter.config")>,
-) -> TableIterator<
-    'static,
-    (
-        name!(ok, bool),
-        name!(retry_after, Option<Interval>),
-        name!(remaining, f64),
-    ),
-> {
-    run(name, key, count, reserve, throws, config, |call| {
-        check(call)
-    })
+#[no_mangle]
+#[pg_guard]
+pub unsafe extern "C-unwind" fn rate_check_wrapper(fcinfo: pg_sys::FunctionCallInfo) -> pg_sys::Datum {
+    run(fcinfo, check)
+}
+
+#[no_mangle]
+pub extern "C" fn pg_finfo_rate_check_wrapper() -> &'static pg_sys::Pg_finfo_record {
+    &CALLING_CONVENTION
 }
 
 /// `rate_limiter.rate_reset(name, key)`: forgets the state of (name, key)

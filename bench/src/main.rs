@@ -40,6 +40,41 @@ impl Bench {
     }
 }
 
+/// Runs the pgbench `script` (2 clients, prepared statements) with
+/// `synchronous_commit`, for `length` (`-T seconds` or `-t transactions`),
+/// keys drawn from 1..=`keys` (the script's `:keys`). Returns the tps.
+pub fn pgbench(
+    bench: &Bench,
+    script: &str,
+    synchronous_commit: &str,
+    length: &[&str],
+    keys: usize,
+) -> f64 {
+    let output = std::process::Command::new("pgbench")
+        .args(["-n", "-c", "2", "-j", "2", "-M", "prepared", "-f", script])
+        .args(["-D", &format!("keys={keys}")])
+        .args(length)
+        .args(&bench.pgbench_args)
+        .env(
+            "PGOPTIONS",
+            format!("-c synchronous_commit={synchronous_commit}"),
+        )
+        .output()
+        .expect("run pgbench");
+    let stdout = String::from_utf8_lossy(&output.stdout);
+    assert!(
+        output.status.success(),
+        "pgbench failed: {stdout}\n{}",
+        String::from_utf8_lossy(&output.stderr)
+    );
+    stdout
+        .lines()
+        .find(|line| line.starts_with("tps = "))
+        .and_then(|line| line.split_whitespace().nth(2))
+        .and_then(|tps| tps.parse().ok())
+        .unwrap_or_else(|| panic!("no tps in pgbench output: {stdout}"))
+}
+
 fn env(name: &str) -> String {
     std::env::var(name).unwrap_or_else(|_| panic!("{name} is not set: run bench/run.sh"))
 }

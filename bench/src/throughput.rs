@@ -3,13 +3,15 @@
 //! off and on. The scripts are in bench/pgbench/.
 
 use crate::report::{rotate, Report};
-use crate::Bench;
-use std::process::Command;
+use crate::{pgbench, Bench};
 
 const SECONDS: usize = 10;
+/// Keys are drawn from 1..=KEYS.
+const KEYS: usize = 100_000;
 
-/// Runs one pgbench script and returns its tps.
-fn pgbench(bench: &Bench, script: &str, synchronous_commit: &str, seconds: usize) -> f64 {
+/// Empties the contenders' tables and checkpoints, so that every run starts
+/// from the same state.
+fn fresh_tables(bench: &Bench) {
     let mut client = bench.connect();
     client
         .batch_execute(
@@ -17,39 +19,6 @@ fn pgbench(bench: &Bench, script: &str, synchronous_commit: &str, seconds: usize
         )
         .unwrap();
     client.batch_execute("CHECKPOINT").unwrap();
-    let output = Command::new("pgbench")
-        .args([
-            "-n",
-            "-c",
-            "2",
-            "-j",
-            "2",
-            "-M",
-            "prepared",
-            "-T",
-            &seconds.to_string(),
-            "-f",
-            script,
-        ])
-        .args(&bench.pgbench_args)
-        .env(
-            "PGOPTIONS",
-            format!("-c synchronous_commit={synchronous_commit}"),
-        )
-        .output()
-        .expect("run pgbench");
-    let stdout = String::from_utf8_lossy(&output.stdout);
-    assert!(
-        output.status.success(),
-        "pgbench failed: {stdout}\n{}",
-        String::from_utf8_lossy(&output.stderr)
-    );
-    stdout
-        .lines()
-        .find(|line| line.starts_with("tps = "))
-        .and_then(|line| line.split_whitespace().nth(2))
-        .and_then(|tps| tps.parse().ok())
-        .unwrap_or_else(|| panic!("no tps in pgbench output: {stdout}"))
 }
 
 pub fn run(bench: &Bench, report: &mut Report) {
@@ -61,7 +30,14 @@ pub fn run(bench: &Bench, report: &mut Report) {
     for synchronous_commit in ["off", "on"] {
         // Median of 3 runs each, the contenders taking turns.
         let tps = rotate(scripts.len(), 3, |i| {
-            pgbench(bench, &scripts[i], synchronous_commit, seconds)
+            fresh_tables(bench);
+            pgbench(
+                bench,
+                &scripts[i],
+                synchronous_commit,
+                &["-T", &seconds.to_string()],
+                KEYS,
+            )
         });
         let (ext, pl, floor) = (tps[0], tps[1], tps[2]);
         rows.push_str(&format!(

@@ -5,11 +5,14 @@ SET rate_limiter.now_override = '2026-01-01 00:00:00+00';
 SELECT rate_limiter.define('store', rate_limiter.token_bucket(1000, '1 hour'));
 
 -- The row is as compact as a hand-written (name, key, value, ts) table's:
--- shard is a smallint, name and key compare bytewise, default fillfactor.
+-- shard is a smallint, name and key compare bytewise, default fillfactor
+-- for the table, full index pages.
 SELECT attname, atttypid::regtype, attcollation::regcollation
 FROM pg_attribute WHERE attrelid = 'rate_limiter.rate_limits'::regclass AND attnum > 0
 ORDER BY attnum;
-SELECT reloptions FROM pg_class WHERE oid = 'rate_limiter.rate_limits'::regclass;
+SELECT relname, reloptions FROM pg_class
+WHERE oid IN ('rate_limiter.rate_limits'::regclass, 'rate_limiter.rate_limits_name_key_shard_key'::regclass)
+ORDER BY relname;
 
 -- Updating every row of a full page many times in ONE transaction leaves no
 -- room for HOT updates, so new versions go to other pages and get new
