@@ -599,6 +599,7 @@ unsafe fn insert(
         pg_sys::heap_finish_speculative(relations.table, &mut (*tuple).t_self);
     } else {
         pg_sys::heap_abort_speculative(relations.table, &mut (*tuple).t_self);
+        debug1!("rate_limiter: another transaction inserted the same state row; looking again");
     }
     pg_sys::SpeculativeInsertionLockRelease(transaction);
     pg_sys::heap_freetuple(tuple);

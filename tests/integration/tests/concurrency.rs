@@ -239,3 +239,87 @@ fn two_sessions_creating_one_key_under_repeatable_read_get_40001_not_23505() {
     let (refused, conflicts) = new_key_race(IsolationLevel::RepeatableRead);
     assert_eq!(refused + conflicts, 40);
 }
+
+/// Sessions creating the same new keys at the same instant: each call picks
+/// the key from the server's clock (a new key every 0.5 ms), so the
+/// sessions keep racing to insert the same row. A session that loses after
+/// its own speculative insert withdraws it and updates the winner's row
+/// (the server says so at DEBUG1, which the test counts). Every call is
+/// admitted, no unique violation, one row per key, and each row's stored
+/// consumption equals the calls admitted on it.
+#[test]
+fn racing_speculative_inserts_lose_nothing_and_duplicate_nothing() {
+    use std::collections::HashMap;
+    use std::sync::atomic::{AtomicU64, Ordering};
+
+    let name = unique_name("speculative");
+    let mut admin = connect();
+    let withdrawn = Arc::new(AtomicU64::new(0));
+    let deadline = Instant::now() + Duration::from_secs(20);
+    let mut admitted: HashMap<String, i64> = HashMap::new();
+    // Hammer in rounds of 2 s until the withdrawal path has been taken.
+    while withdrawn.load(Ordering::SeqCst) == 0 {
+        assert!(
+            Instant::now() < deadline,
+            "no insert was ever withdrawn: the race was not exercised"
+        );
+        let workers: Vec<_> = (0..4)
+            .map(|_| {
+                let (name, withdrawn) = (name.clone(), withdrawn.clone());
+                thread::spawn(move || {
+                    let mut config: postgres::Config =
+                        rate_limiter_integration_tests::url().parse().unwrap();
+                    config.notice_callback(move |notice| {
+                        if notice.message().contains("inserted the same state row") {
+                            withdrawn.fetch_add(1, Ordering::SeqCst);
+                        }
+                    });
+                    let mut client = config.connect(postgres::NoTls).unwrap();
+                    client.batch_execute("SET client_min_messages = debug1").unwrap();
+                    let statement = client
+                        .prepare(
+                            "SELECT k.key, r.ok \
+                             FROM (SELECT (extract(epoch FROM clock_timestamp()) * 2000)::bigint::text AS key) AS k, \
+                             LATERAL rate_limiter.rate_limit($1, k.key, config => \
+                                 rate_limiter.fixed_window(1000000, '1 day', start => '2000-01-01')) AS r",
+                        )
+                        .unwrap();
+                    let mut admitted: HashMap<String, i64> = HashMap::new();
+                    let stop = Instant::now() + Duration::from_secs(2);
+                    while Instant::now() < stop {
+                        let row = client.query_one(&statement, &[&name]).unwrap();
+                        assert!(row.get::<_, bool>(1), "a call was refused");
+                        *admitted.entry(row.get(0)).or_default() += 1;
+                    }
+                    admitted
+                })
+            })
+            .collect();
+        for worker in workers {
+            for (key, calls) in worker.join().unwrap() {
+                *admitted.entry(key).or_default() += calls;
+            }
+        }
+    }
+    let rows = admin
+        .query(
+            "SELECT key, value FROM rate_limiter.rate_limits WHERE name = $1",
+            &[&name],
+        )
+        .unwrap();
+    assert_eq!(rows.len(), admitted.len(), "one row per key");
+    for row in rows {
+        let (key, value): (String, f64) = (row.get(0), row.get(1));
+        assert_eq!(
+            1_000_000.0 - value,
+            admitted[&key] as f64,
+            "key {key}: stored consumption equals the admitted calls"
+        );
+    }
+    eprintln!(
+        "{} keys, {} calls, {} inserts withdrawn",
+        admitted.len(),
+        admitted.values().sum::<i64>(),
+        withdrawn.load(Ordering::SeqCst)
+    );
+}
