@@ -15,10 +15,10 @@ use crate::errors::{raise_refused, report, CallError};
 use crate::result_row::{self, ResultRow};
 use crate::security::as_owner;
 use crate::storage::{self, RowId};
-use pgrx::heap_tuple::PgHeapTuple;
-use pgrx::prelude::*;
 use pgrx::fcinfo::pg_getarg;
+use pgrx::heap_tuple::PgHeapTuple;
 use pgrx::pg_sys;
+use pgrx::prelude::*;
 use pgrx::AllocatedByRust;
 use rate_limiter_algorithm::{evaluate, Config, Decision, LimitError, LimitId, Request};
 
@@ -83,10 +83,16 @@ impl<'a> Call<'a> {
 /// the consumption (see `storage`).
 fn consume(call: &Call<'_>) -> Result<Decision, CallError> {
     let config = call.config()?;
-    // Check the call against the config before touching the row.
-    evaluate(&config, call.id(), None, clock::now(), call.request)?;
+    // Check the count against the config before touching the row.
+    config.validate_count(call.request.count, call.request.reserve)?;
     storage::consume(call.row(), |stored| {
-        Ok(evaluate(&config, call.id(), stored, clock::now(), call.request)?)
+        Ok(evaluate(
+            &config,
+            call.id(),
+            stored,
+            clock::now(),
+            call.request,
+        )?)
     })
 }
 
@@ -143,7 +149,6 @@ unsafe fn run(
     };
     let (name, key, throws) = (call.name, call.key, call.throws);
     let outcome = body(&call);
-    drop(call);
     match outcome {
         Ok(decision) => result_row::put(fcinfo, finish(name, key, throws, decision)),
         Err(error) => report(error),
@@ -160,7 +165,9 @@ const CALLING_CONVENTION: pg_sys::Pg_finfo_record = pg_sys::Pg_finfo_record { ap
 /// materialize mode (see `result_row`).
 #[no_mangle]
 #[pg_guard]
-pub unsafe extern "C-unwind" fn rate_limit_wrapper(fcinfo: pg_sys::FunctionCallInfo) -> pg_sys::Datum {
+pub unsafe extern "C-unwind" fn rate_limit_wrapper(
+    fcinfo: pg_sys::FunctionCallInfo,
+) -> pg_sys::Datum {
     run(fcinfo, consume)
 }
 
@@ -173,7 +180,9 @@ pub extern "C" fn pg_finfo_rate_limit_wrapper() -> &'static pg_sys::Pg_finfo_rec
 /// no lock and no write. See sql/functions.sql.
 #[no_mangle]
 #[pg_guard]
-pub unsafe extern "C-unwind" fn rate_check_wrapper(fcinfo: pg_sys::FunctionCallInfo) -> pg_sys::Datum {
+pub unsafe extern "C-unwind" fn rate_check_wrapper(
+    fcinfo: pg_sys::FunctionCallInfo,
+) -> pg_sys::Datum {
     run(fcinfo, check)
 }
 

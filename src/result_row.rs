@@ -44,8 +44,9 @@ pub unsafe fn put(fcinfo: pg_sys::FunctionCallInfo, row: ResultRow) -> pg_sys::D
         (*info).setDesc
     } else {
         let context = pg_sys::MemoryContextSwitchTo((*(*info).econtext).ecxt_per_query_memory);
-        let random_access =
-            (*info).allowedModes & pg_sys::SetFunctionReturnMode::SFRM_Materialize_Random as i32 != 0;
+        let random_access = (*info).allowedModes
+            & pg_sys::SetFunctionReturnMode::SFRM_Materialize_Random as i32
+            != 0;
         (*info).setResult = pg_sys::tuplestore_begin_heap(random_access, false, pg_sys::work_mem);
         // No setDesc: the caller reads the rows with the descriptor it
         // expects (and would free a setDesc after each call).
@@ -61,7 +62,12 @@ pub unsafe fn put(fcinfo: pg_sys::FunctionCallInfo, row: ResultRow) -> pg_sys::D
         row.remaining.into_datum().unwrap_or(pg_sys::Datum::from(0)),
     ];
     let mut nulls = [false, retry_after.is_none(), false];
-    pg_sys::tuplestore_putvalues((*info).setResult, descriptor, values.as_mut_ptr(), nulls.as_mut_ptr());
+    pg_sys::tuplestore_putvalues(
+        (*info).setResult,
+        descriptor,
+        values.as_mut_ptr(),
+        nulls.as_mut_ptr(),
+    );
     (*fcinfo).isnull = true;
     pg_sys::Datum::from(0)
 }

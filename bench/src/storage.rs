@@ -101,7 +101,11 @@ fn sustained(
     fill(&mut client, contender.call, keys, keys);
     let before = updates(&mut client, contender.table);
     let mut sizes = vec![total_size(&mut client, contender.table)];
-    let script = format!("{}/pgbench/{}", env!("CARGO_MANIFEST_DIR"), contender.script);
+    let script = format!(
+        "{}/pgbench/{}",
+        env!("CARGO_MANIFEST_DIR"),
+        contender.script
+    );
     for _ in 0..phases {
         match pattern {
             Pattern::PerRequest => {

@@ -56,20 +56,17 @@ fn a_database_owner_who_is_not_superuser_can_install_and_grant_it() {
         !app.query_one(sql, &[]).unwrap().get::<_, bool>(0),
         "the second call in the hour is refused"
     );
-    let denied = app
-        .query("SELECT * FROM rate_limiter.rate_limits", &[])
-        .unwrap_err();
-    assert_eq!(
-        denied.code(),
-        Some(&postgres::error::SqlState::INSUFFICIENT_PRIVILEGE)
-    );
-    let denied = app
-        .query("SELECT rate_limiter.rate_reset('signup', 'k')", &[])
-        .unwrap_err();
-    assert_eq!(
-        denied.code(),
-        Some(&postgres::error::SqlState::INSUFFICIENT_PRIVILEGE)
-    );
+    for denied in [
+        "SELECT * FROM rate_limiter.rate_limits",
+        "SELECT rate_limiter.rate_reset('signup', 'k')",
+    ] {
+        let error = app.query(denied, &[]).unwrap_err();
+        assert_eq!(
+            error.code(),
+            Some(&postgres::error::SqlState::INSUFFICIENT_PRIVILEGE),
+            "{denied}"
+        );
+    }
 
     drop((owner, app));
     for sql in [

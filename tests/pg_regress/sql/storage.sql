@@ -1,5 +1,5 @@
 -- How rate_limit writes rate_limiter.rate_limits: directly on the heap and
--- the indexes (src/storage.rs), as INSERT ... ON CONFLICT DO UPDATE would.
+-- the indexes (src/storage/consume.rs), as INSERT ... ON CONFLICT DO UPDATE would.
 SET timezone = 'UTC';
 SET rate_limiter.now_override = '2026-01-01 00:00:00+00';
 SELECT rate_limiter.define('store', rate_limiter.token_bucket(1000, '1 hour'));

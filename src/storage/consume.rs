@@ -1,0 +1,308 @@
+//! A consuming call: `rate_limit`'s lock, decision and write of one state
+//! row, inside the caller's transaction. It works on the heap and the
+//! indexes directly, doing what PostgreSQL's own `INSERT ... ON CONFLICT DO
+//! UPDATE` does, without building and running a plan each time (the
+//! executor's start-up and tear-down cost more than the work itself):
+//!
+//! 1. Look the row up in the unique index with a dirty snapshot. If a
+//!    transaction that is still running inserted, updated or deleted it,
+//!    wait for that transaction to end and look again.
+//! 2. Row found: lock it (`FOR NO KEY UPDATE`, waiting for other lockers).
+//!    If it changed while we waited, look again under READ COMMITTED, and
+//!    raise 40001 under REPEATABLE READ or SERIALIZABLE, as also when the
+//!    locked row is not visible to the transaction's snapshot. Then decide
+//!    on the locked row, with the clock read now, and update it in place
+//!    (a HOT update whenever the page has room; otherwise a new index entry).
+//!    A refusal writes nothing; the row stays locked until the transaction
+//!    ends.
+//! 3. No row: decide for a full limit and insert the row speculatively: a
+//!    heap tuple marked with a speculative-insertion token, then the index
+//!    entry. If a concurrent transaction inserted the same (name, key,
+//!    shard) meanwhile, our tuple is killed and we start again at 1, so two
+//!    new-key callers never get a unique violation: one inserts, the other
+//!    waits and updates (or gets 40001 under REPEATABLE READ).
+//!
+//! Every write is WAL-logged, counted in `pg_stat_user_tables`, and undone
+//! by a rollback, exactly like the statement it replaces. What this skips,
+//! by design: triggers and rules on `rate_limiter.rate_limits` (the table
+//! is the extension's; nothing else should attach to it) and privilege
+//! checks (the caller's EXECUTE on the function is the permission).
+
+use super::relations::Relations;
+use super::{timestamp, Datums, RowId, TS, VALUE};
+use crate::errors::CallError;
+use pgrx::pg_sys;
+use pgrx::prelude::*;
+use rate_limiter_algorithm::{Decision, LimitError, State};
+
+/// A buffer pinned by `heap_lock_tuple`, released when dropped (after an
+/// ERROR the abort releases it instead).
+struct Pinned(pg_sys::Buffer);
+
+impl Drop for Pinned {
+    fn drop(&mut self) {
+        if !std::thread::panicking() && self.0 != pg_sys::InvalidBuffer as pg_sys::Buffer {
+            // SAFETY: the pin was taken for this call and is released once.
+            unsafe { pg_sys::ReleaseBuffer(self.0) }
+        }
+    }
+}
+
+/// What one attempt at a consuming call came to.
+enum Attempt {
+    Done(Decision),
+    /// The row changed under us (READ COMMITTED): look it up again.
+    Again,
+}
+
+/// Consumes from the state row of `row` (see the module documentation) and
+/// returns the decision. `decide` runs the math: it gets the stored state
+/// (`None` for a new row), reads the clock itself, and is called only once
+/// the row is locked (or known to be new). Its error is returned after
+/// everything is released, with nothing written.
+///
+/// Errors: 25006 in a read-only transaction; 40001 when the row changed
+/// after the snapshot of a REPEATABLE READ or SERIALIZABLE transaction;
+/// lock and statement timeouts and cancels while waiting for the row lock.
+pub fn consume(
+    row: RowId<'_>,
+    mut decide: impl FnMut(Option<State>) -> Result<Decision, CallError>,
+) -> Result<Decision, CallError> {
+    // SAFETY: each pg_sys call below gets the relations opened here, tuples
+    // and buffers it pinned itself, and the command id of this transaction.
+    unsafe {
+        pg_sys::PreventCommandIfReadOnly(c"rate_limit()".as_ptr());
+        pg_sys::PreventCommandIfParallelMode(c"rate_limit()".as_ptr());
+        let relations = Relations::open_for_write();
+        let mut datums = Datums::of(row);
+        // See the changes of earlier commands of this transaction, as a new
+        // statement would (a second call in the same statement included).
+        pg_sys::CommandCounterIncrement();
+        let command = pg_sys::GetCurrentCommandId(true);
+        let decision = loop {
+            pgrx::check_for_interrupts!();
+            let attempt = match find_committed(&relations, &datums) {
+                Some(tid) => update(&relations, &mut datums, tid, command, &mut decide)?,
+                None => insert(&relations, &mut datums, command, &mut decide)?,
+            };
+            if let Attempt::Done(decision) = attempt {
+                break decision;
+            }
+        };
+        // Make the write visible to the rest of the transaction.
+        pg_sys::CommandCounterIncrement();
+        Ok(decision)
+    }
+}
+
+/// Step 1: the row of `datums` as a dirty snapshot sees it, after waiting
+/// for any transaction still inserting, updating or deleting it.
+unsafe fn find_committed(
+    relations: &Relations,
+    datums: &Datums,
+) -> Option<pg_sys::ItemPointerData> {
+    loop {
+        let mut dirty: pg_sys::SnapshotData = std::mem::zeroed();
+        dirty.snapshot_type = pg_sys::SnapshotType::SNAPSHOT_DIRTY;
+        let mut tid = relations.find(datums, &mut dirty, false)?.0;
+        // A dirty snapshot reports the transaction that is still running.
+        let running = if dirty.xmin != pg_sys::InvalidTransactionId {
+            dirty.xmin
+        } else {
+            dirty.xmax
+        };
+        if running == pg_sys::InvalidTransactionId {
+            return Some(tid);
+        }
+        if dirty.speculativeToken != 0 {
+            pg_sys::SpeculativeInsertionWait(dirty.xmin, dirty.speculativeToken);
+        } else {
+            pg_sys::XactLockTableWait(
+                running,
+                relations.table,
+                &mut tid,
+                pg_sys::XLTW_Oper::XLTW_InsertIndex,
+            );
+        }
+    }
+}
+
+fn serialization_failure(deleted: bool) -> CallError {
+    CallError::SerializationFailure(if deleted {
+        "could not serialize access due to concurrent delete"
+    } else {
+        "could not serialize access due to concurrent update"
+    })
+}
+
+fn uses_transaction_snapshot() -> bool {
+    // SAFETY: reading a backend-local setting.
+    unsafe { pg_sys::XactIsoLevel >= pg_sys::XACT_REPEATABLE_READ as i32 }
+}
+
+/// Step 2: lock the row at `tid`, decide, and update it if admitted.
+unsafe fn update(
+    relations: &Relations,
+    datums: &mut Datums,
+    tid: pg_sys::ItemPointerData,
+    command: pg_sys::CommandId,
+    decide: &mut impl FnMut(Option<State>) -> Result<Decision, CallError>,
+) -> Result<Attempt, CallError> {
+    let mut tuple: pg_sys::HeapTupleData = std::mem::zeroed();
+    tuple.t_self = tid;
+    let mut buffer: pg_sys::Buffer = pg_sys::InvalidBuffer as pg_sys::Buffer;
+    let mut failure: pg_sys::TM_FailureData = std::mem::zeroed();
+    let locked = pg_sys::heap_lock_tuple(
+        relations.table,
+        &mut tuple,
+        command,
+        pg_sys::LockTupleMode::LockTupleNoKeyExclusive,
+        pg_sys::LockWaitPolicy::LockWaitBlock,
+        false,
+        &mut buffer,
+        &mut failure,
+    );
+    let buffer = Pinned(buffer);
+    match locked {
+        pg_sys::TM_Result::TM_Ok => {}
+        pg_sys::TM_Result::TM_Updated | pg_sys::TM_Result::TM_Deleted => {
+            if uses_transaction_snapshot() {
+                return Err(serialization_failure(
+                    locked == pg_sys::TM_Result::TM_Deleted,
+                ));
+            }
+            return Ok(Attempt::Again);
+        }
+        other => {
+            error!("rate_limiter: unexpected result {other} locking a state row");
+        }
+    }
+    // Under REPEATABLE READ the locked row must be the one the snapshot
+    // sees, unless this transaction wrote it.
+    if uses_transaction_snapshot() {
+        pg_sys::LockBuffer(buffer.0, pg_sys::BUFFER_LOCK_SHARE as i32);
+        let visible = pg_sys::HeapTupleSatisfiesVisibility(
+            &mut tuple,
+            pg_sys::GetTransactionSnapshot(),
+            buffer.0,
+        );
+        pg_sys::LockBuffer(buffer.0, pg_sys::BUFFER_LOCK_UNLOCK as i32);
+        let inserter = (*tuple.t_data).t_choice.t_heap.t_xmin;
+        if !visible && !pg_sys::TransactionIdIsCurrentTransactionId(inserter) {
+            return Err(serialization_failure(false));
+        }
+    }
+    let descriptor = (*relations.table).rd_att;
+    pg_sys::heap_deform_tuple(
+        &mut tuple,
+        descriptor,
+        datums.values.as_mut_ptr(),
+        datums.nulls.as_mut_ptr(),
+    );
+    let stored = match (
+        f64::from_datum(datums.values[VALUE], datums.nulls[VALUE]),
+        i64::from_datum(datums.values[TS], datums.nulls[TS]),
+    ) {
+        (Some(value), Some(ts)) => State { value, ts },
+        _ => {
+            error!("rate_limiter: a state row has a NULL value or ts");
+        }
+    };
+    let decision = decide(Some(stored))?;
+    if let Some(state) = decision.new_state {
+        let ts = timestamp(state.ts)?;
+        // name, key and shard are the stored datums (they point into the
+        // pinned buffer; heap_form_tuple copies them).
+        datums.set_state(state.value, ts);
+        pg_sys::CheckCmdReplicaIdentity(relations.table, pg_sys::CmdType::CMD_UPDATE);
+        let new = pg_sys::heap_form_tuple(
+            descriptor,
+            datums.values.as_mut_ptr(),
+            datums.nulls.as_mut_ptr(),
+        );
+        let mut lock_mode: pg_sys::LockTupleMode::Type = 0;
+        let updated = pg_sys::heap_update(
+            relations.table,
+            &mut tuple.t_self,
+            new,
+            command,
+            std::ptr::null_mut(),
+            true,
+            &mut failure,
+            &mut lock_mode,
+        );
+        if updated != pg_sys::TM_Result::TM_Ok {
+            error!("rate_limiter: unexpected result {updated} updating a locked state row");
+        }
+        // A HOT update needs no index entry; otherwise add one for the new
+        // version (the key columns are unchanged).
+        let heap_only = (*(*new).t_data).t_infomask2 as u32 & pg_sys::HEAP_ONLY_TUPLE != 0;
+        if !heap_only {
+            relations.insert_index_entries(
+                datums,
+                &mut (*new).t_self,
+                pg_sys::IndexUniqueCheck::UNIQUE_CHECK_YES,
+                true,
+            );
+        }
+        pg_sys::heap_freetuple(new);
+    }
+    Ok(Attempt::Done(decision))
+}
+
+/// Step 3: decide for a new row and insert it speculatively. `Again` when
+/// a concurrent transaction inserted the same row first.
+unsafe fn insert(
+    relations: &Relations,
+    datums: &mut Datums,
+    command: pg_sys::CommandId,
+    decide: &mut impl FnMut(Option<State>) -> Result<Decision, CallError>,
+) -> Result<Attempt, CallError> {
+    let decision = decide(None)?;
+    let Some(state) = decision.new_state else {
+        return Err(CallError::Limit(LimitError::out_of_range(
+            "count",
+            "a full limit refused the call".to_string(),
+        )));
+    };
+    datums.set_state(state.value, timestamp(state.ts)?);
+    let descriptor = (*relations.table).rd_att;
+    let tuple = pg_sys::heap_form_tuple(
+        descriptor,
+        datums.values.as_mut_ptr(),
+        datums.nulls.as_mut_ptr(),
+    );
+    let transaction = pg_sys::GetCurrentTransactionId();
+    let token = pg_sys::SpeculativeInsertionLockAcquire(transaction);
+    // HeapTupleHeaderSetSpeculativeToken: t_ctid holds the token.
+    let ctid = &mut (*(*tuple).t_data).t_ctid;
+    ctid.ip_blkid.bi_hi = (token >> 16) as u16;
+    ctid.ip_blkid.bi_lo = (token & 0xffff) as u16;
+    ctid.ip_posid = pg_sys::SpecTokenOffsetNumber as u16;
+    pg_sys::heap_insert(
+        relations.table,
+        tuple,
+        command,
+        pg_sys::HEAP_INSERT_SPECULATIVE as i32,
+        std::ptr::null_mut(),
+    );
+    let unique = relations.insert_index_entries(
+        datums,
+        &mut (*tuple).t_self,
+        pg_sys::IndexUniqueCheck::UNIQUE_CHECK_PARTIAL,
+        false,
+    );
+    if unique {
+        pg_sys::heap_finish_speculative(relations.table, &mut (*tuple).t_self);
+    } else {
+        pg_sys::heap_abort_speculative(relations.table, &mut (*tuple).t_self);
+        debug1!("rate_limiter: another transaction inserted the same state row; looking again");
+    }
+    pg_sys::SpeculativeInsertionLockRelease(transaction);
+    pg_sys::heap_freetuple(tuple);
+    Ok(if unique {
+        Attempt::Done(decision)
+    } else {
+        Attempt::Again
+    })
+}

@@ -1,0 +1,124 @@
+//! Storage of rate-limit state: one row of `rate_limiter.rate_limits` per
+//! (name, key, shard), read and written inside the caller's transaction.
+//!
+//! - [`consume`] (`rate_limit`): lock, decide and write one row directly on
+//!   the heap and the indexes, as `INSERT ... ON CONFLICT DO UPDATE` would
+//!   (`consume.rs` says how);
+//! - [`read`] (`rate_check`): look the row up with the caller's snapshot,
+//!   taking no lock;
+//! - [`delete`] (`rate_reset`): a kept `DELETE` through SPI; its function
+//!   has `SET enable_seqscan = off` (sql/functions.sql), so a plan made
+//!   while the table was empty still uses the index later.
+//!
+//! `relations.rs` opens the table and its indexes and looks rows up.
+
+mod consume;
+mod relations;
+
+pub use consume::consume;
+
+use crate::errors::CallError;
+use crate::plans::kept_plan;
+use pgrx::pg_sys;
+use pgrx::prelude::*;
+use pgrx::spi::{SpiClient, SpiResult};
+use pgrx::PgOid;
+use rate_limiter_algorithm::{ErrorKind, LimitError, Micros, State};
+use relations::Relations;
+
+/// Which state row a call is about.
+#[derive(Debug, Clone, Copy)]
+pub struct RowId<'a> {
+    pub name: &'a str,
+    /// `None` is the global limit of `name`.
+    pub key: Option<&'a str>,
+    /// `0..shards`.
+    pub shard: i16,
+}
+
+/// Columns of `rate_limiter.rate_limits`, in table order (1-based numbers
+/// are these plus one).
+const NAME: usize = 0;
+const KEY: usize = 1;
+const SHARD: usize = 2;
+const VALUE: usize = 3;
+const TS: usize = 4;
+const COLUMNS: usize = 5;
+/// The unique index covers the first three columns.
+const KEY_COLUMNS: usize = 3;
+
+/// A row as datums: `values[i]` / `nulls[i]` for column `i`.
+struct Datums {
+    values: [pg_sys::Datum; COLUMNS],
+    nulls: [bool; COLUMNS],
+}
+
+impl Datums {
+    /// The key columns of `row`; value and ts are left for the caller.
+    fn of(row: RowId<'_>) -> Self {
+        let key = row.key.and_then(IntoDatum::into_datum);
+        let mut values = [pg_sys::Datum::from(0); COLUMNS];
+        let mut nulls = [false; COLUMNS];
+        values[NAME] = row.name.into_datum().unwrap_or(pg_sys::Datum::from(0));
+        values[KEY] = key.unwrap_or(pg_sys::Datum::from(0));
+        nulls[KEY] = key.is_none();
+        values[SHARD] = pg_sys::Datum::from(row.shard);
+        Datums { values, nulls }
+    }
+
+    fn set_state(&mut self, value: f64, ts: TimestampWithTimeZone) {
+        self.values[VALUE] = value.into_datum().unwrap_or(pg_sys::Datum::from(0));
+        self.values[TS] = ts.into_datum().unwrap_or(pg_sys::Datum::from(0));
+        self.nulls[VALUE] = false;
+        self.nulls[TS] = false;
+    }
+}
+
+/// Reads the state row without locking it, with the active snapshot: a
+/// direct scan of the unique index (no SPI, no planner), so it costs about
+/// as much as the index lookup itself and works in read-only transactions
+/// and on standbys. The caller has EXECUTE on `rate_check`; like the other
+/// functions it reads the table with the extension's rights.
+pub fn read(row: RowId<'_>) -> Option<State> {
+    let relations = Relations::open(pg_sys::AccessShareLock);
+    let datums = Datums::of(row);
+    // SAFETY: the active snapshot outlives the scan.
+    unsafe { relations.find(&datums, pg_sys::GetActiveSnapshot(), true) }
+        .and_then(|(_, state)| state)
+}
+
+/// `ts` as a `timestamptz`; `22008` when it is outside PostgreSQL's range
+/// (a fixed window anchored near the end of time, say).
+pub fn timestamp(ts: Micros) -> Result<TimestampWithTimeZone, CallError> {
+    TimestampWithTimeZone::try_from(ts)
+        .ok()
+        .filter(TimestampWithTimeZone::is_finite)
+        .ok_or_else(|| {
+            CallError::Limit(LimitError {
+                kind: ErrorKind::TimestampOutOfRange,
+                parameter: "ts",
+                message: "the limit's new timestamp is out of range for timestamptz".to_string(),
+            })
+        })
+}
+
+const TEXT: PgOid = PgOid::BuiltIn(pg_sys::PgBuiltInOids::TEXTOID);
+const DELETE_KEYED: &str = "DELETE FROM rate_limiter.rate_limits WHERE name = $1 AND key = $2";
+const DELETE_GLOBAL: &str = "DELETE FROM rate_limiter.rate_limits WHERE name = $1 AND key IS NULL";
+
+/// Deletes the state of (name, key) on every shard. (Deleting the global
+/// limit, key NULL, needs its own statement: `key = NULL` matches nothing
+/// and `key IS NOT DISTINCT FROM $2` cannot use the index.)
+pub fn delete(client: &mut SpiClient<'_>, name: &str, key: Option<&str>) -> SpiResult<()> {
+    match key {
+        Some(key) => {
+            let plan = kept_plan(client, DELETE_KEYED, &[TEXT, TEXT], true)?;
+            client.update(plan, None, &[name.into(), key.into()])?;
+        }
+        None => {
+            let plan = kept_plan(client, DELETE_GLOBAL, &[TEXT], true)?;
+            client.update(plan, None, &[name.into()])?;
+        }
+    }
+    Ok(())
+}

@@ -1,0 +1,244 @@
+//! The state table `rate_limiter.rate_limits` and its indexes, opened for
+//! one call: the checks that the table still has the shape the direct
+//! writes assume, the lookup of a row through the unique index, and adding
+//! index entries for a written tuple.
+
+use super::{Datums, COLUMNS, KEY_COLUMNS, TS, VALUE};
+use pgrx::pg_sys;
+use pgrx::prelude::*;
+use rate_limiter_algorithm::State;
+
+/// The state table and its unique index, opened with `lock` and closed at
+/// the end of the call (the locks are kept until the transaction ends, as a
+/// query keeps them).
+pub struct Relations {
+    pub table: pg_sys::Relation,
+    pub index: pg_sys::Relation,
+    /// For writing: the table's other indexes, which writes maintain too
+    /// (one a user added, or the copy `REINDEX CONCURRENTLY` builds).
+    others: Vec<pg_sys::Relation>,
+}
+
+/// Column types of `rate_limiter.rate_limits`, in order.
+const COLUMN_TYPES: [u32; COLUMNS] = [
+    pg_sys::TEXTOID.to_u32(),
+    pg_sys::TEXTOID.to_u32(),
+    pg_sys::INT2OID.to_u32(),
+    pg_sys::FLOAT8OID.to_u32(),
+    pg_sys::TIMESTAMPTZOID.to_u32(),
+];
+
+fn altered(what: &str) -> ! {
+    ereport!(
+        PgLogLevel::ERROR,
+        PgSqlErrorCode::ERRCODE_OBJECT_NOT_IN_PREREQUISITE_STATE,
+        format!("rate_limiter.rate_limits has been altered: {what}"),
+        "rate_limit() writes the table directly; it needs the columns (name text, key text, shard smallint, value float8, ts timestamptz) and no index on expressions, with a predicate, or deferrable."
+    );
+    unreachable!("an ERROR report does not return")
+}
+
+impl Relations {
+    pub fn open(lock: u32) -> Self {
+        let objects = crate::catalog::objects();
+        // SAFETY: the OIDs come from the catalog; opening raises an ERROR
+        // if a relation has gone.
+        unsafe {
+            Relations {
+                table: pg_sys::table_open(objects.table, lock as i32),
+                index: pg_sys::index_open(objects.index, lock as i32),
+                others: Vec::new(),
+            }
+        }
+    }
+
+    /// Opens the relations for writing, after checking that the table still
+    /// has the shape the writes assume (raises 55000 if not).
+    pub fn open_for_write() -> Self {
+        let mut relations = Relations::open(pg_sys::RowExclusiveLock);
+        // SAFETY: the table is open and locked; its descriptor and index
+        // list are valid while it is.
+        unsafe {
+            let descriptor = (*relations.table).rd_att;
+            if (*descriptor).natts as usize != COLUMNS {
+                altered("it does not have 5 columns");
+            }
+            for (column, expected) in COLUMN_TYPES.iter().enumerate() {
+                let attribute = (*descriptor).attrs.as_ptr().add(column);
+                if (*attribute).attisdropped || (*attribute).atttypid.to_u32() != *expected {
+                    altered("a column has a different type");
+                }
+            }
+            let list = pg_sys::RelationGetIndexList(relations.table);
+            for n in 0..pg_sys::list_length(list) {
+                let oid = pg_sys::list_nth_oid(list, n);
+                if oid == (*relations.index).rd_id {
+                    continue;
+                }
+                let index = pg_sys::index_open(oid, pg_sys::RowExclusiveLock as i32);
+                relations.others.push(index);
+                if !pg_sys::RelationGetIndexExpressions(index).is_null()
+                    || !pg_sys::RelationGetIndexPredicate(index).is_null()
+                    || !(*(*index).rd_index).indimmediate
+                {
+                    altered("it has an index on expressions, with a predicate, or deferrable");
+                }
+            }
+            pg_sys::list_free(list);
+        }
+        relations
+    }
+
+    /// Equality scan keys on (name, key, shard) for `datums`, with the
+    /// index's collations (a NULL key searches for the NULL entry).
+    fn scan_keys(&self, datums: &Datums) -> [pg_sys::ScanKeyData; KEY_COLUMNS] {
+        const EQUAL: [u32; KEY_COLUMNS] = [pg_sys::F_TEXTEQ, pg_sys::F_TEXTEQ, pg_sys::F_INT2EQ];
+        // SAFETY: ScanKeyData is plain data; the index has KEY_COLUMNS
+        // columns of these types (sql/schema.sql).
+        unsafe {
+            let mut keys: [pg_sys::ScanKeyData; KEY_COLUMNS] = std::mem::zeroed();
+            for (column, key) in keys.iter_mut().enumerate() {
+                let attribute = (column + 1) as i16;
+                if datums.nulls[column] {
+                    pg_sys::ScanKeyEntryInitialize(
+                        key,
+                        (pg_sys::SK_ISNULL | pg_sys::SK_SEARCHNULL) as i32,
+                        attribute,
+                        0,
+                        pg_sys::InvalidOid,
+                        pg_sys::InvalidOid,
+                        pg_sys::InvalidOid,
+                        pg_sys::Datum::from(0),
+                    );
+                } else {
+                    pg_sys::ScanKeyEntryInitialize(
+                        key,
+                        0,
+                        attribute,
+                        pg_sys::BTEqualStrategyNumber as u16,
+                        pg_sys::InvalidOid,
+                        *(*self.index).rd_indcollation.add(column),
+                        pg_sys::Oid::from(EQUAL[column]),
+                        datums.values[column],
+                    );
+                }
+            }
+            keys
+        }
+    }
+
+    /// Finds the row of `datums` visible to `snapshot`. Returns its TID,
+    /// and `(value, ts)` when `with_state`.
+    ///
+    /// # Safety
+    /// `snapshot` must be valid for the whole scan.
+    pub unsafe fn find(
+        &self,
+        datums: &Datums,
+        snapshot: pg_sys::Snapshot,
+        with_state: bool,
+    ) -> Option<(pg_sys::ItemPointerData, Option<State>)> {
+        let mut keys = self.scan_keys(datums);
+        let scan = pg_sys::index_beginscan(self.table, self.index, snapshot, KEY_COLUMNS as i32, 0);
+        pg_sys::index_rescan(
+            scan,
+            keys.as_mut_ptr(),
+            KEY_COLUMNS as i32,
+            std::ptr::null_mut(),
+            0,
+        );
+        let slot = pg_sys::table_slot_create(self.table, std::ptr::null_mut());
+        let found =
+            pg_sys::index_getnext_slot(scan, pg_sys::ScanDirection::ForwardScanDirection, slot)
+                .then(|| {
+                    let state = with_state.then(|| slot_state(slot)).flatten();
+                    ((*slot).tts_tid, state)
+                });
+        pg_sys::ExecDropSingleTupleTableSlot(slot);
+        pg_sys::index_endscan(scan);
+        found
+    }
+
+    /// Adds the index entries of the heap tuple at `tid` (whose columns are
+    /// `datums`) to every index that is ready for inserts: to the unique
+    /// index with `check`, to the others with their own uniqueness. Returns
+    /// false when `check` is `UNIQUE_CHECK_PARTIAL` and another entry of the
+    /// unique index may conflict. `unchanged` says that the key columns did
+    /// not change (an update), a hint for the index.
+    ///
+    /// # Safety
+    /// `tid` must be a tuple of the table just written by this transaction.
+    pub unsafe fn insert_index_entries(
+        &self,
+        datums: &Datums,
+        tid: *mut pg_sys::ItemPointerData,
+        check: pg_sys::IndexUniqueCheck::Type,
+        unchanged: bool,
+    ) -> bool {
+        let mut unique = true;
+        for (n, &index) in std::iter::once(&self.index).chain(&self.others).enumerate() {
+            let form = (*index).rd_index;
+            if !(*form).indisready {
+                continue;
+            }
+            // Plain column indexes only (checked when opening): entry i is
+            // the table column indkey[i].
+            let mut values = [pg_sys::Datum::from(0); pg_sys::INDEX_MAX_KEYS as usize];
+            let mut nulls = [false; pg_sys::INDEX_MAX_KEYS as usize];
+            for entry in 0..(*form).indnatts as usize {
+                let column = *(*form).indkey.values.as_ptr().add(entry) as usize;
+                if column == 0 || column > COLUMNS {
+                    altered("it has an index on a system column");
+                }
+                values[entry] = datums.values[column - 1];
+                nulls[entry] = datums.nulls[column - 1];
+            }
+            let check = match (n, (*form).indisunique) {
+                (0, _) => check,
+                (_, true) => pg_sys::IndexUniqueCheck::UNIQUE_CHECK_YES,
+                (_, false) => pg_sys::IndexUniqueCheck::UNIQUE_CHECK_NO,
+            };
+            let inserted = pg_sys::index_insert(
+                index,
+                values.as_mut_ptr(),
+                nulls.as_mut_ptr(),
+                tid,
+                self.table,
+                check,
+                unchanged,
+                pg_sys::BuildIndexInfo(index),
+            );
+            if n == 0 {
+                unique = inserted;
+            }
+        }
+        unique
+    }
+}
+
+impl Drop for Relations {
+    fn drop(&mut self) {
+        // When unwinding from an ERROR the abort releases them.
+        if !std::thread::panicking() {
+            // SAFETY: opened in `open`, closed once.
+            unsafe {
+                for index in &self.others {
+                    pg_sys::index_close(*index, pg_sys::NoLock as i32);
+                }
+                pg_sys::index_close(self.index, pg_sys::NoLock as i32);
+                pg_sys::table_close(self.table, pg_sys::NoLock as i32);
+            }
+        }
+    }
+}
+
+/// `(value, ts)` of the tuple in `slot`.
+unsafe fn slot_state(slot: *mut pg_sys::TupleTableSlot) -> Option<State> {
+    let (mut value_null, mut ts_null) = (false, false);
+    let value = pg_sys::slot_getattr(slot, (VALUE + 1) as i32, &mut value_null);
+    let ts = pg_sys::slot_getattr(slot, (TS + 1) as i32, &mut ts_null);
+    Some(State {
+        value: f64::from_datum(value, value_null)?,
+        ts: i64::from_datum(ts, ts_null)?,
+    })
+}
