@@ -30,7 +30,7 @@ sudo -u postgres "$PG_BIN/createdb" -h "$work/pg" -p "$RL_PORT" bench
 redis-server --port "$REDIS_PORT" --bind 127.0.0.1 --save '' --appendonly no \
     --dir "$work" --daemonize yes --logfile "$work/redis.log" >/dev/null
 
-log "running the scenarios (about 10 minutes)"
+log "running the scenarios (about 11 minutes)"
 export RATE_LIMITER_BENCH_URL="host=127.0.0.1 port=$RL_PORT user=postgres dbname=bench"
 export RATE_LIMITER_BENCH_PGBENCH="-h 127.0.0.1 -p $RL_PORT -U postgres bench"
 export RATE_LIMITER_BENCH_REDIS="redis://127.0.0.1:$REDIS_PORT/"

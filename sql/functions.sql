@@ -22,7 +22,8 @@ AS 'MODULE_PATHNAME', 'token_bucket_wrapper';
 COMMENT ON FUNCTION rate_limiter.token_bucket(float8, interval, float8, float8, int4) IS
 'Token-bucket config: rate tokens arrive continuously per period, up to capacity (NULL = rate); '
 'max_reserved bounds the debt of reservations (NULL = unlimited, 0 = none). '
-'Errors: 22004 NULL rate/period/shards; 22023 non-finite or non-positive rate/period, negative capacity/max_reserved, shards < 1; 0A000 shards > 1.';
+'shards splits the limit over that many rows (each with 1/shards of rate, capacity and max_reserved) so that concurrent transactions do not queue on one row. '
+'Errors: 22004 NULL rate/period/shards; 22023 non-finite or non-positive rate/period, negative capacity/max_reserved, shards outside 1..32767.';
 
 CREATE FUNCTION rate_limiter.fixed_window(
     rate         float8,
@@ -49,7 +50,8 @@ AS 'MODULE_PATHNAME', 'define_wrapper';
 
 COMMENT ON FUNCTION rate_limiter.define(text, rate_limiter.config) IS
 'Creates or replaces the named limit. Changing kind, period or shards discards its state; other changes keep it (capped at the new capacity). '
-'Errors: 22004 NULL name/config or required field; 22023 invalid config; 0A000 shards > 1.';
+'WARNING when each shard of a sharded limit would hold fewer than 5 tokens. '
+'Errors: 22004 NULL name/config or required field; 22023 invalid config.';
 
 CREATE FUNCTION rate_limiter.undefine(name text)
 RETURNS boolean
@@ -76,6 +78,7 @@ COMMENT ON FUNCTION rate_limiter.rate_limit(text, text, float8, boolean, boolean
 'Consumes count tokens of limit (name, key) inside the current transaction, locking its row. '
 'Returns one row: ok, retry_after (interval, rounded up to the microsecond; NULL when admitted without debt), remaining (tokens). '
 'key NULL = the global limit; config inline wins over a definition. '
+'A sharded limit consumes from one or two of its shards, passing over shards other transactions hold; remaining is then an estimate for the whole limit. '
 'Errors: 22004 NULL name/count/reserve/throws; 42704 no config and no definition; 22023 invalid count or config; '
 'the rate_limiter.sqlstate SQLSTATE (default RL429, JSON DETAIL) when refused with throws => true.';
 
@@ -91,7 +94,8 @@ LANGUAGE c VOLATILE ROWS 1
 AS 'MODULE_PATHNAME', 'rate_check_wrapper';
 
 COMMENT ON FUNCTION rate_limiter.rate_check(text, text, float8, boolean, boolean, rate_limiter.config) IS
-'The answer rate_limit would give now, without taking a lock or writing anything. Same arguments, result and errors as rate_limit.';
+'The answer rate_limit would give now, without taking a lock or writing anything. Same arguments, result and errors as rate_limit. '
+'For a sharded limit: the answer for its two fullest shards, and remaining summed over every shard.';
 
 CREATE FUNCTION rate_limiter.rate_reset(name text, key text DEFAULT NULL)
 RETURNS void

@@ -93,7 +93,8 @@ impl ConfigValues {
 
     /// The validated configuration for the math.
     ///
-    /// Errors: `22023` naming the offending field, `0A000` for `shards` > 1.
+    /// Errors: `22023` naming the offending field (`shards` must be in
+    /// `1..=32767`).
     pub fn to_config(&self) -> Result<Config, LimitError> {
         if self.start.is_some_and(|start| !start.is_finite()) {
             return Err(LimitError::invalid(

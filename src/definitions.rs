@@ -11,9 +11,11 @@
 use crate::config::{required, ConfigValues};
 use crate::errors::{report, CallError};
 use crate::plans::kept_plan;
+use pgrx::pg_sys::panic::ErrorReport;
 use pgrx::prelude::*;
 use pgrx::spi::SpiClient;
 use pgrx::PgOid;
+use pgrx::PgSqlErrorCode;
 use rate_limiter_algorithm::{Config, Kind, LimitError};
 use std::cell::RefCell;
 use std::collections::HashMap;
@@ -138,6 +140,35 @@ fn define_config(
     Ok(())
 }
 
+/// Tokens a shard should hold at least (the seeds' sizing rule).
+const MIN_TOKENS_PER_SHARD: f64 = 5.0;
+
+/// Warns when each shard of a sharded limit would hold fewer than
+/// [`MIN_TOKENS_PER_SHARD`] tokens: calls would then often be refused while
+/// other shards still have tokens.
+fn warn_small_shards(name: &str, values: &ConfigValues) {
+    if values.shards <= 1 {
+        return;
+    }
+    let capacity = values.capacity.unwrap_or(values.rate);
+    let per_shard = capacity / f64::from(values.shards);
+    if per_shard < MIN_TOKENS_PER_SHARD {
+        ErrorReport::new(
+            PgSqlErrorCode::ERRCODE_WARNING,
+            format!(
+                "each of the {} shards of rate limit \"{}\" holds only {per_shard} tokens",
+                values.shards,
+                crate::errors::shorten(name)
+            ),
+            "rate_limiter",
+        )
+        .set_hint(format!(
+            "Give each shard at least {MIN_TOKENS_PER_SHARD} tokens (10 or more is better): fewer shards, or a larger capacity (scale rate and period together to keep the same rate)."
+        ))
+        .report(PgLogLevel::WARNING);
+    }
+}
+
 /// `rate_limiter.define(name, config)`. See sql/functions.sql.
 #[pg_extern(sql = false)]
 fn define(name: Option<&str>, config: Option<pgrx::composite_type!("rate_limiter.config")>) {
@@ -147,6 +178,9 @@ fn define(name: Option<&str>, config: Option<pgrx::composite_type!("rate_limiter
         values.to_config()?;
         Ok::<_, LimitError>((name, values))
     })();
+    if let Ok((name, values)) = &checked {
+        warn_small_shards(name, values);
+    }
     let result = match checked {
         Ok((name, values)) => crate::security::as_owner(|| {
             Spi::connect_mut(|client| define_config(client, name, values))

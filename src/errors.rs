@@ -48,7 +48,6 @@ pub fn report(error: CallError) -> ! {
                 ErrorKind::NullValue => PgSqlErrorCode::ERRCODE_NULL_VALUE_NOT_ALLOWED,
                 ErrorKind::InvalidParameter => PgSqlErrorCode::ERRCODE_INVALID_PARAMETER_VALUE,
                 ErrorKind::OutOfRange => PgSqlErrorCode::ERRCODE_NUMERIC_VALUE_OUT_OF_RANGE,
-                ErrorKind::NotSupported => PgSqlErrorCode::ERRCODE_FEATURE_NOT_SUPPORTED,
                 ErrorKind::TimestampOutOfRange => PgSqlErrorCode::ERRCODE_DATETIME_FIELD_OVERFLOW,
             };
             (code, error.message, None)
@@ -82,7 +81,7 @@ pub fn report(error: CallError) -> ! {
 const MESSAGE_TEXT_LIMIT: usize = 64;
 
 /// `text`, cut to MESSAGE_TEXT_LIMIT characters with "..." when longer.
-fn shorten(text: &str) -> String {
+pub fn shorten(text: &str) -> String {
     match text.char_indices().nth(MESSAGE_TEXT_LIMIT) {
         Some((cut, _)) => format!("{}...", &text[..cut]),
         None => text.to_string(),

@@ -11,7 +11,9 @@
 //! - [`definitions`]: named limits (`define`, `undefine`, lookup);
 //! - [`config`]: the SQL type `rate_limiter.config` and its constructors;
 //! - [`limit`]: the SQL functions `rate_limit`, `rate_check`, `rate_reset`;
-//! - [`settings`]: the GUCs `rate_limiter.now_override` and `rate_limiter.sqlstate`;
+//! - [`settings`]: the GUCs `rate_limiter.now_override`, `rate_limiter.sqlstate`
+//!   and `rate_limiter.random_seed`;
+//! - [`shard_choice`]: the random numbers behind the choice of shards;
 //! - [`clock`]: the current time (real or overridden);
 //! - [`security`]: running statements as the extension's owner with a pinned search path;
 //! - [`catalog`]: the OIDs of the extension's schema, table, index and owner;
@@ -35,6 +37,7 @@ pub mod plans;
 pub mod result_row;
 pub mod security;
 pub mod settings;
+pub mod shard_choice;
 pub mod storage;
 
 pgrx::pg_module_magic!();

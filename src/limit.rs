@@ -14,13 +14,17 @@ use crate::definitions;
 use crate::errors::{raise_refused, report, CallError};
 use crate::result_row::{self, ResultRow};
 use crate::security::as_owner;
-use crate::storage::{self, RowId};
+use crate::shard_choice;
+use crate::storage::{self, LimitRows, RowId};
 use pgrx::fcinfo::pg_getarg;
 use pgrx::heap_tuple::PgHeapTuple;
 use pgrx::pg_sys;
 use pgrx::prelude::*;
 use pgrx::AllocatedByRust;
-use rate_limiter_algorithm::{evaluate, Config, Decision, LimitError, LimitId, Request};
+use rate_limiter_algorithm::{
+    evaluate, evaluate_all, evaluate_pair, Config, Decision, LimitError, LimitId, Request,
+    ShardedDecision,
+};
 
 /// The checked arguments of `rate_limit` / `rate_check`.
 struct Call<'a> {
@@ -68,6 +72,16 @@ impl<'a> Call<'a> {
         }
     }
 
+    /// The rows of a sharded limit (`config.shards` >= 2, which validation
+    /// keeps within `i16`).
+    fn shards(&self, config: &Config) -> LimitRows<'a> {
+        LimitRows {
+            name: self.name,
+            key: self.key,
+            shards: config.shards as i16,
+        }
+    }
+
     /// The inline config, else the definition, else 42704. (`evaluate`
     /// validates the count against it.)
     fn config(&self) -> Result<Config, CallError> {
@@ -79,12 +93,35 @@ impl<'a> Call<'a> {
     }
 }
 
+/// The answer of a sharded limit, as the result row reports it.
+fn answer(decision: ShardedDecision) -> Decision {
+    Decision {
+        ok: decision.ok,
+        retry_after: decision.retry_after,
+        remaining: decision.remaining,
+        new_state: None,
+    }
+}
+
 /// Locks the row, evaluates with the clock read after the lock, and records
-/// the consumption (see `storage`).
+/// the consumption (see `storage`). A sharded limit picks its shards as
+/// `storage/shards.rs` describes.
 fn consume(call: &Call<'_>) -> Result<Decision, CallError> {
     let config = call.config()?;
     // Check the count against the config before touching the row.
     config.validate_count(call.request.count, call.request.reserve)?;
+    if config.shards > 1 {
+        return storage::consume_sharded(call.shards(&config), shard_choice::draw, |candidates| {
+            Ok(evaluate_pair(
+                &config,
+                call.id(),
+                candidates,
+                clock::now(),
+                call.request,
+            )?)
+        })
+        .map(answer);
+    }
     storage::consume(call.row(), |stored| {
         Ok(evaluate(
             &config,
@@ -96,9 +133,19 @@ fn consume(call: &Call<'_>) -> Result<Decision, CallError> {
     })
 }
 
-/// Evaluates without locking or writing.
+/// Evaluates without locking or writing. A sharded limit reads every shard
+/// and answers for the two fullest (see `evaluate_all`).
 fn check(call: &Call<'_>) -> Result<Decision, CallError> {
     let config = call.config()?;
+    if config.shards > 1 {
+        let limit = call.shards(&config);
+        let stored = storage::read_shards(limit.name, limit.key, limit.shards);
+        let decision = evaluate_all(&config, call.id(), &stored, clock::now(), call.request)?;
+        for state in decision.new_states.iter().flatten() {
+            storage::timestamp(state.ts)?;
+        }
+        return Ok(answer(decision));
+    }
     let stored = storage::read(call.row());
     let decision = evaluate(&config, call.id(), stored, clock::now(), call.request)?;
     // Answer as rate_limit would: a state it could not store is an error.

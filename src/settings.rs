@@ -6,8 +6,11 @@
 //! - `rate_limiter.sqlstate` (anyone): the SQLSTATE raised by
 //!   `throws => true` (default `RL429`); exactly five characters of `0-9A-Z`,
 //!   not of class `00`. Anything else is refused when set.
+//! - `rate_limiter.random_seed` (superuser only): an integer that seeds the
+//!   choice of shards, so that a session's sequence of choices repeats
+//!   (for deterministic tests); empty means real randomness.
 //!
-//! Both are validated by check hooks and decoded once into per-backend
+//! All are validated by check hooks and decoded once into per-backend
 //! caches by assign hooks, so reading them on every call costs nothing.
 
 use pgrx::guc::{GucContext, GucFlags, GucRegistry, GucSetting};
@@ -20,6 +23,7 @@ use std::ffi::{c_char, c_void, CStr, CString};
 pub const DEFAULT_SQLSTATE: &CStr = c"RL429";
 
 static NOW_OVERRIDE: GucSetting<Option<CString>> = GucSetting::<Option<CString>>::new(None);
+static RANDOM_SEED: GucSetting<Option<CString>> = GucSetting::<Option<CString>>::new(None);
 static SQLSTATE: GucSetting<Option<CString>> =
     GucSetting::<Option<CString>>::new(Some(DEFAULT_SQLSTATE));
 
@@ -55,6 +59,17 @@ pub fn register() {
             GucFlags::default(),
             Some(check_sqlstate),
             Some(assign_sqlstate),
+            None,
+        );
+        GucRegistry::define_string_guc_with_hooks(
+            c"rate_limiter.random_seed",
+            c"Seeds the rate limiter's choice of shards (superuser only, for tests).",
+            c"An integer; setting it starts the session's sequence of shard choices again from that seed. Empty means real randomness.",
+            &RANDOM_SEED,
+            GucContext::Suset,
+            GucFlags::default(),
+            Some(check_random_seed),
+            Some(assign_random_seed),
             None,
         );
         pg_sys::MarkGUCPrefixReserved(c"rate_limiter".as_ptr());
@@ -198,4 +213,44 @@ unsafe extern "C-unwind" fn assign_sqlstate(newval: *const c_char, _extra: *mut 
     }
     let text = unsafe { CStr::from_ptr(newval) }.to_bytes();
     SQLSTATE_CODE.with(|code| code.set(encode_sqlstate(text)));
+}
+
+/// The seed in a `rate_limiter.random_seed` value: `Ok(None)` for empty,
+/// `Err` when it is not an integer.
+fn parse_seed(newval: *const c_char) -> Result<Option<i64>, ()> {
+    if newval.is_null() {
+        return Ok(None);
+    }
+    let text = unsafe { CStr::from_ptr(newval) }.to_string_lossy();
+    let text = text.trim();
+    if text.is_empty() {
+        return Ok(None);
+    }
+    text.parse::<i64>().map(Some).map_err(|_| ())
+}
+
+#[pg_guard]
+unsafe extern "C-unwind" fn check_random_seed(
+    newval: *mut *mut c_char,
+    _extra: *mut *mut c_void,
+    _source: pg_sys::GucSource::Type,
+) -> bool {
+    let value = if newval.is_null() {
+        std::ptr::null()
+    } else {
+        unsafe { *newval }
+    };
+    if parse_seed(value).is_ok() {
+        true
+    } else {
+        unsafe {
+            set_check_detail("rate_limiter.random_seed must be an integer (a 64-bit seed), or empty for real randomness.");
+        }
+        false
+    }
+}
+
+#[pg_guard]
+unsafe extern "C-unwind" fn assign_random_seed(newval: *const c_char, _extra: *mut c_void) {
+    crate::shard_choice::reseed(parse_seed(newval).unwrap_or(None));
 }

@@ -1,6 +1,6 @@
 //! The configuration of a limit and its validation.
 
-use crate::error::{show, ErrorKind, LimitError};
+use crate::error::{show, LimitError};
 use crate::time::Micros;
 
 /// The algorithm of a limit (SQL enum `rate_limiter.kind`).
@@ -31,6 +31,10 @@ impl Kind {
     }
 }
 
+/// The most shards a limit may have: the state table's `shard` column is a
+/// `smallint`, numbered `0..shards`.
+pub const MAX_SHARDS: i32 = i16::MAX as i32;
+
 /// A limit's configuration (SQL composite `rate_limiter.config`).
 ///
 /// Invariants after [`Config::validate`]: `rate` finite and > 0, `period`
@@ -49,7 +53,8 @@ pub struct Config {
     /// Most tokens a reservation may owe; `None` means unlimited, `Some(0)`
     /// means no debt at all.
     pub max_reserved: Option<f64>,
-    /// Number of rows the limit is split over (only 1 is supported now).
+    /// Number of rows the limit is split over, `1..=MAX_SHARDS`; each holds
+    /// `1 / shards` of the rate, capacity and max_reserved ([`Config::shard`]).
     pub shards: i32,
     /// Fixed window only: a time at which a window starts (any window start
     /// works as anchor, past or future); `None` means a per-key phase.
@@ -62,10 +67,24 @@ impl Config {
         self.capacity.unwrap_or(self.rate)
     }
 
+    /// The configuration of one of the `shards` rows of a sharded limit:
+    /// `rate / shards`, `capacity / shards`, `max_reserved / shards`, one
+    /// shard. (The identity for an unsharded limit.)
+    pub fn shard(&self) -> Config {
+        let shards = f64::from(self.shards.max(1));
+        Config {
+            rate: self.rate / shards,
+            capacity: Some(self.capacity() / shards),
+            max_reserved: self.max_reserved.map(|max_reserved| max_reserved / shards),
+            shards: 1,
+            ..*self
+        }
+    }
+
     /// Checks every field; the error names the offending parameter.
     ///
-    /// Errors: `InvalidParameter` for a non-finite or out-of-domain value,
-    /// `NotSupported` for `shards` > 1.
+    /// Errors: `InvalidParameter` for a non-finite or out-of-domain value
+    /// (`shards` must be in `1..=32767`).
     pub fn validate(&self) -> Result<(), LimitError> {
         if !(self.rate.is_finite() && self.rate > 0.0) {
             return Err(LimitError::invalid(
@@ -110,15 +129,24 @@ impl Config {
                 "start applies only to fixed windows: a token bucket has no windows".to_string(),
             ));
         }
-        if self.shards > 1 {
-            return Err(LimitError {
-                kind: ErrorKind::NotSupported,
-                parameter: "shards",
-                message: format!(
-                    "shards = {} is not supported yet: this version stores each limit in one row (shards = 1)",
+        if self.shards > MAX_SHARDS {
+            return Err(LimitError::invalid(
+                "shards",
+                format!(
+                    "shards must be at most {MAX_SHARDS} (the state table's shard column is a smallint), got {}",
                     self.shards
                 ),
-            });
+            ));
+        }
+        if self.shards > 1 && self.shard().rate == 0.0 {
+            return Err(LimitError::invalid(
+                "rate",
+                format!(
+                    "rate {} split over {} shards is too small to represent",
+                    show(self.rate),
+                    self.shards
+                ),
+            ));
         }
         Ok(())
     }
@@ -139,25 +167,39 @@ impl Config {
                 ),
             ));
         }
-        let capacity = self.capacity();
+        // A call of a sharded limit is served by at most two shards.
+        let (capacity, max_reserved, what, debt) = if self.shards > 1 {
+            let shard = self.shard();
+            (
+                2.0 * shard.capacity(),
+                shard.max_reserved.map(|max_reserved| 2.0 * max_reserved),
+                format!("what two of its {} shards hold", self.shards),
+                "the debt two shards may owe",
+            )
+        } else {
+            (
+                self.capacity(),
+                self.max_reserved,
+                "the capacity".to_string(),
+                "max_reserved",
+            )
+        };
         if !reserve && count > capacity {
             return Err(LimitError::invalid(
                 "count",
                 format!(
-                    "count {count} exceeds the capacity {capacity}, so the call could never succeed (reserve => true may allow it)"
+                    "count {count} exceeds {what} ({capacity}), so the call could never succeed (reserve => true may allow it)"
                 ),
             ));
         }
-        if reserve {
-            if let Some(max_reserved) = self.max_reserved {
-                if count > capacity + max_reserved {
-                    return Err(LimitError::invalid(
-                        "count",
-                        format!(
-                            "count {count} exceeds capacity {capacity} plus max_reserved {max_reserved}, so the call could never succeed"
-                        ),
-                    ));
-                }
+        if let (true, Some(max_reserved)) = (reserve, max_reserved) {
+            if count > capacity + max_reserved {
+                return Err(LimitError::invalid(
+                    "count",
+                    format!(
+                        "count {count} exceeds {what} ({capacity}) plus {debt} ({max_reserved}), so the call could never succeed"
+                    ),
+                ));
             }
         }
         Ok(())
@@ -269,10 +311,18 @@ mod tests {
             ),
             (
                 Config {
-                    shards: 2,
+                    shards: MAX_SHARDS + 1,
                     ..bucket()
                 },
                 "shards",
+            ),
+            (
+                Config {
+                    rate: 5e-324,
+                    shards: 2,
+                    ..bucket()
+                },
+                "rate",
             ),
         ];
         for (config, parameter) in cases {
@@ -280,16 +330,12 @@ mod tests {
             assert_eq!(error.parameter, parameter, "{config:?}");
             assert!(error.message.contains(parameter));
         }
-        assert_eq!(
-            Config {
-                shards: 2,
-                ..bucket()
-            }
-            .validate()
-            .unwrap_err()
-            .kind,
-            ErrorKind::NotSupported
-        );
+        assert!(Config {
+            shards: MAX_SHARDS,
+            ..bucket()
+        }
+        .validate()
+        .is_ok());
         assert!(Config {
             capacity: Some(0.0),
             max_reserved: Some(0.0),
@@ -314,5 +360,21 @@ mod tests {
         assert!(config.validate_count(f64::NAN, true).is_err());
         // Unlimited reservations accept any finite count.
         assert!(bucket().validate_count(1e300, true).is_ok());
+    }
+
+    #[test]
+    fn a_sharded_call_is_bounded_by_two_shards() {
+        let config = Config {
+            capacity: Some(8.0),
+            max_reserved: Some(4.0),
+            shards: 4,
+            ..bucket()
+        };
+        // Two shards hold 2 x 2 tokens and may owe 2 x 1.
+        assert!(config.validate_count(4.0, false).is_ok());
+        assert!(config.validate_count(4.5, false).is_err());
+        assert!(config.validate_count(6.0, true).is_ok());
+        let error = config.validate_count(6.5, true).unwrap_err();
+        assert!(error.message.contains("two of its 4 shards"), "{error}");
     }
 }

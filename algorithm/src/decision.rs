@@ -93,11 +93,7 @@ pub fn evaluate(
             }),
         });
     }
-    let allowed_debt = match (request.reserve, config.max_reserved) {
-        (false, _) => 0.0,
-        (true, Some(max_reserved)) => max_reserved,
-        (true, None) => f64::INFINITY,
-    };
+    let allowed_debt = allowed_debt(config, request.reserve);
     if -value <= allowed_debt {
         // A reservation: the work may run once the debt is paid back.
         let new_state = State {
@@ -127,9 +123,19 @@ pub fn evaluate(
     })
 }
 
+/// The debt a call may leave: none without `reserve`, else `max_reserved`
+/// (unlimited when not set).
+pub(crate) fn allowed_debt(config: &Config, reserve: bool) -> f64 {
+    match (reserve, config.max_reserved) {
+        (false, _) => 0.0,
+        (true, Some(max_reserved)) => max_reserved,
+        (true, None) => f64::INFINITY,
+    }
+}
+
 /// The state of a limit without a row: full, at `now` (token bucket) or at
 /// the start of the current window (fixed window).
-fn initial_state(config: &Config, id: LimitId<'_>, now: Micros) -> State {
+pub(crate) fn initial_state(config: &Config, id: LimitId<'_>, now: Micros) -> State {
     match config.kind {
         Kind::TokenBucket => token_bucket::initial_state(config, now),
         Kind::FixedWindow => {
@@ -138,7 +144,7 @@ fn initial_state(config: &Config, id: LimitId<'_>, now: Micros) -> State {
     }
 }
 
-fn refill(config: &Config, state: State, now: Micros) -> State {
+pub(crate) fn refill(config: &Config, state: State, now: Micros) -> State {
     match config.kind {
         Kind::TokenBucket => token_bucket::refill(config, state, now),
         Kind::FixedWindow => fixed_window::refill(config, state, now),
@@ -161,7 +167,7 @@ const MAX_ADJUSTMENTS: usize = 4;
 /// moves it by a step if float rounding made it early or late, so that
 /// calling again exactly `retry_after` later succeeds and whole numbers of
 /// microseconds stay exact.
-fn retry_after(
+pub(crate) fn retry_after(
     config: &Config,
     base: State,
     count: f64,

@@ -15,8 +15,6 @@ pub enum ErrorKind {
     OutOfRange,
     /// A computed time is outside PostgreSQL's timestamp range (SQLSTATE `22008` datetime_field_overflow).
     TimestampOutOfRange,
-    /// A valid value this version does not support (SQLSTATE `0A000` feature_not_supported).
-    NotSupported,
 }
 
 /// An error that names the parameter it is about.

@@ -18,10 +18,12 @@ mod config;
 mod decision;
 mod error;
 pub mod fixed_window;
+pub mod shards;
 mod time;
 pub mod token_bucket;
 
-pub use config::{Config, Kind};
+pub use config::{Config, Kind, MAX_SHARDS};
 pub use decision::{evaluate, Decision, LimitId, Request, State};
 pub use error::{ErrorKind, LimitError};
+pub use shards::{evaluate_all, evaluate_pair, shard_order, Candidate, ShardedDecision};
 pub use time::{period_micros, Micros, MICROS_PER_MILLISECOND};

@@ -2,7 +2,9 @@
 //! pick from, measured side by side in one run on one machine:
 //! (a) hand-written PL/pgSQL (`baselines/plpgsql.sql`), (b) the single
 //! upsert "floor" (`baselines/floor.sql`), (c) Redis with a Lua token
-//! bucket (`baselines/token_bucket.lua`).
+//! bucket (`baselines/token_bucket.lua`). Scenario 5 measures the
+//! extension alone: one global limit under 16 clients, with and without
+//! shards.
 //!
 //! Run through `bench/run.sh`, which starts a throwaway PostgreSQL cluster
 //! and redis-server and passes their addresses in the environment:
@@ -11,6 +13,7 @@
 //! `RATE_LIMITER_BENCH_OUT` (report directory). `RATE_LIMITER_BENCH_QUICK=1`
 //! shrinks every scenario for a smoke run.
 
+mod hot_limit;
 mod latency;
 mod per_call;
 mod report;
@@ -114,6 +117,8 @@ fn main() {
     latency::run(&bench, &mut report);
     eprintln!("scenario 4: storage");
     storage::run(&bench, &mut report);
+    eprintln!("scenario 5: one hot limit");
+    hot_limit::run(&bench, &mut report);
 
     report.write(&out);
     eprintln!("report written to {out}/report.md");

@@ -48,13 +48,6 @@ impl Drop for Pinned {
     }
 }
 
-/// What one attempt at a consuming call came to.
-enum Attempt {
-    Done(Decision),
-    /// The row changed under us (READ COMMITTED): look it up again.
-    Again,
-}
-
 /// Consumes from the state row of `row` (see the module documentation) and
 /// returns the decision. `decide` runs the math: it gets the stored state
 /// (`None` for a new row), reads the clock itself, and is called only once
@@ -68,30 +61,112 @@ pub fn consume(
     row: RowId<'_>,
     mut decide: impl FnMut(Option<State>) -> Result<Decision, CallError>,
 ) -> Result<Decision, CallError> {
-    // SAFETY: each pg_sys call below gets the relations opened here, tuples
-    // and buffers it pinned itself, and the command id of this transaction.
+    // SAFETY: each step gets the relations opened here and the command id
+    // of this transaction.
     unsafe {
-        pg_sys::PreventCommandIfReadOnly(c"rate_limit()".as_ptr());
-        pg_sys::PreventCommandIfParallelMode(c"rate_limit()".as_ptr());
-        let relations = Relations::open_for_write();
-        let mut datums = Datums::of(row);
-        // See the changes of earlier commands of this transaction, as a new
-        // statement would (a second call in the same statement included).
-        pg_sys::CommandCounterIncrement();
-        let command = pg_sys::GetCurrentCommandId(true);
+        let (relations, command) = begin_write();
         let decision = loop {
-            pgrx::check_for_interrupts!();
-            let attempt = match find_committed(&relations, &datums) {
-                Some(tid) => update(&relations, &mut datums, tid, command, &mut decide)?,
-                None => insert(&relations, &mut datums, command, &mut decide)?,
-            };
-            if let Attempt::Done(decision) = attempt {
-                break decision;
+            match acquire(&relations, row, command)? {
+                Acquired::Locked(mut locked) => {
+                    let decision = decide(Some(locked.state))?;
+                    if let Some(state) = decision.new_state {
+                        write_locked(&relations, &mut locked, state, command)?;
+                    }
+                    break decision;
+                }
+                Acquired::New => {
+                    let decision = decide(None)?;
+                    let Some(state) = decision.new_state else {
+                        return Err(CallError::Limit(LimitError::out_of_range(
+                            "count",
+                            "a full limit refused the call".to_string(),
+                        )));
+                    };
+                    let mut datums = Datums::of(row);
+                    datums.set_state(state.value, timestamp(state.ts)?);
+                    if insert_new(&relations, &mut [datums], command) {
+                        break decision;
+                    }
+                    // Another transaction inserted the row first: look again.
+                }
             }
         };
-        // Make the write visible to the rest of the transaction.
-        pg_sys::CommandCounterIncrement();
+        end_write();
         Ok(decision)
+    }
+}
+
+/// Checks that the transaction may write, opens the relations for writing
+/// and returns them with the command id for the writes. Every consuming
+/// call starts here and ends with [`end_write`].
+///
+/// # Safety
+/// Must be called inside a transaction, from a function call.
+pub(super) unsafe fn begin_write() -> (Relations, pg_sys::CommandId) {
+    pg_sys::PreventCommandIfReadOnly(c"rate_limit()".as_ptr());
+    pg_sys::PreventCommandIfParallelMode(c"rate_limit()".as_ptr());
+    let relations = Relations::open_for_write();
+    // See the changes of earlier commands of this transaction, as a new
+    // statement would (a second call in the same statement included).
+    pg_sys::CommandCounterIncrement();
+    (relations, pg_sys::GetCurrentCommandId(true))
+}
+
+/// Makes the writes of a consuming call visible to the rest of the
+/// transaction.
+///
+/// # Safety
+/// As [`begin_write`].
+pub(super) unsafe fn end_write() {
+    pg_sys::CommandCounterIncrement();
+}
+
+/// A state row this call holds the row lock of, with its buffer pinned (the
+/// row's datums point into it).
+pub(super) struct LockedRow {
+    tuple: pg_sys::HeapTupleData,
+    _buffer: Pinned,
+    datums: Datums,
+    /// The stored state, read under the lock.
+    pub state: State,
+}
+
+/// What acquiring a row came to.
+pub(super) enum Acquired {
+    /// The row exists and this call holds its lock.
+    Locked(LockedRow),
+    /// No row: the limit is full; writing it means inserting it.
+    New,
+}
+
+/// Step 1 and 2 of the module documentation, waiting as long as it takes:
+/// the row of `row`, locked, or `New` when there is none.
+///
+/// # Safety
+/// `relations` opened by [`begin_write`], `command` its command id.
+pub(super) unsafe fn acquire(
+    relations: &Relations,
+    row: RowId<'_>,
+    command: pg_sys::CommandId,
+) -> Result<Acquired, CallError> {
+    loop {
+        pgrx::check_for_interrupts!();
+        let Some(tid) = find_committed(relations, &Datums::of(row)) else {
+            return Ok(Acquired::New);
+        };
+        match lock(
+            relations,
+            tid,
+            command,
+            pg_sys::LockWaitPolicy::LockWaitBlock,
+        )? {
+            Lock::Locked(locked) => return Ok(Acquired::Locked(locked)),
+            // READ COMMITTED: the row changed while we waited; look again.
+            Lock::Changed => {}
+            Lock::WouldBlock => {
+                error!("rate_limiter: a waiting row lock reported that it would block")
+            }
+        }
     }
 }
 
@@ -127,6 +202,37 @@ unsafe fn find_committed(
     }
 }
 
+/// What a look at a row without waiting found.
+pub(super) enum Peek {
+    /// No row: a full limit.
+    Missing,
+    /// Committed and not being written by another transaction (it may
+    /// still be locked by one: only locking tells).
+    Free {
+        tid: pg_sys::ItemPointerData,
+        state: Option<State>,
+    },
+    /// Another running transaction is inserting, updating or deleting it.
+    /// `state` is its last committed state (`None` while being inserted).
+    Busy { state: Option<State> },
+}
+
+/// Step 1 without waiting: the row of `datums` as a dirty snapshot sees
+/// it, and whether a running transaction is writing it.
+///
+/// # Safety
+/// `relations` open.
+pub(super) unsafe fn peek(relations: &Relations, datums: &Datums) -> Peek {
+    let mut dirty: pg_sys::SnapshotData = std::mem::zeroed();
+    dirty.snapshot_type = pg_sys::SnapshotType::SNAPSHOT_DIRTY;
+    match relations.find(datums, &mut dirty, true) {
+        None => Peek::Missing,
+        Some(_) if dirty.xmin != pg_sys::InvalidTransactionId => Peek::Busy { state: None },
+        Some((_, state)) if dirty.xmax != pg_sys::InvalidTransactionId => Peek::Busy { state },
+        Some((tid, state)) => Peek::Free { tid, state },
+    }
+}
+
 fn serialization_failure(deleted: bool) -> CallError {
     CallError::SerializationFailure(if deleted {
         "could not serialize access due to concurrent delete"
@@ -140,14 +246,33 @@ fn uses_transaction_snapshot() -> bool {
     unsafe { pg_sys::XactIsoLevel >= pg_sys::XACT_REPEATABLE_READ as i32 }
 }
 
-/// Step 2: lock the row at `tid`, decide, and update it if admitted.
-unsafe fn update(
+/// What trying to lock a row came to.
+pub(super) enum Lock {
+    Locked(LockedRow),
+    /// Another running transaction holds the row (only with `LockWaitSkip`).
+    WouldBlock,
+    /// READ COMMITTED: the row was updated or deleted since it was found;
+    /// find it again.
+    Changed,
+}
+
+/// Locks the row at `tid` (`FOR NO KEY UPDATE`) with `policy`
+/// (`LockWaitBlock` waits for other lockers, `LockWaitSkip` does not) and
+/// reads its state, as `heap_lock_tuple` under `ExecLockRows` /
+/// `ExecOnConflictUpdate` would.
+///
+/// Errors: 40001 under REPEATABLE READ or SERIALIZABLE when the row
+/// changed after the transaction's snapshot (or is not visible to it).
+///
+/// # Safety
+/// `relations` opened by [`begin_write`], `command` its command id, `tid` a
+/// tuple of the table.
+pub(super) unsafe fn lock(
     relations: &Relations,
-    datums: &mut Datums,
     tid: pg_sys::ItemPointerData,
     command: pg_sys::CommandId,
-    decide: &mut impl FnMut(Option<State>) -> Result<Decision, CallError>,
-) -> Result<Attempt, CallError> {
+    policy: pg_sys::LockWaitPolicy::Type,
+) -> Result<Lock, CallError> {
     let mut tuple: pg_sys::HeapTupleData = std::mem::zeroed();
     tuple.t_self = tid;
     let mut buffer: pg_sys::Buffer = pg_sys::InvalidBuffer as pg_sys::Buffer;
@@ -157,7 +282,7 @@ unsafe fn update(
         &mut tuple,
         command,
         pg_sys::LockTupleMode::LockTupleNoKeyExclusive,
-        pg_sys::LockWaitPolicy::LockWaitBlock,
+        policy,
         false,
         &mut buffer,
         &mut failure,
@@ -165,13 +290,14 @@ unsafe fn update(
     let buffer = Pinned(buffer);
     match locked {
         pg_sys::TM_Result::TM_Ok => {}
+        pg_sys::TM_Result::TM_WouldBlock => return Ok(Lock::WouldBlock),
         pg_sys::TM_Result::TM_Updated | pg_sys::TM_Result::TM_Deleted => {
             if uses_transaction_snapshot() {
                 return Err(serialization_failure(
                     locked == pg_sys::TM_Result::TM_Deleted,
                 ));
             }
-            return Ok(Attempt::Again);
+            return Ok(Lock::Changed);
         }
         other => {
             error!("rate_limiter: unexpected result {other} locking a state row");
@@ -192,14 +318,14 @@ unsafe fn update(
             return Err(serialization_failure(false));
         }
     }
-    let descriptor = (*relations.table).rd_att;
+    let mut datums = Datums::empty();
     pg_sys::heap_deform_tuple(
         &mut tuple,
-        descriptor,
+        (*relations.table).rd_att,
         datums.values.as_mut_ptr(),
         datums.nulls.as_mut_ptr(),
     );
-    let stored = match (
+    let state = match (
         f64::from_datum(datums.values[VALUE], datums.nulls[VALUE]),
         i64::from_datum(datums.values[TS], datums.nulls[TS]),
     ) {
@@ -208,101 +334,122 @@ unsafe fn update(
             error!("rate_limiter: a state row has a NULL value or ts");
         }
     };
-    let decision = decide(Some(stored))?;
-    if let Some(state) = decision.new_state {
-        let ts = timestamp(state.ts)?;
-        // name, key and shard are the stored datums (they point into the
-        // pinned buffer; heap_form_tuple copies them).
-        datums.set_state(state.value, ts);
-        pg_sys::CheckCmdReplicaIdentity(relations.table, pg_sys::CmdType::CMD_UPDATE);
-        let new = pg_sys::heap_form_tuple(
+    Ok(Lock::Locked(LockedRow {
+        tuple,
+        _buffer: buffer,
+        datums,
+        state,
+    }))
+}
+
+/// Stores `state` in the locked row: `heap_update` (HOT whenever the page
+/// has room; otherwise new index entries), as `ExecUpdate` would.
+///
+/// # Safety
+/// `locked` locked by this call with `relations` and `command`.
+pub(super) unsafe fn write_locked(
+    relations: &Relations,
+    locked: &mut LockedRow,
+    state: State,
+    command: pg_sys::CommandId,
+) -> Result<(), CallError> {
+    let ts = timestamp(state.ts)?;
+    // name, key and shard are the stored datums (they point into the
+    // pinned buffer; heap_form_tuple copies them).
+    locked.datums.set_state(state.value, ts);
+    let descriptor = (*relations.table).rd_att;
+    pg_sys::CheckCmdReplicaIdentity(relations.table, pg_sys::CmdType::CMD_UPDATE);
+    let new = pg_sys::heap_form_tuple(
+        descriptor,
+        locked.datums.values.as_mut_ptr(),
+        locked.datums.nulls.as_mut_ptr(),
+    );
+    let mut failure: pg_sys::TM_FailureData = std::mem::zeroed();
+    let mut lock_mode: pg_sys::LockTupleMode::Type = 0;
+    let updated = pg_sys::heap_update(
+        relations.table,
+        &mut locked.tuple.t_self,
+        new,
+        command,
+        std::ptr::null_mut(),
+        true,
+        &mut failure,
+        &mut lock_mode,
+    );
+    if updated != pg_sys::TM_Result::TM_Ok {
+        error!("rate_limiter: unexpected result {updated} updating a locked state row");
+    }
+    // A HOT update needs no index entry; otherwise add one for the new
+    // version (the key columns are unchanged).
+    let heap_only = (*(*new).t_data).t_infomask2 as u32 & pg_sys::HEAP_ONLY_TUPLE != 0;
+    if !heap_only {
+        relations.insert_index_entries(
+            &locked.datums,
+            &mut (*new).t_self,
+            pg_sys::IndexUniqueCheck::UNIQUE_CHECK_YES,
+            true,
+        );
+    }
+    pg_sys::heap_freetuple(new);
+    Ok(())
+}
+
+/// Step 3: inserts new rows (each `Datums` complete, state included)
+/// speculatively, as `ExecInsert` does for `ON CONFLICT`: heap tuples
+/// marked with one speculative-insertion token, then their index entries.
+/// Returns false, with every tuple withdrawn, when a concurrent
+/// transaction inserted one of the same (name, key, shard) first; the
+/// caller then looks again.
+///
+/// # Safety
+/// `relations` opened by [`begin_write`], `command` its command id.
+pub(super) unsafe fn insert_new(
+    relations: &Relations,
+    rows: &mut [Datums],
+    command: pg_sys::CommandId,
+) -> bool {
+    let descriptor = (*relations.table).rd_att;
+    let transaction = pg_sys::GetCurrentTransactionId();
+    let token = pg_sys::SpeculativeInsertionLockAcquire(transaction);
+    let mut tuples = Vec::with_capacity(rows.len());
+    let mut unique = true;
+    for datums in rows.iter_mut() {
+        let tuple = pg_sys::heap_form_tuple(
             descriptor,
             datums.values.as_mut_ptr(),
             datums.nulls.as_mut_ptr(),
         );
-        let mut lock_mode: pg_sys::LockTupleMode::Type = 0;
-        let updated = pg_sys::heap_update(
+        // HeapTupleHeaderSetSpeculativeToken: t_ctid holds the token.
+        let ctid = &mut (*(*tuple).t_data).t_ctid;
+        ctid.ip_blkid.bi_hi = (token >> 16) as u16;
+        ctid.ip_blkid.bi_lo = (token & 0xffff) as u16;
+        ctid.ip_posid = pg_sys::SpecTokenOffsetNumber as u16;
+        pg_sys::heap_insert(
             relations.table,
-            &mut tuple.t_self,
-            new,
+            tuple,
             command,
+            pg_sys::HEAP_INSERT_SPECULATIVE as i32,
             std::ptr::null_mut(),
-            true,
-            &mut failure,
-            &mut lock_mode,
         );
-        if updated != pg_sys::TM_Result::TM_Ok {
-            error!("rate_limiter: unexpected result {updated} updating a locked state row");
-        }
-        // A HOT update needs no index entry; otherwise add one for the new
-        // version (the key columns are unchanged).
-        let heap_only = (*(*new).t_data).t_infomask2 as u32 & pg_sys::HEAP_ONLY_TUPLE != 0;
-        if !heap_only {
-            relations.insert_index_entries(
-                datums,
-                &mut (*new).t_self,
-                pg_sys::IndexUniqueCheck::UNIQUE_CHECK_YES,
-                true,
-            );
-        }
-        pg_sys::heap_freetuple(new);
+        unique &= relations.insert_index_entries(
+            datums,
+            &mut (*tuple).t_self,
+            pg_sys::IndexUniqueCheck::UNIQUE_CHECK_PARTIAL,
+            false,
+        );
+        tuples.push(tuple);
     }
-    Ok(Attempt::Done(decision))
-}
-
-/// Step 3: decide for a new row and insert it speculatively. `Again` when
-/// a concurrent transaction inserted the same row first.
-unsafe fn insert(
-    relations: &Relations,
-    datums: &mut Datums,
-    command: pg_sys::CommandId,
-    decide: &mut impl FnMut(Option<State>) -> Result<Decision, CallError>,
-) -> Result<Attempt, CallError> {
-    let decision = decide(None)?;
-    let Some(state) = decision.new_state else {
-        return Err(CallError::Limit(LimitError::out_of_range(
-            "count",
-            "a full limit refused the call".to_string(),
-        )));
-    };
-    datums.set_state(state.value, timestamp(state.ts)?);
-    let descriptor = (*relations.table).rd_att;
-    let tuple = pg_sys::heap_form_tuple(
-        descriptor,
-        datums.values.as_mut_ptr(),
-        datums.nulls.as_mut_ptr(),
-    );
-    let transaction = pg_sys::GetCurrentTransactionId();
-    let token = pg_sys::SpeculativeInsertionLockAcquire(transaction);
-    // HeapTupleHeaderSetSpeculativeToken: t_ctid holds the token.
-    let ctid = &mut (*(*tuple).t_data).t_ctid;
-    ctid.ip_blkid.bi_hi = (token >> 16) as u16;
-    ctid.ip_blkid.bi_lo = (token & 0xffff) as u16;
-    ctid.ip_posid = pg_sys::SpecTokenOffsetNumber as u16;
-    pg_sys::heap_insert(
-        relations.table,
-        tuple,
-        command,
-        pg_sys::HEAP_INSERT_SPECULATIVE as i32,
-        std::ptr::null_mut(),
-    );
-    let unique = relations.insert_index_entries(
-        datums,
-        &mut (*tuple).t_self,
-        pg_sys::IndexUniqueCheck::UNIQUE_CHECK_PARTIAL,
-        false,
-    );
-    if unique {
-        pg_sys::heap_finish_speculative(relations.table, &mut (*tuple).t_self);
-    } else {
-        pg_sys::heap_abort_speculative(relations.table, &mut (*tuple).t_self);
+    for &tuple in &tuples {
+        if unique {
+            pg_sys::heap_finish_speculative(relations.table, &mut (*tuple).t_self);
+        } else {
+            pg_sys::heap_abort_speculative(relations.table, &mut (*tuple).t_self);
+        }
+        pg_sys::heap_freetuple(tuple);
+    }
+    if !unique {
         debug1!("rate_limiter: another transaction inserted the same state row; looking again");
     }
     pg_sys::SpeculativeInsertionLockRelease(transaction);
-    pg_sys::heap_freetuple(tuple);
-    Ok(if unique {
-        Attempt::Done(decision)
-    } else {
-        Attempt::Again
-    })
+    unique
 }

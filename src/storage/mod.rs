@@ -4,8 +4,10 @@
 //! - [`consume`] (`rate_limit`): lock, decide and write one row directly on
 //!   the heap and the indexes, as `INSERT ... ON CONFLICT DO UPDATE` would
 //!   (`consume.rs` says how);
-//! - [`read`] (`rate_check`): look the row up with the caller's snapshot,
-//!   taking no lock;
+//! - [`consume_sharded`] (`rate_limit` of a limit with several shards):
+//!   which shards to look at, lock and write (`shards.rs` says how);
+//! - [`read`], [`read_shards`] (`rate_check`): look the row(s) up with the
+//!   caller's snapshot, taking no lock;
 //! - [`delete`] (`rate_reset`): a kept `DELETE` through SPI; its function
 //!   has `SET enable_seqscan = off` (sql/functions.sql), so a plan made
 //!   while the table was empty still uses the index later.
@@ -14,8 +16,10 @@
 
 mod consume;
 mod relations;
+mod shards;
 
 pub use consume::consume;
+pub use shards::{consume_sharded, LimitRows};
 
 use crate::errors::CallError;
 use crate::plans::kept_plan;
@@ -54,11 +58,21 @@ struct Datums {
 }
 
 impl Datums {
+    /// All zero, nothing NULL: to be filled in.
+    fn empty() -> Self {
+        Datums {
+            values: [pg_sys::Datum::from(0); COLUMNS],
+            nulls: [false; COLUMNS],
+        }
+    }
+
     /// The key columns of `row`; value and ts are left for the caller.
     fn of(row: RowId<'_>) -> Self {
         let key = row.key.and_then(IntoDatum::into_datum);
-        let mut values = [pg_sys::Datum::from(0); COLUMNS];
-        let mut nulls = [false; COLUMNS];
+        let Datums {
+            mut values,
+            mut nulls,
+        } = Datums::empty();
         values[NAME] = row.name.into_datum().unwrap_or(pg_sys::Datum::from(0));
         values[KEY] = key.unwrap_or(pg_sys::Datum::from(0));
         nulls[KEY] = key.is_none();
@@ -85,6 +99,27 @@ pub fn read(row: RowId<'_>) -> Option<State> {
     // SAFETY: the active snapshot outlives the scan.
     unsafe { relations.find(&datums, pg_sys::GetActiveSnapshot(), true) }
         .and_then(|(_, state)| state)
+}
+
+/// The stored state of every shard of (name, key), without locking, with
+/// the active snapshot (as [`read`]): `states[i]` is shard `i`, `None`
+/// where there is no row. Rows of shards beyond `shards` (left by an inline
+/// config with more shards) are ignored.
+pub fn read_shards(name: &str, key: Option<&str>, shards: i16) -> Vec<Option<State>> {
+    let relations = Relations::open(pg_sys::AccessShareLock);
+    let datums = Datums::of(RowId {
+        name,
+        key,
+        shard: 0,
+    });
+    let mut states = vec![None; shards.max(0) as usize];
+    // SAFETY: the active snapshot outlives the scan.
+    for (shard, state) in unsafe { relations.find_shards(&datums, pg_sys::GetActiveSnapshot()) } {
+        if let Some(slot) = states.get_mut(shard.max(0) as usize) {
+            *slot = Some(state);
+        }
+    }
+    states
 }
 
 /// `ts` as a `timestamptz`; `22008` when it is outside PostgreSQL's range

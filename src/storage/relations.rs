@@ -3,7 +3,7 @@
 //! writes assume, the lookup of a row through the unique index, and adding
 //! index entries for a written tuple.
 
-use super::{Datums, COLUMNS, KEY_COLUMNS, TS, VALUE};
+use super::{Datums, COLUMNS, KEY_COLUMNS, SHARD, TS, VALUE};
 use pgrx::pg_sys;
 use pgrx::prelude::*;
 use rate_limiter_algorithm::State;
@@ -90,7 +90,8 @@ impl Relations {
     }
 
     /// Equality scan keys on (name, key, shard) for `datums`, with the
-    /// index's collations (a NULL key searches for the NULL entry).
+    /// index's collations (a NULL key searches for the NULL entry). A scan
+    /// may use the first two only: every shard of (name, key).
     fn scan_keys(&self, datums: &Datums) -> [pg_sys::ScanKeyData; KEY_COLUMNS] {
         const EQUAL: [u32; KEY_COLUMNS] = [pg_sys::F_TEXTEQ, pg_sys::F_TEXTEQ, pg_sys::F_INT2EQ];
         // SAFETY: ScanKeyData is plain data; the index has KEY_COLUMNS
@@ -138,25 +139,65 @@ impl Relations {
         snapshot: pg_sys::Snapshot,
         with_state: bool,
     ) -> Option<(pg_sys::ItemPointerData, Option<State>)> {
-        let mut keys = self.scan_keys(datums);
-        let scan = pg_sys::index_beginscan(self.table, self.index, snapshot, KEY_COLUMNS as i32, 0);
+        let mut found = None;
+        self.scan(datums, KEY_COLUMNS, snapshot, |slot| {
+            let state = with_state.then(|| slot_state(slot)).flatten();
+            found = Some(((*slot).tts_tid, state));
+            false
+        });
+        found
+    }
+
+    /// The state of every shard of (name, key) of `datums` visible to
+    /// `snapshot`, as `(shard, state)` in shard order.
+    ///
+    /// # Safety
+    /// `snapshot` must be valid for the whole scan.
+    pub unsafe fn find_shards(
+        &self,
+        datums: &Datums,
+        snapshot: pg_sys::Snapshot,
+    ) -> Vec<(i16, State)> {
+        let mut shards = Vec::new();
+        self.scan(datums, KEY_COLUMNS - 1, snapshot, |slot| {
+            let mut is_null = false;
+            let shard = pg_sys::slot_getattr(slot, (SHARD + 1) as i32, &mut is_null);
+            if let (Some(shard), Some(state)) = (i16::from_datum(shard, is_null), slot_state(slot))
+            {
+                shards.push((shard, state));
+            }
+            true
+        });
+        shards
+    }
+
+    /// Scans the unique index for the first `keys` key columns of `datums`,
+    /// calling `visit` with each tuple visible to `snapshot` until it
+    /// returns false.
+    unsafe fn scan(
+        &self,
+        datums: &Datums,
+        keys: usize,
+        snapshot: pg_sys::Snapshot,
+        mut visit: impl FnMut(*mut pg_sys::TupleTableSlot) -> bool,
+    ) {
+        let mut scan_keys = self.scan_keys(datums);
+        let scan = pg_sys::index_beginscan(self.table, self.index, snapshot, keys as i32, 0);
         pg_sys::index_rescan(
             scan,
-            keys.as_mut_ptr(),
-            KEY_COLUMNS as i32,
+            scan_keys.as_mut_ptr(),
+            keys as i32,
             std::ptr::null_mut(),
             0,
         );
         let slot = pg_sys::table_slot_create(self.table, std::ptr::null_mut());
-        let found =
-            pg_sys::index_getnext_slot(scan, pg_sys::ScanDirection::ForwardScanDirection, slot)
-                .then(|| {
-                    let state = with_state.then(|| slot_state(slot)).flatten();
-                    ((*slot).tts_tid, state)
-                });
+        while pg_sys::index_getnext_slot(scan, pg_sys::ScanDirection::ForwardScanDirection, slot) {
+            if !visit(slot) {
+                break;
+            }
+        }
         pg_sys::ExecDropSingleTupleTableSlot(slot);
         pg_sys::index_endscan(scan);
-        found
     }
 
     /// Adds the index entries of the heap tuple at `tid` (whose columns are

@@ -3,8 +3,11 @@
 //! variable `RATE_LIMITER_TEST_URL`), in a database of their own with the
 //! extension installed.
 
-use postgres::{Client, NoTls};
-use std::sync::Once;
+use postgres::error::SqlState;
+use postgres::{Client, IsolationLevel, NoTls};
+use std::sync::{Arc, Barrier, Once};
+use std::thread;
+use std::time::{Duration, Instant};
 
 /// The database the integration tests use.
 pub const DATABASE: &str = "rate_limiter_integration";
@@ -53,4 +56,94 @@ pub fn connect() -> Client {
 /// A limit name no other test uses: `prefix` plus a random suffix.
 pub fn unique_name(prefix: &str) -> String {
     format!("{prefix}_{:016x}", rand::random::<u64>())
+}
+
+/// What one hammering run observed.
+#[derive(Debug, Default, Clone, Copy)]
+pub struct Tally {
+    /// Calls that returned ok = true and whose transaction committed.
+    pub admitted: u64,
+    /// Calls that returned ok = false.
+    pub refused: u64,
+    /// Serialization failures (40001), at the call or at COMMIT.
+    pub conflicts: u64,
+}
+
+impl std::ops::Add for Tally {
+    type Output = Tally;
+    fn add(self, other: Tally) -> Tally {
+        Tally {
+            admitted: self.admitted + other.admitted,
+            refused: self.refused + other.refused,
+            conflicts: self.conflicts + other.conflicts,
+        }
+    }
+}
+
+/// The server's clock, in seconds since the epoch.
+pub fn server_now(client: &mut Client) -> f64 {
+    client
+        .query_one("SELECT extract(epoch FROM clock_timestamp())::float8", &[])
+        .expect("read the server clock")
+        .get(0)
+}
+
+/// `connections` connections run `sql` (a query returning `ok boolean`
+/// first, with `$1` bound to `name`) as fast as they can for `duration`,
+/// each call in its own transaction at `isolation`, all starting together.
+/// Errors other than serialization failures (40001) fail the test: a
+/// deadlock (40P01) among them.
+pub fn hammer(
+    connections: usize,
+    duration: Duration,
+    sql: &str,
+    name: &str,
+    isolation: IsolationLevel,
+) -> Tally {
+    let barrier = Arc::new(Barrier::new(connections));
+    let workers: Vec<_> = (0..connections)
+        .map(|_| {
+            let (name, sql, barrier) = (name.to_string(), sql.to_string(), barrier.clone());
+            thread::spawn(move || {
+                let mut client = connect();
+                let statement = client.prepare(&sql).expect("prepare the call");
+                let mut tally = Tally::default();
+                barrier.wait();
+                let start = Instant::now();
+                while start.elapsed() < duration {
+                    let mut transaction = client
+                        .build_transaction()
+                        .isolation_level(isolation)
+                        .start()
+                        .expect("begin");
+                    match transaction.query_one(&statement, &[&name]) {
+                        Ok(row) => {
+                            let ok: bool = row.get(0);
+                            match transaction.commit() {
+                                Ok(()) if ok => tally.admitted += 1,
+                                Ok(()) => tally.refused += 1,
+                                Err(e)
+                                    if e.code() == Some(&SqlState::T_R_SERIALIZATION_FAILURE) =>
+                                {
+                                    tally.conflicts += 1
+                                }
+                                Err(e) => panic!("commit failed: {e}"),
+                            }
+                        }
+                        Err(e) if e.code() == Some(&SqlState::T_R_SERIALIZATION_FAILURE) => {
+                            tally.conflicts += 1
+                        }
+                        Err(e) => {
+                            panic!("rate_limit failed with something other than 40001: {e:?}")
+                        }
+                    }
+                }
+                tally
+            })
+        })
+        .collect();
+    workers
+        .into_iter()
+        .map(|worker| worker.join().expect("a hammering connection failed"))
+        .fold(Tally::default(), |total, tally| total + tally)
 }

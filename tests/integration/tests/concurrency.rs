@@ -2,8 +2,8 @@
 //! the number of admitted calls never exceeds the algorithm's bound.
 
 use postgres::error::SqlState;
-use postgres::{Client, IsolationLevel};
-use rate_limiter_integration_tests::{connect, unique_name};
+use postgres::IsolationLevel;
+use rate_limiter_integration_tests::{connect, server_now, unique_name, Tally};
 use std::sync::{Arc, Barrier};
 use std::thread;
 use std::time::{Duration, Instant};
@@ -11,80 +11,11 @@ use std::time::{Duration, Instant};
 const CONNECTIONS: usize = 8;
 const HAMMER_FOR: Duration = Duration::from_secs(3);
 
-/// What one hammering run observed.
-#[derive(Debug, Default)]
-struct Tally {
-    admitted: u64,
-    refused: u64,
-    conflicts: u64,
-}
-
-/// The server's clock, in seconds since the epoch.
-fn server_now(client: &mut Client) -> f64 {
-    client
-        .query_one("SELECT extract(epoch FROM clock_timestamp())::float8", &[])
-        .unwrap()
-        .get(0)
-}
-
-/// `CONNECTIONS` connections call `rate_limit(name, 'k')` as fast as they
-/// can for `HAMMER_FOR`, each call in its own transaction at `isolation`.
-/// Errors other than serialization failures (40001) fail the test.
+/// `CONNECTIONS` connections call `rate_limit(name, 'k', config => ...)`
+/// as fast as they can for `HAMMER_FOR` (see `hammer`).
 fn hammer(name: &str, config_sql: &str, isolation: IsolationLevel) -> Tally {
-    let barrier = Arc::new(Barrier::new(CONNECTIONS));
-    let workers: Vec<_> = (0..CONNECTIONS)
-        .map(|_| {
-            let (name, config_sql, barrier) =
-                (name.to_string(), config_sql.to_string(), barrier.clone());
-            thread::spawn(move || {
-                let mut client = connect();
-                let sql = format!(
-                    "SELECT ok FROM rate_limiter.rate_limit($1, 'k', config => {config_sql})"
-                );
-                let statement = client.prepare(&sql).unwrap();
-                let mut tally = Tally::default();
-                barrier.wait();
-                let start = Instant::now();
-                while start.elapsed() < HAMMER_FOR {
-                    let mut transaction = client
-                        .build_transaction()
-                        .isolation_level(isolation)
-                        .start()
-                        .unwrap();
-                    match transaction.query_one(&statement, &[&name]) {
-                        Ok(row) => {
-                            let ok: bool = row.get(0);
-                            match transaction.commit() {
-                                Ok(()) if ok => tally.admitted += 1,
-                                Ok(()) => tally.refused += 1,
-                                Err(e)
-                                    if e.code() == Some(&SqlState::T_R_SERIALIZATION_FAILURE) =>
-                                {
-                                    tally.conflicts += 1
-                                }
-                                Err(e) => panic!("commit failed: {e}"),
-                            }
-                        }
-                        Err(e) if e.code() == Some(&SqlState::T_R_SERIALIZATION_FAILURE) => {
-                            tally.conflicts += 1
-                        }
-                        Err(e) => {
-                            panic!("rate_limit failed with something other than 40001: {e:?}")
-                        }
-                    }
-                }
-                tally
-            })
-        })
-        .collect();
-    workers.into_iter().fold(Tally::default(), |total, worker| {
-        let tally = worker.join().unwrap();
-        Tally {
-            admitted: total.admitted + tally.admitted,
-            refused: total.refused + tally.refused,
-            conflicts: total.conflicts + tally.conflicts,
-        }
-    })
+    let sql = format!("SELECT ok FROM rate_limiter.rate_limit($1, 'k', config => {config_sql})");
+    rate_limiter_integration_tests::hammer(CONNECTIONS, HAMMER_FOR, &sql, name, isolation)
 }
 
 /// Token bucket: capacity 20, 50 per second. Admitted <= 20 + 50 * elapsed.

@@ -161,7 +161,7 @@ INSERT INTO hostile (grp, call) VALUES
 ('shards', $c$rate_limiter.token_bucket(10, '1 minute', shards => 2147483648)$c$),
 ('shards', $c$rate_limiter.fixed_window(10, '1 hour', shards => 0)$c$),
 ('shards', $c$rate_limiter.fixed_window(10, '1 hour', shards => 2147483647)$c$),
-('shards', $c$rate_limiter.define('h_shards', ROW('token bucket', 10, '1 minute', NULL, NULL, 2, NULL)::rate_limiter.config)$c$),
+('shards', $c$rate_limiter.define('ok_shards', ROW('token bucket', 10, '1 minute', NULL, NULL, 2, NULL)::rate_limiter.config)$c$),
 ('shards', $c$rate_limiter.rate_limit('h_shards', config => ROW('token bucket', 10, '1 minute', NULL, NULL, 0, NULL)::rate_limiter.config)$c$),
 ('shards', $c$rate_limiter.rate_check('h_shards', config => ROW('fixed window', 10, '1 minute', NULL, NULL, -1, NULL)::rate_limiter.config)$c$),
 -- empty: '' is a valid name and key (data, not absent); what these write is removed by the last two calls.
@@ -206,7 +206,7 @@ INSERT INTO hostile (grp, call) VALUES
 ('composite', $c$rate_limiter.define('h_comp', ROW('token bucket', 'ten', '1 minute', NULL, NULL, 1, NULL)::rate_limiter.config)$c$),
 ('composite', $c$rate_limiter.define('h_comp', ROW('token bucket', 10, 'a minute', NULL, NULL, 1, NULL)::rate_limiter.config)$c$),
 ('composite', $c$rate_limiter.define('h_comp', ROW('token bucket', 10, '1 minute', NULL, NULL, 'one', NULL)::rate_limiter.config)$c$),
-('composite', $c$rate_limiter.define('h_comp', ROW('token bucket', 10, '1 minute', NULL, NULL, 1.5, NULL)::rate_limiter.config)$c$),
+('composite', $c$rate_limiter.define('ok_comp', ROW('token bucket', 10, '1 minute', NULL, NULL, 1.5, NULL)::rate_limiter.config)$c$),
 ('composite', $c$rate_limiter.define('h_comp', ROW('token bucket', 10, '1 minute')::rate_limiter.config)$c$),
 ('composite', $c$rate_limiter.define('h_comp', ROW('token bucket', 10, '1 minute', NULL, NULL, 1, NULL, 'extra')::rate_limiter.config)$c$),
 ('composite', $c$rate_limiter.define('h_comp', 'token bucket'::rate_limiter.config)$c$),

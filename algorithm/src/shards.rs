@@ -1,0 +1,547 @@
+//! Sharded limits: one limit split over `shards` rows so that concurrent
+//! callers do not all queue on one row.
+//!
+//! Each shard is a limit of its own with `rate / shards`, `capacity /
+//! shards` and `max_reserved / shards` ([`Config::shard`]), so the shards
+//! together can never admit more than the unsharded limit would. A call
+//! looks at two distinct shards (the power of two choices) and:
+//!
+//! 1. serves the whole count from one shard when one can: the fuller one
+//!    when both can (ties: the first of the pair);
+//! 2. otherwise, when both together can, takes from both, leaving them at
+//!    the same level `(value_a + value_b - count) / 2`;
+//! 3. otherwise refuses, writing nothing.
+//!
+//! A shard the caller could not lock (another running transaction holds
+//! it) is *read-only*: it is never consumed from, but it still counts for
+//! `retry_after` and `remaining`. Which shards are looked at, and which are
+//! writable, is the storage layer's business; this module only does the
+//! math.
+
+use crate::config::Config;
+use crate::decision::{allowed_debt, initial_state, refill, retry_after, LimitId, Request, State};
+use crate::error::LimitError;
+use crate::time::Micros;
+
+/// One of the two shards a call looks at.
+#[derive(Debug, Clone, Copy, PartialEq)]
+pub struct Candidate {
+    /// Its stored state; `None` (no row yet) is a full shard.
+    pub stored: Option<State>,
+    /// Whether the call may consume from it: the caller holds its row lock,
+    /// or the row does not exist yet. A read-only candidate is only looked at.
+    pub writable: bool,
+}
+
+/// The outcome of one call of a sharded limit.
+#[derive(Debug, Clone, Copy, PartialEq)]
+pub struct ShardedDecision {
+    /// Whether the request is admitted (possibly as a reservation).
+    pub ok: bool,
+    /// As [`crate::Decision::retry_after`]: microseconds from `now`,
+    /// rounded up. Refused: the earliest time at which the two shards
+    /// looked at could serve the same call if nothing else consumed (and
+    /// both were free). Reserved: when every shard consumed from is out of
+    /// debt. `None` when admitted without debt.
+    pub retry_after: Option<Micros>,
+    /// An estimate of the tokens left in the whole limit: the mean of the
+    /// two shards' values (after the call when admitted, refilled and
+    /// unchanged when refused) times the number of shards.
+    pub remaining: f64,
+    /// The state to store for each candidate, in the order given; `None`
+    /// means "write nothing" (always `None` for a read-only candidate).
+    pub new_states: [Option<State>; 2],
+}
+
+/// The order in which a call of a limit with `shards` (>= 2) shards looks
+/// at them, from three random numbers: first two distinct shards drawn
+/// uniformly (the power of two choices), then every other shard once,
+/// starting from a random one. Yields each of `0..shards` exactly once.
+pub fn shard_order(shards: i16, random: [u32; 3]) -> impl Iterator<Item = i16> {
+    let n = u32::from(shards.max(2) as u16);
+    let first = random[0] % n;
+    let second = (first + 1 + random[1] % (n - 1)) % n;
+    let start = random[2] % n;
+    let rest = (0..n)
+        .map(move |i| (start + i) % n)
+        .filter(move |&shard| shard != first && shard != second);
+    [first, second]
+        .into_iter()
+        .chain(rest)
+        .map(|shard| shard as i16)
+}
+
+/// How a call is served from two shards with the given refilled values.
+#[derive(Debug, Clone, Copy, PartialEq)]
+enum Plan {
+    /// Wholly from candidate `index`, which is left with `value`.
+    Single {
+        index: usize,
+        value: f64,
+    },
+    /// From both, each left with `level`.
+    Both {
+        level: f64,
+    },
+    Refused,
+}
+
+/// The rule of the module documentation, for refilled `values`.
+/// `allowed` is the debt one shard may be left with.
+fn plan(values: [f64; 2], writable: [bool; 2], count: f64, allowed: f64) -> Plan {
+    // The fuller first; on a tie, the first of the pair.
+    let by_fullness = if values[1] > values[0] {
+        [1, 0]
+    } else {
+        [0, 1]
+    };
+    for index in by_fullness {
+        let value = values[index] - count;
+        if writable[index] && value >= -allowed {
+            return Plan::Single { index, value };
+        }
+    }
+    if writable == [true, true] {
+        let level = (values[0] + values[1] - count) / 2.0;
+        // Taking from both never adds to either: a level above the emptier
+        // shard would move tokens into it (and then the fuller one alone
+        // would have been enough, unless the emptier one is deep in debt).
+        if level >= -allowed && level <= values[0].min(values[1]) {
+            return Plan::Both { level };
+        }
+    }
+    Plan::Refused
+}
+
+/// The estimate of the whole limit's tokens from the two shards' values.
+fn estimate(config: &Config, values: [f64; 2]) -> f64 {
+    (values[0] + values[1]) / 2.0 * f64::from(config.shards)
+}
+
+/// Evaluates one call of a sharded limit (`config.shards` >= 2, valid) on
+/// the two `candidates` it looked at.
+///
+/// Errors: `InvalidParameter` for a count that no two shards could ever
+/// serve ([`Config::validate_count`]); `OutOfRange` when a value or
+/// `retry_after` does not fit (extreme configurations only).
+pub fn evaluate_pair(
+    config: &Config,
+    id: LimitId<'_>,
+    candidates: [Candidate; 2],
+    now: Micros,
+    request: Request,
+) -> Result<ShardedDecision, LimitError> {
+    config.validate_count(request.count, request.reserve)?;
+    let shard = config.shard();
+    let allowed = allowed_debt(&shard, request.reserve);
+    let states = candidates.map(|c| c.stored.unwrap_or_else(|| initial_state(&shard, id, now)));
+    let refilled = states.map(|state| refill(&shard, state, now));
+    let values = refilled.map(|state| state.value);
+    let writable = candidates.map(|c| c.writable);
+    let mut new_states = [None; 2];
+    match plan(values, writable, request.count, allowed) {
+        Plan::Single { index, value } => {
+            new_states[index] = Some(State {
+                value: finite(value)?,
+                ts: refilled[index].ts,
+            });
+        }
+        Plan::Both { level } => {
+            let level = finite(level)?;
+            for (index, state) in refilled.iter().enumerate() {
+                // min: float rounding must never add tokens to a shard.
+                new_states[index] = Some(State {
+                    value: level.min(state.value),
+                    ts: state.ts,
+                });
+            }
+        }
+        Plan::Refused => {
+            let wait = pair_retry_after(&shard, states, request.count, allowed, now)?;
+            return Ok(ShardedDecision {
+                ok: false,
+                retry_after: Some(wait),
+                remaining: estimate(config, values),
+                new_states,
+            });
+        }
+    }
+    let mut after = values;
+    let mut debt_wait: Option<Micros> = None;
+    for (index, new_state) in new_states.iter().enumerate() {
+        if let Some(state) = new_state {
+            after[index] = state.value;
+            if state.value < 0.0 {
+                // Reserved: the work may run once this shard is out of debt.
+                let wait = retry_after(&shard, *state, 0.0, 0.0, now)?;
+                debt_wait = Some(debt_wait.map_or(wait, |w| w.max(wait)));
+            }
+        }
+    }
+    Ok(ShardedDecision {
+        ok: true,
+        retry_after: debt_wait,
+        remaining: estimate(config, after),
+        new_states,
+    })
+}
+
+fn finite(value: f64) -> Result<f64, LimitError> {
+    if value.is_finite() {
+        Ok(value)
+    } else {
+        Err(LimitError::out_of_range(
+            "count",
+            format!(
+                "the limit's value would be out of range ({})",
+                crate::error::show(value)
+            ),
+        ))
+    }
+}
+
+/// The smallest delay `t >= 1` microsecond after which the two shards in
+/// `states` (both free) serve `count` by the rule of [`plan`]: a binary
+/// search with the very test a later call applies, so calling again exactly
+/// `t` later succeeds and one microsecond earlier does not. The test is
+/// monotone: refills only add tokens as time passes.
+fn pair_retry_after(
+    shard: &Config,
+    states: [State; 2],
+    count: f64,
+    allowed: f64,
+    now: Micros,
+) -> Result<Micros, LimitError> {
+    let admitted = |delay: Micros| {
+        let at = now.saturating_add(delay);
+        let values = states.map(|state| refill(shard, state, at).value);
+        plan(values, [true, true], count, allowed) != Plan::Refused
+    };
+    // Once both shards are full, any valid count is served (validate_count).
+    let mut high: Micros = 1;
+    for state in states {
+        high = high.max(retry_after(shard, state, shard.capacity(), 0.0, now)?);
+    }
+    if !admitted(high) {
+        return Err(LimitError::out_of_range(
+            "retry_after",
+            "two full shards cannot serve this count".to_string(),
+        ));
+    }
+    let mut low: Micros = 0;
+    while high - low > 1 {
+        let middle = low + (high - low) / 2;
+        if admitted(middle) {
+            high = middle;
+        } else {
+            low = middle;
+        }
+    }
+    Ok(high)
+}
+
+/// What `rate_check` answers for a sharded limit, given the stored state
+/// of every shard (`stored[i]` is shard `i`; `None` = no row = full): the
+/// answer for the two fullest shards (the pair that would serve the call
+/// best), with `remaining` the exact sum over all shards, after the call
+/// when it would be admitted. `new_states` are for the two fullest shards.
+pub fn evaluate_all(
+    config: &Config,
+    id: LimitId<'_>,
+    stored: &[Option<State>],
+    now: Micros,
+    request: Request,
+) -> Result<ShardedDecision, LimitError> {
+    let shard = config.shard();
+    let values: Vec<f64> = stored
+        .iter()
+        .map(|s| {
+            refill(
+                &shard,
+                s.unwrap_or_else(|| initial_state(&shard, id, now)),
+                now,
+            )
+            .value
+        })
+        .collect();
+    // The two fullest (ties: the lower shard number).
+    let mut best = [0usize, 1usize];
+    if values.get(1) > values.first() {
+        best = [1, 0];
+    }
+    for (index, value) in values.iter().enumerate().skip(2) {
+        if *value > values[best[0]] {
+            best = [index, best[0]];
+        } else if *value > values[best[1]] {
+            best[1] = index;
+        }
+    }
+    let candidates = best.map(|index| Candidate {
+        stored: stored.get(index).copied().flatten(),
+        writable: true,
+    });
+    let mut decision = evaluate_pair(config, id, candidates, now, request)?;
+    let total: f64 = values.iter().sum();
+    decision.remaining = if decision.ok {
+        total - request.count
+    } else {
+        total
+    };
+    Ok(decision)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::config::Kind;
+
+    const SECOND: Micros = 1_000_000;
+    const ID: LimitId<'static> = LimitId {
+        name: "global",
+        key: None,
+    };
+
+    /// 10 per second, capacity 10, split over `shards`.
+    fn config(shards: i32, max_reserved: Option<f64>) -> Config {
+        Config {
+            kind: Kind::TokenBucket,
+            rate: 10.0,
+            period: SECOND,
+            capacity: None,
+            max_reserved,
+            shards,
+            start: None,
+        }
+    }
+
+    fn free(value: f64) -> Candidate {
+        Candidate {
+            stored: Some(State { value, ts: 0 }),
+            writable: true,
+        }
+    }
+
+    fn call(
+        config: &Config,
+        candidates: [Candidate; 2],
+        count: f64,
+        reserve: bool,
+    ) -> ShardedDecision {
+        evaluate_pair(config, ID, candidates, 0, Request { count, reserve }).unwrap()
+    }
+
+    #[test]
+    fn the_order_starts_with_a_random_pair_and_visits_every_shard_once() {
+        for shards in [2i16, 3, 8, 16, 1000] {
+            for random in [
+                [0, 0, 0],
+                [7, 3, 5],
+                [u32::MAX, u32::MAX, u32::MAX],
+                [12, 99, 1],
+            ] {
+                let order: Vec<i16> = shard_order(shards, random).collect();
+                let mut sorted = order.clone();
+                sorted.sort();
+                assert_eq!(
+                    sorted,
+                    (0..shards).collect::<Vec<_>>(),
+                    "{shards} {random:?}"
+                );
+                assert_eq!(order[0], (random[0] % shards as u32) as i16);
+                assert_ne!(order[0], order[1]);
+            }
+        }
+    }
+
+    #[test]
+    fn each_shard_gets_its_share() {
+        let shard = Config {
+            capacity: Some(4.0),
+            max_reserved: Some(2.0),
+            ..config(4, None)
+        }
+        .shard();
+        assert_eq!(shard.rate, 2.5);
+        assert_eq!(shard.capacity, Some(1.0));
+        assert_eq!(shard.max_reserved, Some(0.5));
+        assert_eq!(shard.shards, 1);
+    }
+
+    #[test]
+    fn one_shard_serves_when_it_can_the_fuller_one() {
+        let config = config(2, None);
+        let decision = call(&config, [free(2.0), free(4.0)], 1.0, false);
+        assert!(decision.ok);
+        assert_eq!(
+            decision.new_states,
+            [None, Some(State { value: 3.0, ts: 0 })]
+        );
+        assert_eq!(decision.retry_after, None);
+        // mean of (2, 3) times 2 shards
+        assert_eq!(decision.remaining, 5.0);
+        // A tie goes to the first of the pair.
+        let tie = call(&config, [free(3.0), free(3.0)], 1.0, false);
+        assert_eq!(tie.new_states, [Some(State { value: 2.0, ts: 0 }), None]);
+    }
+
+    #[test]
+    fn a_read_only_shard_is_never_consumed() {
+        let config = config(2, None);
+        let busy_fuller = [
+            free(2.0),
+            Candidate {
+                writable: false,
+                ..free(4.0)
+            },
+        ];
+        let decision = call(&config, busy_fuller, 1.0, false);
+        assert_eq!(
+            decision.new_states,
+            [Some(State { value: 1.0, ts: 0 }), None]
+        );
+        // Combining needs both: refused, but retry_after says "both free
+        // would serve it now" (1 microsecond).
+        let refused = call(&config, busy_fuller, 5.0, false);
+        assert!(!refused.ok);
+        assert_eq!(refused.new_states, [None, None]);
+        assert_eq!(refused.retry_after, Some(1));
+    }
+
+    #[test]
+    fn two_shards_combine_when_neither_can_alone() {
+        let config = config(4, None); // 2.5 tokens per shard
+        let decision = call(&config, [free(2.0), free(1.0)], 2.5, false);
+        assert!(decision.ok);
+        assert_eq!(
+            decision.new_states,
+            [
+                Some(State { value: 0.25, ts: 0 }),
+                Some(State { value: 0.25, ts: 0 })
+            ]
+        );
+        assert_eq!(decision.remaining, 1.0);
+        // Together they hold 3: a count of 3.5 is refused; both refill at
+        // 2.5 per second, so the missing 0.5 takes 0.1 s.
+        let refused = call(&config, [free(2.0), free(1.0)], 3.5, false);
+        assert!(!refused.ok);
+        assert_eq!(refused.retry_after, Some(SECOND / 10));
+        assert_eq!(refused.remaining, 6.0);
+    }
+
+    #[test]
+    fn a_new_limit_serves_more_than_one_shard_holds() {
+        let config = config(4, None);
+        let new = Candidate {
+            stored: None,
+            writable: true,
+        };
+        let decision = call(&config, [new, new], 4.0, false);
+        assert!(decision.ok);
+        assert_eq!(
+            decision.new_states,
+            [
+                Some(State { value: 0.5, ts: 0 }),
+                Some(State { value: 0.5, ts: 0 })
+            ]
+        );
+    }
+
+    #[test]
+    fn counts_no_two_shards_could_serve_are_errors() {
+        let config = config(4, Some(2.0));
+        // 2 shards x 2.5 = 5 without reserve; plus 2 x 0.5 with it.
+        assert!(evaluate_pair(
+            &config,
+            ID,
+            [free(2.5), free(2.5)],
+            0,
+            Request {
+                count: 5.0,
+                reserve: false
+            }
+        )
+        .is_ok());
+        assert!(evaluate_pair(
+            &config,
+            ID,
+            [free(2.5), free(2.5)],
+            0,
+            Request {
+                count: 5.01,
+                reserve: false
+            }
+        )
+        .is_err());
+        assert!(evaluate_pair(
+            &config,
+            ID,
+            [free(2.5), free(2.5)],
+            0,
+            Request {
+                count: 6.0,
+                reserve: true
+            }
+        )
+        .is_ok());
+        assert!(evaluate_pair(
+            &config,
+            ID,
+            [free(2.5), free(2.5)],
+            0,
+            Request {
+                count: 6.01,
+                reserve: true
+            }
+        )
+        .is_err());
+    }
+
+    #[test]
+    fn reservations_spread_the_debt_and_wait_for_both_shards() {
+        let config = config(2, Some(4.0)); // per shard: 5 tokens, 2 of debt
+        let decision = call(&config, [free(1.0), free(1.0)], 4.0, true);
+        assert!(decision.ok);
+        assert_eq!(
+            decision.new_states,
+            [
+                Some(State { value: -1.0, ts: 0 }),
+                Some(State { value: -1.0, ts: 0 })
+            ]
+        );
+        // Each shard refills 5 per second: 1 token of debt takes 0.2 s.
+        assert_eq!(decision.retry_after, Some(SECOND / 5));
+        // Beyond the debt two shards may owe: refused until it fits.
+        let refused = call(&config, [free(0.0), free(0.0)], 6.0, true);
+        assert!(!refused.ok);
+        // level (0 + 0 - 6) / 2 = -3 must reach -2: 1 token each, 0.2 s.
+        assert_eq!(refused.retry_after, Some(SECOND / 5));
+    }
+
+    #[test]
+    fn check_answers_for_the_two_fullest_and_sums_every_shard() {
+        let config = config(4, None);
+        let stored = [
+            Some(State { value: 0.0, ts: 0 }),
+            Some(State { value: 1.0, ts: 0 }),
+            None, // full: 2.5
+            Some(State { value: 2.0, ts: 0 }),
+        ];
+        let request = Request {
+            count: 4.0,
+            reserve: false,
+        };
+        let decision = evaluate_all(&config, ID, &stored, 0, request).unwrap();
+        assert!(decision.ok, "2.5 + 2 >= 4");
+        assert_eq!(decision.remaining, 5.5 - 4.0);
+        let request = Request {
+            count: 5.0,
+            reserve: false,
+        };
+        let refused = evaluate_all(&config, ID, &stored, 0, request).unwrap();
+        assert!(!refused.ok);
+        assert_eq!(refused.remaining, 5.5);
+        // The fullest pair lacks 0.5, at 2.5 per second per shard for the
+        // emptier one only (the full one cannot grow): 0.2 s.
+        assert_eq!(refused.retry_after, Some(SECOND / 5));
+    }
+}

@@ -1,0 +1,247 @@
+//! A consuming call of a sharded limit (`shards` >= 2): which of its rows
+//! the call looks at, locks and writes, so that concurrent transactions
+//! spread over the rows instead of queueing on one, and so that no two
+//! calls can ever deadlock.
+//!
+//! The shards are visited in a random order ([`shard_order`]: a random
+//! pair first, the power of two choices, then the others). Each is first
+//! *peeked* with a dirty snapshot, without waiting:
+//!
+//! - a row another running transaction is writing (its admitted call has
+//!   not committed yet) is *busy*: passed over, as `SKIP LOCKED` would;
+//! - a missing row is a full shard, free for this call;
+//! - the first two free shards form the pair the math decides on
+//!   ([`evaluate_pair`](rate_limiter_algorithm::evaluate_pair)).
+//!
+//! Only the shards the decision consumes from are locked, and with
+//! `LockWaitSkip`: a row someone else has locked meanwhile becomes busy and
+//! the next free shard takes its place. A locked row's state is the
+//! authority: if it differs from what was peeked, the call decides again.
+//! A refusal writes and locks nothing.
+//!
+//! When fewer than two shards are free, the first busy one stands in as a
+//! read-only partner: the call may consume only from the free one, but the
+//! busy one counts for `retry_after`. When every shard is busy, the call
+//! waits for the first one it drew, as `rate_limit` waits for an unsharded
+//! row, holding no lock of its own while it waits. So a call waits at most
+//! once, never while it holds a shard, and two calls cannot deadlock.
+//!
+//! New rows are inserted speculatively (several under one token); if
+//! another transaction inserted one of them first, everything is withdrawn
+//! and the call starts again.
+
+use super::consume::{
+    acquire, begin_write, end_write, insert_new, lock, peek, write_locked, Acquired, Lock,
+    LockedRow, Peek,
+};
+use super::relations::Relations;
+use super::{timestamp, Datums, RowId};
+use crate::errors::CallError;
+use pgrx::pg_sys;
+use pgrx::prelude::*;
+use rate_limiter_algorithm::{shard_order, Candidate, ShardedDecision, State};
+
+/// Which limit: its name and key (`None`: the global limit).
+#[derive(Debug, Clone, Copy)]
+pub struct LimitRows<'a> {
+    pub name: &'a str,
+    pub key: Option<&'a str>,
+    /// Number of shards, >= 2.
+    pub shards: i16,
+}
+
+impl<'a> LimitRows<'a> {
+    fn row(&self, shard: i16) -> RowId<'a> {
+        RowId {
+            name: self.name,
+            key: self.key,
+            shard,
+        }
+    }
+}
+
+/// What this call knows of one shard.
+enum Slot {
+    /// No row: full, and free to insert.
+    New,
+    /// Free when peeked, not locked yet.
+    Peeked {
+        tid: pg_sys::ItemPointerData,
+        state: Option<State>,
+    },
+    /// Locked by this call.
+    Locked(LockedRow),
+    /// Busy: looked at, never written.
+    ReadOnly(Option<State>),
+}
+
+struct Shard {
+    number: i16,
+    slot: Slot,
+}
+
+impl Shard {
+    fn candidate(&self) -> Candidate {
+        let (stored, writable) = match &self.slot {
+            Slot::New => (None, true),
+            Slot::Peeked { state, .. } => (*state, true),
+            Slot::Locked(row) => (Some(row.state), true),
+            Slot::ReadOnly(state) => (*state, false),
+        };
+        Candidate { stored, writable }
+    }
+
+    /// As a read-only partner (its state as last seen).
+    fn into_read_only(self) -> Shard {
+        let state = self.candidate().stored;
+        Shard {
+            number: self.number,
+            slot: Slot::ReadOnly(state),
+        }
+    }
+}
+
+/// Consumes from a sharded limit (see the module documentation).
+/// `random` gives the three random numbers of each attempt's shard order;
+/// `decide` runs the math on the pair (reading the clock itself) and may
+/// be called more than once; only its last decision is written and
+/// returned.
+///
+/// Errors: as [`super::consume`].
+pub fn consume_sharded(
+    limit: LimitRows<'_>,
+    mut random: impl FnMut() -> [u32; 3],
+    mut decide: impl FnMut([Candidate; 2]) -> Result<ShardedDecision, CallError>,
+) -> Result<ShardedDecision, CallError> {
+    // SAFETY: every step gets the relations opened here and this
+    // transaction's command id.
+    unsafe {
+        let (relations, command) = begin_write();
+        let decision = loop {
+            if let Some(decision) = attempt(&relations, limit, random(), command, &mut decide)? {
+                break decision;
+            }
+        };
+        end_write();
+        Ok(decision)
+    }
+}
+
+/// One attempt; `None` when a new row it inserted lost a race and the call
+/// must start again.
+unsafe fn attempt(
+    relations: &Relations,
+    limit: LimitRows<'_>,
+    random: [u32; 3],
+    command: pg_sys::CommandId,
+    decide: &mut impl FnMut([Candidate; 2]) -> Result<ShardedDecision, CallError>,
+) -> Result<Option<ShardedDecision>, CallError> {
+    let mut order = shard_order(limit.shards, random);
+    // Free shards (at most two, the pair) and the first busy ones seen.
+    let mut free: Vec<Shard> = Vec::with_capacity(2);
+    let mut busy: Vec<Shard> = Vec::with_capacity(2);
+    loop {
+        pgrx::check_for_interrupts!();
+        while free.len() < 2 {
+            let Some(number) = order.next() else { break };
+            let shard = peeked(relations, limit, number);
+            match shard.slot {
+                Slot::ReadOnly(_) => busy.push(shard),
+                _ => free.push(shard),
+            }
+        }
+        if free.is_empty() {
+            // Every shard is busy: wait for the first one drawn, holding
+            // nothing of this call.
+            let number = busy.remove(0).number;
+            let slot = match acquire(relations, limit.row(number), command)? {
+                Acquired::Locked(row) => Slot::Locked(row),
+                Acquired::New => Slot::New,
+            };
+            free.push(Shard { number, slot });
+            continue;
+        }
+        let partner = if free.len() == 2 {
+            &free[1]
+        } else {
+            match busy.first() {
+                Some(shard) => shard,
+                None => error!("rate_limiter: a sharded limit has no second shard"),
+            }
+        };
+        let candidates = [free[0].candidate(), partner.candidate()];
+        let decision = decide(candidates)?;
+        if !decision.ok {
+            return Ok(Some(decision));
+        }
+        // Lock what the decision consumes from, without waiting; decide
+        // again if a lock shows something else than the peek.
+        let mut again = false;
+        for index in 0..free.len() {
+            if decision.new_states[index].is_none() {
+                continue;
+            }
+            let Slot::Peeked { tid, state } = free[index].slot else {
+                continue;
+            };
+            match lock(
+                relations,
+                tid,
+                command,
+                pg_sys::LockWaitPolicy::LockWaitSkip,
+            )? {
+                Lock::Locked(row) => {
+                    again |= Some(row.state) != state;
+                    free[index].slot = Slot::Locked(row);
+                }
+                Lock::WouldBlock => {
+                    busy.insert(0, free.remove(index).into_read_only());
+                    again = true;
+                    break;
+                }
+                Lock::Changed => {
+                    let number = free.remove(index).number;
+                    let shard = peeked(relations, limit, number);
+                    match shard.slot {
+                        Slot::ReadOnly(_) => busy.insert(0, shard),
+                        _ => free.insert(index, shard),
+                    }
+                    again = true;
+                    break;
+                }
+            }
+        }
+        if again {
+            continue;
+        }
+        // New rows first (speculatively), so that a lost race leaves
+        // nothing written; then the locked ones.
+        let mut new_rows = Vec::new();
+        for (shard, state) in free.iter().zip(decision.new_states) {
+            if let (Slot::New, Some(state)) = (&shard.slot, state) {
+                let mut datums = Datums::of(limit.row(shard.number));
+                datums.set_state(state.value, timestamp(state.ts)?);
+                new_rows.push(datums);
+            }
+        }
+        if !new_rows.is_empty() && !insert_new(relations, &mut new_rows, command) {
+            return Ok(None);
+        }
+        for (shard, state) in free.iter_mut().zip(decision.new_states) {
+            if let (Slot::Locked(row), Some(state)) = (&mut shard.slot, state) {
+                write_locked(relations, row, state, command)?;
+            }
+        }
+        return Ok(Some(decision));
+    }
+}
+
+/// Peeks at shard `number` without waiting.
+unsafe fn peeked(relations: &Relations, limit: LimitRows<'_>, number: i16) -> Shard {
+    let slot = match peek(relations, &Datums::of(limit.row(number))) {
+        Peek::Missing => Slot::New,
+        Peek::Free { tid, state } => Slot::Peeked { tid, state },
+        Peek::Busy { state } => Slot::ReadOnly(state),
+    };
+    Shard { number, slot }
+}

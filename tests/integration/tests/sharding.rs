@@ -1,0 +1,106 @@
+//! Sharded limits under real concurrency: 16 connections hammer one global
+//! limit split over N = 1, 2, 3, 8 and 16 shards, for both kinds, with and
+//! without reservations, under READ COMMITTED and REPEATABLE READ. However
+//! the shards are chosen and passed over, the tokens admitted never exceed
+//! what the unsharded limit allows; no call fails with anything but a
+//! serialization failure (so no deadlock is ever reported); and calls were
+//! refused, so the limiter was saturated and the bound is not vacuous.
+
+use postgres::IsolationLevel;
+use rate_limiter_integration_tests::{connect, hammer, server_now, unique_name, Tally};
+use std::time::Duration;
+
+const CONNECTIONS: usize = 16;
+const HAMMER_FOR: Duration = Duration::from_secs(2);
+const SHARDS: [i32; 5] = [1, 2, 3, 8, 16];
+
+/// Tokens per second and capacity of the hammered limit, and the debt
+/// reservations may leave.
+const RATE: f64 = 60.0;
+const CAPACITY: f64 = 40.0;
+const MAX_RESERVED: f64 = 16.0;
+
+#[derive(Clone, Copy, Debug, PartialEq)]
+enum Kind {
+    TokenBucket,
+    FixedWindow,
+}
+
+/// Hammers a new limit of `kind` with `shards` shards and checks the bound.
+fn bound_holds(kind: Kind, shards: i32, reserve: bool, isolation: IsolationLevel) -> Tally {
+    let mut client = connect();
+    let name = unique_name("sharded");
+    let config = match kind {
+        Kind::TokenBucket => format!(
+            "rate_limiter.token_bucket({RATE}, '1 second', capacity => {CAPACITY}, \
+             max_reserved => {MAX_RESERVED}, shards => {shards})"
+        ),
+        // Windows start on whole seconds.
+        Kind::FixedWindow => format!(
+            "rate_limiter.fixed_window({RATE}, '1 second', capacity => {CAPACITY}, \
+             max_reserved => {MAX_RESERVED}, shards => {shards}, start => '2000-01-01 00:00:00+00')"
+        ),
+    };
+    let sql = format!(
+        "SELECT ok FROM rate_limiter.rate_limit($1, count => 1, reserve => {reserve}, config => {config})"
+    );
+    let start = server_now(&mut client);
+    let tally = hammer(CONNECTIONS, HAMMER_FOR, &sql, &name, isolation);
+    let end = server_now(&mut client);
+    let granted = match kind {
+        Kind::TokenBucket => RATE * (end - start),
+        Kind::FixedWindow => RATE * (end.floor() - start.floor()),
+    };
+    let debt = if reserve { MAX_RESERVED } else { 0.0 };
+    let bound = CAPACITY + debt + granted;
+    println!(
+        "{kind:?}, {shards} shards, reserve {reserve}, {isolation:?}: {tally:?}, bound {bound:.1} over {:.2} s",
+        end - start
+    );
+    assert!(
+        tally.admitted as f64 <= bound,
+        "over-admission with {shards} shards: {tally:?} > {bound}"
+    );
+    assert!(tally.refused > 0, "never saturated: {tally:?}");
+    // Sharding may refuse while other shards still hold tokens, but it
+    // must keep admitting as tokens arrive.
+    assert!(
+        tally.admitted as f64 >= 0.3 * bound,
+        "suspiciously few admitted with {shards} shards: {tally:?} of {bound}"
+    );
+    tally
+}
+
+fn every_shard_count(kind: Kind, isolation: IsolationLevel) {
+    for shards in SHARDS {
+        for reserve in [false, true] {
+            let tally = bound_holds(kind, shards, reserve, isolation);
+            if matches!(isolation, IsolationLevel::ReadCommitted) {
+                assert_eq!(
+                    tally.conflicts, 0,
+                    "READ COMMITTED never gives 40001: {tally:?}"
+                );
+            }
+        }
+    }
+}
+
+#[test]
+fn token_bucket_shards_never_over_admit_under_read_committed() {
+    every_shard_count(Kind::TokenBucket, IsolationLevel::ReadCommitted);
+}
+
+#[test]
+fn token_bucket_shards_never_over_admit_under_repeatable_read() {
+    every_shard_count(Kind::TokenBucket, IsolationLevel::RepeatableRead);
+}
+
+#[test]
+fn fixed_window_shards_never_over_admit_under_read_committed() {
+    every_shard_count(Kind::FixedWindow, IsolationLevel::ReadCommitted);
+}
+
+#[test]
+fn fixed_window_shards_never_over_admit_under_repeatable_read() {
+    every_shard_count(Kind::FixedWindow, IsolationLevel::RepeatableRead);
+}
