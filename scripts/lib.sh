@@ -55,8 +55,11 @@ start_cluster() {
     mkdir -p "$dir"
     chown postgres:postgres "$dir"
     chmod a+x "$(dirname "$dir")"   # postgres must be able to reach it
-    sudo -u postgres env -u RUST_BACKTRACE "$PG_BIN/initdb" -D "$dir/data" -U postgres \
-        --auth=trust --no-sync >/dev/null
+    # Encoding and locale are pinned: a machine without a UTF-8 locale would
+    # otherwise give an SQL_ASCII cluster (the tests make LATIN1 and
+    # SQL_ASCII databases themselves, on purpose).
+    sudo -u postgres env -u RUST_BACKTRACE LC_ALL=C "$PG_BIN/initdb" -D "$dir/data" -U postgres \
+        --auth=trust --no-sync --encoding=UTF8 --locale=C >/dev/null
     local options="-p $RL_PORT -k $dir -c listen_addresses=127.0.0.1 -c max_connections=200"
     sudo -u postgres env -u RUST_BACKTRACE "$PG_BIN/pg_ctl" -D "$dir/data" -l "$dir/server.log" -w \
         -o "$options" start >/dev/null

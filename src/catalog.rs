@@ -1,7 +1,9 @@
 //! The extension's own catalog objects, looked up once per backend and
 //! forgotten on every relcache invalidation (the extension may have been
 //! dropped and created again): the schema, the state table and its unique
-//! index, and the role that owns them.
+//! index, the role that owns them, and whether Citus distributes the table.
+//! A generation counter tells callers that locked the relations whether an
+//! invalidation arrived meanwhile (look up, lock, re-check).
 
 use pgrx::pg_sys;
 use pgrx::prelude::*;
@@ -18,15 +20,50 @@ pub struct Objects {
     pub owner: pg_sys::Oid,
     /// `[rate_limiter]` as a List in TopMemoryContext, for search paths.
     pub schemas: *mut pg_sys::List,
+    /// Whether Citus lists the table in `pg_catalog.pg_dist_partition`
+    /// (`create_distributed_table`): then calls must fail closed.
+    pub distributed: bool,
 }
 
 thread_local! {
     static OBJECTS: Cell<Option<Objects>> = const { Cell::new(None) };
+    static GENERATION: Cell<u64> = const { Cell::new(0) };
 }
 
 /// Forgets the looked-up objects; called on every relcache invalidation.
 pub fn forget() {
     OBJECTS.with(|objects| objects.set(None));
+    GENERATION.with(|generation| generation.set(generation.get().wrapping_add(1)));
+}
+
+/// How many times the objects were forgotten: unchanged across a stretch
+/// of code means no invalidation was processed in it.
+pub fn generation() -> u64 {
+    GENERATION.with(Cell::get)
+}
+
+/// Whether Citus distributes `table`: Citus keeps its distributed tables
+/// in `pg_catalog.pg_dist_partition`; without that table (no Citus) this
+/// is one catalog cache lookup, done once per invalidation.
+fn distributed(table: pg_sys::Oid) -> bool {
+    // SAFETY: a catalog cache lookup.
+    let catalog = unsafe {
+        pg_sys::get_relname_relid(
+            c"pg_dist_partition".as_ptr(),
+            pg_sys::Oid::from(pg_sys::PG_CATALOG_NAMESPACE),
+        )
+    };
+    if catalog == pg_sys::InvalidOid {
+        return false;
+    }
+    // Fail closed: if the catalog cannot be read, treat it as distributed.
+    Spi::get_one_with_args::<bool>(
+        "SELECT EXISTS (SELECT FROM pg_catalog.pg_dist_partition WHERE logicalrelid::pg_catalog.oid = $1)",
+        &[table.into()],
+    )
+    .ok()
+    .flatten()
+    .unwrap_or(true)
 }
 
 /// The extension's objects; raises an ERROR if they are missing.
@@ -60,6 +97,7 @@ pub fn objects() -> Objects {
             index,
             owner,
             schemas,
+            distributed: distributed(table),
         }
     };
     OBJECTS.with(|cell| cell.set(Some(objects)));

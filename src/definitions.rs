@@ -5,12 +5,14 @@
 //! by name runs no statement for its definition. Any write to the table
 //! fires a statement trigger that sends a relcache invalidation for it;
 //! every backend drops its cache when it processes an invalidation, which
-//! each lookup checks for first. So a committed `define` is seen by the
-//! next call in every session, as a READ COMMITTED read would see it.
+//! each lookup checks for first. A miss reads the table with the latest
+//! snapshot, as PostgreSQL reads its catalogs. So a committed `define` is
+//! seen by the next call in every session, whatever its isolation level.
 
 use crate::config::{required, ConfigValues};
 use crate::errors::{report, CallError};
 use crate::plans::kept_plan;
+use crate::storage::text_argument;
 use pgrx::pg_sys::panic::ErrorReport;
 use pgrx::prelude::*;
 use pgrx::spi::SpiClient;
@@ -27,7 +29,7 @@ const LOOKUP: &str = "SELECT kind::text, rate, period, capacity, max_reserved, s
 
 thread_local! {
     /// Definitions looked up in this backend, by name (`None`: undefined).
-    static CACHE: RefCell<HashMap<String, Option<Config>>> = RefCell::new(HashMap::new());
+    static CACHE: RefCell<HashMap<Vec<u8>, Option<Config>>> = RefCell::new(HashMap::new());
 }
 
 /// Registers the cache's invalidation callback; called from `_PG_init`.
@@ -61,23 +63,51 @@ fn _invalidate_definitions(relid: pg_sys::Oid) {
 
 /// The validated config of the limit `name`, or `None` when there is no
 /// definition of that name; cached (see the module documentation).
-pub fn lookup(name: &str) -> Result<Option<Config>, CallError> {
+pub fn lookup(name: &[u8]) -> Result<Option<Config>, CallError> {
     // Process pending invalidations (cheap when there are none).
     unsafe { pg_sys::AcceptInvalidationMessages() };
     if let Some(cached) = CACHE.with(|cache| cache.borrow().get(name).copied()) {
         return Ok(cached);
     }
-    // A miss reads the table (as the extension's owner).
-    let found = crate::security::as_owner(|| Spi::connect(|client| lookup_uncached(client, name)))?;
-    CACHE.with(|cache| cache.borrow_mut().insert(name.to_string(), found));
-    Ok(found)
+    // A miss reads the table (as the extension's owner) with the latest
+    // snapshot, as PostgreSQL reads its catalogs: every definition whose
+    // invalidation has been processed is visible to it. If an invalidation
+    // arrives during the read (it waited for the lock of a DROP EXTENSION,
+    // say, and a define committed meanwhile), the snapshot may be older
+    // than that change: read again rather than cache a stale answer.
+    for _ in 0..MAX_READS {
+        let generation = crate::catalog::generation();
+        let found = read_latest(name)?;
+        if crate::catalog::generation() == generation {
+            CACHE.with(|cache| cache.borrow_mut().insert(name.to_vec(), found));
+            return Ok(found);
+        }
+    }
+    // Invalidations keep arriving: answer with the latest read, uncached.
+    read_latest(name)
+}
+
+/// Reads before giving up on caching a definition (each one was overtaken
+/// by an invalidation).
+const MAX_READS: usize = 8;
+
+/// Reads the definition of `name` with the latest snapshot, as the owner.
+fn read_latest(name: &[u8]) -> Result<Option<Config>, CallError> {
+    crate::security::as_owner(|| {
+        // SAFETY: pushed and popped around the read; an error pops it in
+        // the abort.
+        unsafe { pg_sys::PushActiveSnapshot(pg_sys::GetLatestSnapshot()) };
+        let found = Spi::connect(|client| lookup_uncached(client, name));
+        unsafe { pg_sys::PopActiveSnapshot() };
+        found
+    })
 }
 
 /// Reads the definition from the table. A stored definition is validated
 /// again (a superuser may have written the table by hand).
-fn lookup_uncached(client: &SpiClient<'_>, name: &str) -> Result<Option<Config>, CallError> {
+fn lookup_uncached(client: &SpiClient<'_>, name: &[u8]) -> Result<Option<Config>, CallError> {
     let plan = kept_plan(client, LOOKUP, &[TEXT], false)?;
-    let table = client.select(plan, Some(1), &[name.into()])?;
+    let table = client.select(plan, Some(1), &[text_argument(name)])?;
     if table.is_empty() {
         return Ok(None);
     }
@@ -123,11 +153,11 @@ const UNDEFINE: &str = "DELETE FROM rate_limiter.definitions WHERE name = $1 RET
 
 fn define_config(
     client: &mut SpiClient<'_>,
-    name: &str,
+    name: &[u8],
     values: ConfigValues,
 ) -> Result<(), CallError> {
     let args = [
-        name.into(),
+        text_argument(name),
         values.kind.label().into(),
         values.rate.into(),
         values.period.into(),
@@ -146,7 +176,7 @@ const MIN_TOKENS_PER_SHARD: f64 = 5.0;
 /// Warns when each shard of a sharded limit would hold fewer than
 /// [`MIN_TOKENS_PER_SHARD`] tokens: calls would then often be refused while
 /// other shards still have tokens.
-fn warn_small_shards(name: &str, values: &ConfigValues) {
+fn warn_small_shards(name: &[u8], values: &ConfigValues) {
     if values.shards <= 1 {
         return;
     }
@@ -158,7 +188,7 @@ fn warn_small_shards(name: &str, values: &ConfigValues) {
             format!(
                 "each of the {} shards of rate limit \"{}\" holds only {per_shard} tokens",
                 values.shards,
-                crate::errors::shorten(name)
+                crate::names::for_message(name)
             ),
             "rate_limiter",
         )
@@ -171,7 +201,7 @@ fn warn_small_shards(name: &str, values: &ConfigValues) {
 
 /// `rate_limiter.define(name, config)`. See sql/functions.sql.
 #[pg_extern(sql = false)]
-fn define(name: Option<&str>, config: Option<pgrx::composite_type!("rate_limiter.config")>) {
+fn define(name: Option<&[u8]>, config: Option<pgrx::composite_type!("rate_limiter.config")>) {
     let checked = (|| {
         let name = required(name, "name")?;
         let values = ConfigValues::from_tuple(required(config, "config")?)?;
@@ -195,15 +225,17 @@ fn define(name: Option<&str>, config: Option<pgrx::composite_type!("rate_limiter
 /// `rate_limiter.undefine(name)`: true when a definition was deleted.
 /// State rows are left alone. See sql/functions.sql.
 #[pg_extern(sql = false)]
-fn undefine(name: Option<&str>) -> bool {
+fn undefine(name: Option<&[u8]>) -> bool {
     let name = match required(name, "name") {
         Ok(name) => name,
         Err(error) => report(CallError::Limit(error)),
     };
-    let deleted = Spi::connect_mut(|client| {
-        client
-            .update(UNDEFINE, None, &[name.into()])
-            .map(|table| !table.is_empty())
+    let deleted = crate::security::as_owner(|| {
+        Spi::connect_mut(|client| {
+            client
+                .update(UNDEFINE, None, &[text_argument(name)])
+                .map(|table| !table.is_empty())
+        })
     });
     match deleted {
         Ok(deleted) => deleted,

@@ -6,6 +6,7 @@
 //! XX000), so [`raise_refused`] calls PostgreSQL's `errstart` ... `errfinish`
 //! itself, as the very last step of a call.
 
+use crate::names;
 use crate::settings;
 use pgrx::pg_sys::panic::ErrorReport;
 use pgrx::prelude::*;
@@ -19,8 +20,9 @@ use std::ffi::{c_char, c_int};
 pub enum CallError {
     /// Bad input or an out-of-range result.
     Limit(LimitError),
-    /// No inline config and no definition of this name (SQLSTATE 42704).
-    Undefined(String),
+    /// No inline config and no definition of this name (SQLSTATE 42704);
+    /// the name as bytes.
+    Undefined(Vec<u8>),
     /// SPI failed to prepare or run one of our statements (SQLSTATE XX000).
     Spi(pgrx::spi::SpiError),
     /// The row changed after the snapshot of a REPEATABLE READ or
@@ -54,7 +56,7 @@ pub fn report(error: CallError) -> ! {
         }
         CallError::Undefined(name) => (
             PgSqlErrorCode::ERRCODE_UNDEFINED_OBJECT,
-            format!("rate limit \"{}\" is not defined", shorten(&name)),
+            format!("rate limit \"{}\" is not defined", names::for_message(&name)),
             Some("Define it with rate_limiter.define(), or pass config => rate_limiter.token_bucket(...) or rate_limiter.fixed_window(...).".to_string()),
         ),
         CallError::Spi(error) => (
@@ -76,23 +78,11 @@ pub fn report(error: CallError) -> ! {
     unreachable!("an ERROR report does not return")
 }
 
-/// Names and keys longer than this are cut in messages (the DETAIL of a
-/// refusal keeps them whole).
-const MESSAGE_TEXT_LIMIT: usize = 64;
-
-/// `text`, cut to MESSAGE_TEXT_LIMIT characters with "..." when longer.
-pub fn shorten(text: &str) -> String {
-    match text.char_indices().nth(MESSAGE_TEXT_LIMIT) {
-        Some((cut, _)) => format!("{}...", &text[..cut]),
-        None => text.to_string(),
-    }
-}
-
 /// The JSON object in the DETAIL of a refused call with `throws => true`.
 #[derive(Serialize)]
-struct RefusalDetail<'a> {
-    name: &'a str,
-    key: Option<&'a str>,
+struct RefusalDetail {
+    name: String,
+    key: Option<String>,
     /// Milliseconds; exact (retry_after is a whole number of microseconds).
     retry_after_ms: f64,
     remaining: f64,
@@ -100,8 +90,8 @@ struct RefusalDetail<'a> {
 
 /// The message, DETAIL (JSON) and HINT of a refused call.
 pub fn refusal_texts(
-    name: &str,
-    key: Option<&str>,
+    name: &[u8],
+    key: Option<&[u8]>,
     retry_after: Micros,
     remaining: f64,
 ) -> (String, String, String) {
@@ -109,18 +99,26 @@ pub fn refusal_texts(
     let message = match key {
         Some(key) => format!(
             "rate limit \"{}\" exceeded for key \"{}\"",
-            shorten(name),
-            shorten(key)
+            names::for_message(name),
+            names::for_message(key)
         ),
-        None => format!("rate limit \"{}\" exceeded (global limit)", shorten(name)),
+        None => format!(
+            "rate limit \"{}\" exceeded (global limit)",
+            names::for_message(name)
+        ),
     };
     let detail = serde_json::to_string(&RefusalDetail {
-        name,
-        key,
+        name: names::for_json(name),
+        key: key.map(names::for_json),
         retry_after_ms,
         remaining,
     })
     .unwrap_or_else(|_| String::from("{}"));
+    let detail = if names::json_needs_ascii() {
+        names::ascii_json(&detail)
+    } else {
+        detail
+    };
     let hint = format!("Retry after {retry_after_ms} ms.");
     (message, detail, hint)
 }
@@ -157,7 +155,7 @@ fn palloc_cstring(text: &str) -> *mut c_char {
 /// Must be the last thing a call does: `errfinish` longjmps past the Rust
 /// frames above, so the caller must hold no value that needs dropping
 /// (this function drops its own before jumping).
-pub fn raise_refused(name: &str, key: Option<&str>, retry_after: Micros, remaining: f64) -> ! {
+pub fn raise_refused(name: &[u8], key: Option<&[u8]>, retry_after: Micros, remaining: f64) -> ! {
     let (message, detail, hint) = {
         let (message, detail, hint) = refusal_texts(name, key, retry_after, remaining);
         (

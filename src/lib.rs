@@ -11,6 +11,7 @@
 //! - [`definitions`]: named limits (`define`, `undefine`, lookup);
 //! - [`config`]: the SQL type `rate_limiter.config` and its constructors;
 //! - [`limit`]: the SQL functions `rate_limit`, `rate_check`, `rate_reset`;
+//! - [`names`]: names and keys as opaque bytes, and how messages show them;
 //! - [`settings`]: the GUCs `rate_limiter.now_override`, `rate_limiter.sqlstate`
 //!   and `rate_limiter.random_seed`;
 //! - [`shard_choice`]: the random numbers behind the choice of shards;
@@ -33,6 +34,7 @@ pub mod config;
 pub mod definitions;
 pub mod errors;
 pub mod limit;
+pub mod names;
 pub mod plans;
 pub mod result_row;
 pub mod security;

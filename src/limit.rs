@@ -26,10 +26,11 @@ use rate_limiter_algorithm::{
     ShardedDecision,
 };
 
-/// The checked arguments of `rate_limit` / `rate_check`.
+/// The checked arguments of `rate_limit` / `rate_check`. Names and keys
+/// are opaque bytes (see `names`).
 struct Call<'a> {
-    name: &'a str,
-    key: Option<&'a str>,
+    name: &'a [u8],
+    key: Option<&'a [u8]>,
     request: Request,
     throws: bool,
     config: Option<Config>,
@@ -37,8 +38,8 @@ struct Call<'a> {
 
 impl<'a> Call<'a> {
     fn new(
-        name: Option<&'a str>,
-        key: Option<&'a str>,
+        name: Option<&'a [u8]>,
+        key: Option<&'a [u8]>,
         count: Option<f64>,
         reserve: Option<bool>,
         throws: Option<bool>,
@@ -88,7 +89,7 @@ impl<'a> Call<'a> {
         match self.config {
             Some(config) => Ok(config),
             None => definitions::lookup(self.name)?
-                .ok_or_else(|| CallError::Undefined(self.name.to_string())),
+                .ok_or_else(|| CallError::Undefined(self.name.to_vec())),
         }
     }
 }
@@ -158,7 +159,7 @@ fn check(call: &Call<'_>) -> Result<Decision, CallError> {
 /// Turns a decision into the result row, or raises the refusal when the
 /// call has `throws => true`. `name` and `key` borrow the arguments, so
 /// nothing needs dropping when the refusal is raised.
-fn finish(name: &str, key: Option<&str>, throws: bool, decision: Decision) -> ResultRow {
+fn finish(name: &[u8], key: Option<&[u8]>, throws: bool, decision: Decision) -> ResultRow {
     if !decision.ok && throws {
         raise_refused(
             name,
@@ -184,8 +185,8 @@ unsafe fn run(
     body: impl FnOnce(&Call<'_>) -> Result<Decision, CallError>,
 ) -> pg_sys::Datum {
     let call = match Call::new(
-        pg_getarg::<&str>(fcinfo, 0),
-        pg_getarg::<&str>(fcinfo, 1),
+        pg_getarg::<&[u8]>(fcinfo, 0),
+        pg_getarg::<&[u8]>(fcinfo, 1),
         pg_getarg::<f64>(fcinfo, 2),
         pg_getarg::<bool>(fcinfo, 3),
         pg_getarg::<bool>(fcinfo, 4),
@@ -241,7 +242,7 @@ pub extern "C" fn pg_finfo_rate_check_wrapper() -> &'static pg_sys::Pg_finfo_rec
 /// `rate_limiter.rate_reset(name, key)`: forgets the state of (name, key)
 /// on every shard. See sql/functions.sql.
 #[pg_extern(sql = false)]
-fn rate_reset(name: Option<&str>, key: Option<&str>) {
+fn rate_reset(name: Option<&[u8]>, key: Option<&[u8]>) {
     let name = match required(name, "name") {
         Ok(name) => name,
         Err(error) => report(CallError::Limit(error)),

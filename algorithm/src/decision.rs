@@ -16,12 +16,13 @@ pub struct State {
 }
 
 /// Which limit a call is about: used only to derive a fixed window's phase.
+/// Names and keys are opaque bytes (in the database's encoding).
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub struct LimitId<'a> {
     /// The limit's name.
-    pub name: &'a str,
+    pub name: &'a [u8],
     /// The key; `None` is the global limit of that name.
-    pub key: Option<&'a str>,
+    pub key: Option<&'a [u8]>,
 }
 
 /// What a caller asks for.
@@ -220,8 +221,8 @@ mod tests {
     const SECOND: Micros = 1_000_000;
     const MINUTE: Micros = 60 * SECOND;
     const ID: LimitId<'static> = LimitId {
-        name: "send",
-        key: Some("42"),
+        name: b"send",
+        key: Some(b"42"),
     };
 
     fn bucket(rate: f64, capacity: Option<f64>, max_reserved: Option<f64>) -> Config {

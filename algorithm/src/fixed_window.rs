@@ -22,12 +22,12 @@ pub fn anchor(config: &Config, id: LimitId<'_>) -> Micros {
 fn phase(id: LimitId<'_>, period: Micros) -> Micros {
     let mut hasher = Xxh3::new();
     hasher.update(&(id.name.len() as u64).to_le_bytes());
-    hasher.update(id.name.as_bytes());
+    hasher.update(id.name);
     match id.key {
         None => hasher.update(&[0]),
         Some(key) => {
             hasher.update(&[1]);
-            hasher.update(key.as_bytes());
+            hasher.update(key);
         }
     }
     // period > 0, so the remainder is in [0, period).
@@ -105,8 +105,8 @@ mod tests {
         let a = anchor(
             &config,
             LimitId {
-                name: "api",
-                key: Some("alice"),
+                name: b"api",
+                key: Some(b"alice"),
             },
         );
         assert_eq!(
@@ -114,8 +114,8 @@ mod tests {
             anchor(
                 &config,
                 LimitId {
-                    name: "api",
-                    key: Some("alice")
+                    name: b"api",
+                    key: Some(b"alice")
                 }
             )
         );
@@ -123,15 +123,15 @@ mod tests {
         let global = anchor(
             &config,
             LimitId {
-                name: "api",
+                name: b"api",
                 key: None,
             },
         );
         let empty = anchor(
             &config,
             LimitId {
-                name: "api",
-                key: Some(""),
+                name: b"api",
+                key: Some(b""),
             },
         );
         assert_ne!(global, empty);
@@ -140,8 +140,8 @@ mod tests {
                 anchor(
                     &config,
                     LimitId {
-                        name: "api",
-                        key: Some(&i.to_string()),
+                        name: b"api",
+                        key: Some(i.to_string().as_bytes()),
                     },
                 )
             })
@@ -155,7 +155,7 @@ mod tests {
             anchor(
                 &config(Some(42)),
                 LimitId {
-                    name: "x",
+                    name: b"x",
                     key: None
                 }
             ),

@@ -297,7 +297,7 @@ mod tests {
 
     const SECOND: Micros = 1_000_000;
     const ID: LimitId<'static> = LimitId {
-        name: "global",
+        name: b"global",
         key: None,
     };
 

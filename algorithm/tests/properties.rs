@@ -7,8 +7,8 @@ use rate_limiter_algorithm::{
 };
 
 const ID: LimitId<'static> = LimitId {
-    name: "prop",
-    key: Some("k"),
+    name: b"prop",
+    key: Some(b"k"),
 };
 const SECOND: Micros = 1_000_000;
 

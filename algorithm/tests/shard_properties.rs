@@ -8,7 +8,7 @@ use rate_limiter_algorithm::{
 };
 
 const ID: LimitId<'static> = LimitId {
-    name: "prop",
+    name: b"prop",
     key: None,
 };
 const SECOND: Micros = 1_000_000;

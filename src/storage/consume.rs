@@ -69,8 +69,9 @@ pub fn consume(
             match acquire(&relations, row, command)? {
                 Acquired::Locked(mut locked) => {
                     let decision = decide(Some(locked.state))?;
-                    if let Some(state) = decision.new_state {
-                        write_locked(&relations, &mut locked, state, command)?;
+                    match decision.new_state {
+                        Some(state) => write_locked(&relations, &mut locked, state, command)?,
+                        None => confirm_refusal(&relations, [(row, Some(locked.state))])?,
                     }
                     break decision;
                 }
@@ -231,6 +232,36 @@ pub(super) unsafe fn peek(relations: &Relations, datums: &Datums) -> Peek {
         Some((_, state)) if dirty.xmax != pg_sys::InvalidTransactionId => Peek::Busy { state },
         Some((tid, state)) => Peek::Free { tid, state },
     }
+}
+
+/// Under REPEATABLE READ or SERIALIZABLE, a refusal must rest on what the
+/// transaction's snapshot sees: reads each row of `rows` again through the
+/// unique index with the transaction snapshot and raises 40001 when its
+/// state is not the one decided on. Under SERIALIZABLE that read takes the
+/// predicate locks `SELECT ... FOR UPDATE` would (the index page and the
+/// tuple, `PredicateLockPage` / `PredicateLockTID`), so an anomaly that
+/// involves a refusal ends in 40001 too. (An admitted call writes its rows,
+/// which checks for conflicts itself.) Nothing to do under READ COMMITTED.
+///
+/// # Safety
+/// `relations` open.
+pub(super) unsafe fn confirm_refusal<'a>(
+    relations: &Relations,
+    rows: impl IntoIterator<Item = (RowId<'a>, Option<State>)>,
+) -> Result<(), CallError> {
+    if !uses_transaction_snapshot() {
+        return Ok(());
+    }
+    let snapshot = pg_sys::GetTransactionSnapshot();
+    for (row, decided) in rows {
+        let seen = relations
+            .find(&Datums::of(row), snapshot, true)
+            .and_then(|(_, state)| state);
+        if seen != decided {
+            return Err(serialization_failure(false));
+        }
+    }
+    Ok(())
 }
 
 fn serialization_failure(deleted: bool) -> CallError {

@@ -23,6 +23,7 @@ pub use shards::{consume_sharded, LimitRows};
 
 use crate::errors::CallError;
 use crate::plans::kept_plan;
+use pgrx::datum::DatumWithOid;
 use pgrx::pg_sys;
 use pgrx::prelude::*;
 use pgrx::spi::{SpiClient, SpiResult};
@@ -33,9 +34,10 @@ use relations::Relations;
 /// Which state row a call is about.
 #[derive(Debug, Clone, Copy)]
 pub struct RowId<'a> {
-    pub name: &'a str,
+    /// The name, as bytes in the database encoding.
+    pub name: &'a [u8],
     /// `None` is the global limit of `name`.
-    pub key: Option<&'a str>,
+    pub key: Option<&'a [u8]>,
     /// `0..shards`.
     pub shard: i16,
 }
@@ -105,7 +107,7 @@ pub fn read(row: RowId<'_>) -> Option<State> {
 /// the active snapshot (as [`read`]): `states[i]` is shard `i`, `None`
 /// where there is no row. Rows of shards beyond `shards` (left by an inline
 /// config with more shards) are ignored.
-pub fn read_shards(name: &str, key: Option<&str>, shards: i16) -> Vec<Option<State>> {
+pub fn read_shards(name: &[u8], key: Option<&[u8]>, shards: i16) -> Vec<Option<State>> {
     let relations = Relations::open(pg_sys::AccessShareLock);
     let datums = Datums::of(RowId {
         name,
@@ -138,21 +140,27 @@ pub fn timestamp(ts: Micros) -> Result<TimestampWithTimeZone, CallError> {
 }
 
 const TEXT: PgOid = PgOid::BuiltIn(pg_sys::PgBuiltInOids::TEXTOID);
+
+/// A name or key (bytes) as an SPI argument of type `text`.
+pub fn text_argument(bytes: &[u8]) -> DatumWithOid<'_> {
+    // SAFETY: the bytes of a text value become a varlena of type text.
+    unsafe { DatumWithOid::new(bytes, pg_sys::TEXTOID) }
+}
 const DELETE_KEYED: &str = "DELETE FROM rate_limiter.rate_limits WHERE name = $1 AND key = $2";
 const DELETE_GLOBAL: &str = "DELETE FROM rate_limiter.rate_limits WHERE name = $1 AND key IS NULL";
 
 /// Deletes the state of (name, key) on every shard. (Deleting the global
 /// limit, key NULL, needs its own statement: `key = NULL` matches nothing
 /// and `key IS NOT DISTINCT FROM $2` cannot use the index.)
-pub fn delete(client: &mut SpiClient<'_>, name: &str, key: Option<&str>) -> SpiResult<()> {
+pub fn delete(client: &mut SpiClient<'_>, name: &[u8], key: Option<&[u8]>) -> SpiResult<()> {
     match key {
         Some(key) => {
             let plan = kept_plan(client, DELETE_KEYED, &[TEXT, TEXT], true)?;
-            client.update(plan, None, &[name.into(), key.into()])?;
+            client.update(plan, None, &[text_argument(name), text_argument(key)])?;
         }
         None => {
             let plan = kept_plan(client, DELETE_GLOBAL, &[TEXT], true)?;
-            client.update(plan, None, &[name.into()])?;
+            client.update(plan, None, &[text_argument(name)])?;
         }
     }
     Ok(())

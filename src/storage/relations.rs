@@ -3,7 +3,7 @@
 //! writes assume, the lookup of a row through the unique index, and adding
 //! index entries for a written tuple.
 
-use super::{Datums, COLUMNS, KEY_COLUMNS, SHARD, TS, VALUE};
+use super::{Datums, COLUMNS, KEY, KEY_COLUMNS, SHARD, TS, VALUE};
 use pgrx::pg_sys;
 use pgrx::prelude::*;
 use rate_limiter_algorithm::State;
@@ -33,33 +33,105 @@ fn altered(what: &str) -> ! {
         PgLogLevel::ERROR,
         PgSqlErrorCode::ERRCODE_OBJECT_NOT_IN_PREREQUISITE_STATE,
         format!("rate_limiter.rate_limits has been altered: {what}"),
-        "rate_limit() writes the table directly; it needs the columns (name text, key text, shard smallint, value float8, ts timestamptz) and no index on expressions, with a predicate, or deferrable."
+        "rate_limit() writes the table directly, as INSERT ... ON CONFLICT (name, key, shard) DO UPDATE would, but without firing triggers or rules, checking constraints or applying row-level security; it needs the columns (name text, key text, shard smallint, value float8, ts timestamptz), its unique index on (name, key, shard), and nothing else that a write would have to do."
     );
     unreachable!("an ERROR report does not return")
 }
 
+/// Whether `index` can arbitrate (name, key, shard) as the state table's
+/// unique constraint does: unique with NULLS NOT DISTINCT, not deferrable,
+/// on exactly the columns 1, 2, 3 in that order, without expressions or a
+/// predicate (what `ON CONFLICT (name, key, shard)` would infer).
+///
+/// # Safety
+/// `index` open.
+unsafe fn is_arbiter(index: pg_sys::Relation, table: pg_sys::Oid) -> bool {
+    let form = (*index).rd_index;
+    let columns =
+        std::slice::from_raw_parts((*form).indkey.values.as_ptr(), (*form).indnatts as usize);
+    (*form).indrelid == table
+        && (*form).indisunique
+        && (*form).indnullsnotdistinct
+        && (*form).indimmediate
+        && (*form).indnkeyatts as usize == KEY_COLUMNS
+        && columns == [1, 2, 3]
+        && pg_sys::RelationGetIndexExpressions(index).is_null()
+        && pg_sys::RelationGetIndexPredicate(index).is_null()
+}
+
 impl Relations {
+    /// Opens the table and its unique index with `lock`: PostgreSQL's
+    /// look-up, lock, re-check pattern. The OIDs are cached per backend
+    /// (`catalog`); locking processes pending invalidations, and if one
+    /// arrived (the extension was dropped and created again, `REINDEX
+    /// CONCURRENTLY` swapped the index) the OIDs are looked up again.
+    /// Then the index must still be the valid, ready NULLS NOT DISTINCT
+    /// (name, key, shard) index of this table, or the call fails closed
+    /// with 55000.
     pub fn open(lock: u32) -> Self {
-        let objects = crate::catalog::objects();
-        // SAFETY: the OIDs come from the catalog; opening raises an ERROR
-        // if a relation has gone.
+        // SAFETY: the relations are locked before they are opened, and
+        // their OIDs re-checked under the lock.
         unsafe {
-            Relations {
-                table: pg_sys::table_open(objects.table, lock as i32),
-                index: pg_sys::index_open(objects.index, lock as i32),
-                others: Vec::new(),
+            let mut looked_up_again = false;
+            let (objects, relations) = loop {
+                let objects = crate::catalog::objects();
+                let generation = crate::catalog::generation();
+                pg_sys::LockRelationOid(objects.table, lock as i32);
+                pg_sys::LockRelationOid(objects.index, lock as i32);
+                if crate::catalog::generation() != generation {
+                    // An invalidation arrived: look the OIDs up again.
+                    pg_sys::UnlockRelationOid(objects.index, lock as i32);
+                    pg_sys::UnlockRelationOid(objects.table, lock as i32);
+                    continue;
+                }
+                let relations = Relations {
+                    table: pg_sys::table_open(objects.table, pg_sys::NoLock as i32),
+                    index: pg_sys::index_open(objects.index, pg_sys::NoLock as i32),
+                    others: Vec::new(),
+                };
+                let form = (*relations.index).rd_index;
+                if is_arbiter(relations.index, objects.table)
+                    && (*form).indisvalid
+                    && (*form).indisready
+                {
+                    break (objects, relations);
+                }
+                // REINDEX CONCURRENTLY may have swapped the index after the
+                // lookup (the old one stays valid only until the swap): look
+                // it up by name once more before failing closed.
+                if looked_up_again {
+                    altered("its unique index rate_limits_name_key_shard_key is no longer the valid NULLS NOT DISTINCT (name, key, shard) index of the table");
+                }
+                looked_up_again = true;
+                drop(relations);
+                crate::catalog::forget();
+            };
+            if objects.distributed {
+                ereport!(
+                    PgLogLevel::ERROR,
+                    PgSqlErrorCode::ERRCODE_OBJECT_NOT_IN_PREREQUISITE_STATE,
+                    "rate_limiter.rate_limits is distributed by Citus, which this version of rate_limiter does not support",
+                    "Calls would read and write the coordinator's empty local table while the shards keep their own state. Undistribute it (undistribute_table) to use the limiter."
+                );
             }
+            relations
         }
     }
 
-    /// Opens the relations for writing, after checking that the table still
-    /// has the shape the writes assume (raises 55000 if not).
+    /// Opens the relations for writing, after checking that a direct write
+    /// does everything PostgreSQL's executor would (raises 55000 naming the
+    /// cause if not): the expected columns, no trigger (foreign keys and
+    /// constraint triggers included), no rule, no CHECK constraint, no NOT
+    /// NULL on `key`, no row-level security, and only indexes the writes
+    /// can maintain: plain column indexes, and further unique
+    /// (name, key, shard) indexes, which arbitrate like the main one.
     pub fn open_for_write() -> Self {
         let mut relations = Relations::open(pg_sys::RowExclusiveLock);
         // SAFETY: the table is open and locked; its descriptor and index
         // list are valid while it is.
         unsafe {
-            let descriptor = (*relations.table).rd_att;
+            let table = relations.table;
+            let descriptor = (*table).rd_att;
             if (*descriptor).natts as usize != COLUMNS {
                 altered("it does not have 5 columns");
             }
@@ -69,7 +141,23 @@ impl Relations {
                     altered("a column has a different type");
                 }
             }
-            let list = pg_sys::RelationGetIndexList(relations.table);
+            if (*(*descriptor).attrs.as_ptr().add(KEY)).attnotnull {
+                altered("key is NOT NULL, but the global limit's key is NULL");
+            }
+            if !(*table).trigdesc.is_null() {
+                altered("it has triggers (or foreign keys), which rate_limit() would not fire");
+            }
+            if !(*table).rd_rules.is_null() {
+                altered("it has rules, which rate_limit() would not apply");
+            }
+            let constraints = (*descriptor).constr;
+            if !constraints.is_null() && (*constraints).num_check > 0 {
+                altered("it has CHECK constraints, which rate_limit() would not check");
+            }
+            if (*(*table).rd_rel).relrowsecurity {
+                altered("row-level security is enabled, which rate_limit() would not apply");
+            }
+            let list = pg_sys::RelationGetIndexList(table);
             for n in 0..pg_sys::list_length(list) {
                 let oid = pg_sys::list_nth_oid(list, n);
                 if oid == (*relations.index).rd_id {
@@ -77,9 +165,16 @@ impl Relations {
                 }
                 let index = pg_sys::index_open(oid, pg_sys::RowExclusiveLock as i32);
                 relations.others.push(index);
+                let form = (*index).rd_index;
+                if is_arbiter(index, (*table).rd_id) {
+                    continue;
+                }
+                if (*form).indisunique || (*form).indisexclusion {
+                    altered("it has a unique or exclusion index other than on (name, key, shard)");
+                }
                 if !pg_sys::RelationGetIndexExpressions(index).is_null()
                     || !pg_sys::RelationGetIndexPredicate(index).is_null()
-                    || !(*(*index).rd_index).indimmediate
+                    || !(*form).indimmediate
                 {
                     altered("it has an index on expressions, with a predicate, or deferrable");
                 }
@@ -202,9 +297,10 @@ impl Relations {
 
     /// Adds the index entries of the heap tuple at `tid` (whose columns are
     /// `datums`) to every index that is ready for inserts: to the unique
-    /// index with `check`, to the others with their own uniqueness. Returns
-    /// false when `check` is `UNIQUE_CHECK_PARTIAL` and another entry of the
-    /// unique index may conflict. `unchanged` says that the key columns did
+    /// (name, key, shard) indexes with `check`, to the others without a
+    /// uniqueness check. Returns false when `check` is
+    /// `UNIQUE_CHECK_PARTIAL` and another entry of a unique index may
+    /// conflict. `unchanged` says that the key columns did
     /// not change (an update), a hint for the index.
     ///
     /// # Safety
@@ -217,7 +313,7 @@ impl Relations {
         unchanged: bool,
     ) -> bool {
         let mut unique = true;
-        for (n, &index) in std::iter::once(&self.index).chain(&self.others).enumerate() {
+        for &index in std::iter::once(&self.index).chain(&self.others) {
             let form = (*index).rd_index;
             if !(*form).indisready {
                 continue;
@@ -234,10 +330,13 @@ impl Relations {
                 values[entry] = datums.values[column - 1];
                 nulls[entry] = datums.nulls[column - 1];
             }
-            let check = match (n, (*form).indisunique) {
-                (0, _) => check,
-                (_, true) => pg_sys::IndexUniqueCheck::UNIQUE_CHECK_YES,
-                (_, false) => pg_sys::IndexUniqueCheck::UNIQUE_CHECK_NO,
+            // Every unique index is a (name, key, shard) arbiter (checked
+            // when opening): each gets the caller's check, so a racing
+            // insert is withdrawn instead of raising a unique violation.
+            let check = if (*form).indisunique {
+                check
+            } else {
+                pg_sys::IndexUniqueCheck::UNIQUE_CHECK_NO
             };
             let inserted = pg_sys::index_insert(
                 index,
@@ -249,8 +348,9 @@ impl Relations {
                 unchanged,
                 pg_sys::BuildIndexInfo(index),
             );
-            if n == 0 {
-                unique = inserted;
+            // (Only unique indexes answer; other access methods return false.)
+            if (*form).indisunique {
+                unique &= inserted;
             }
         }
         unique

@@ -31,8 +31,8 @@
 //! and the call starts again.
 
 use super::consume::{
-    acquire, begin_write, end_write, insert_new, lock, peek, write_locked, Acquired, Lock,
-    LockedRow, Peek,
+    acquire, begin_write, confirm_refusal, end_write, insert_new, lock, peek, write_locked,
+    Acquired, Lock, LockedRow, Peek,
 };
 use super::relations::Relations;
 use super::{timestamp, Datums, RowId};
@@ -44,8 +44,8 @@ use rate_limiter_algorithm::{shard_order, Candidate, ShardedDecision, State};
 /// Which limit: its name and key (`None`: the global limit).
 #[derive(Debug, Clone, Copy)]
 pub struct LimitRows<'a> {
-    pub name: &'a str,
-    pub key: Option<&'a str>,
+    pub name: &'a [u8],
+    pub key: Option<&'a [u8]>,
     /// Number of shards, >= 2.
     pub shards: i16,
 }
@@ -172,6 +172,11 @@ unsafe fn attempt(
         let candidates = [free[0].candidate(), partner.candidate()];
         let decision = decide(candidates)?;
         if !decision.ok {
+            confirm_refusal(
+                relations,
+                [&free[0], partner]
+                    .map(|shard| (limit.row(shard.number), shard.candidate().stored)),
+            )?;
             return Ok(Some(decision));
         }
         // Lock what the decision consumes from, without waiting; decide

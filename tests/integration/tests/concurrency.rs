@@ -165,6 +165,25 @@ fn two_sessions_creating_one_key_under_read_committed_both_answer_correctly() {
     assert_eq!(refused, 40);
 }
 
+/// A second unique (name, key, shard) index (a user's, or the copy
+/// REINDEX CONCURRENTLY builds) arbitrates like the first: racing new keys
+/// are still answered correctly, never with a unique violation.
+#[test]
+fn a_second_unique_index_arbitrates_racing_new_keys_too() {
+    let mut admin = connect();
+    admin
+        .batch_execute(
+            "CREATE UNIQUE INDEX rate_limits_second ON rate_limiter.rate_limits (name, key, shard) NULLS NOT DISTINCT",
+        )
+        .unwrap();
+    let outcome = std::panic::catch_unwind(|| new_key_race(IsolationLevel::ReadCommitted));
+    admin
+        .batch_execute("DROP INDEX rate_limiter.rate_limits_second")
+        .unwrap();
+    let (refused, conflicts) = outcome.expect("the race with a second unique index");
+    assert_eq!((refused, conflicts), (40, 0));
+}
+
 #[test]
 fn two_sessions_creating_one_key_under_repeatable_read_get_40001_not_23505() {
     let (refused, conflicts) = new_key_race(IsolationLevel::RepeatableRead);

@@ -19,11 +19,23 @@ fn env(name: &str) -> String {
         .unwrap_or_else(|_| panic!("{name} is not set: run the tests through scripts/test.sh"))
 }
 
+/// Sends SIGKILL to the postmaster (its pid is the first line of
+/// postmaster.pid), with the `kill` system call: no shell tool needed.
 fn kill_postmaster(pgdata: &str) {
     let pid = std::fs::read_to_string(format!("{pgdata}/postmaster.pid")).expect("postmaster.pid");
-    let pid = pid.lines().next().unwrap().trim().to_string();
-    let status = Command::new("kill").args(["-9", &pid]).status().unwrap();
-    assert!(status.success(), "kill -9 {pid}");
+    let pid: libc::pid_t = pid
+        .lines()
+        .next()
+        .and_then(|line| line.trim().parse().ok())
+        .expect("a pid on the first line of postmaster.pid");
+    // SAFETY: kill(2) with a pid read from the server's own pid file.
+    let result = unsafe { libc::kill(pid, libc::SIGKILL) };
+    assert_eq!(
+        result,
+        0,
+        "kill -9 {pid}: {}",
+        std::io::Error::last_os_error()
+    );
 }
 
 /// Starts the server again, retrying while the killed server's backends

@@ -10,6 +10,10 @@ SET intervalstyle = 'postgres';
 SET rate_limiter.now_override = '2026-01-01 00:00:00+00';
 
 CREATE TEMP TABLE hostile (id serial PRIMARY KEY, grp text NOT NULL, call text NOT NULL);
+-- n characters of incompressible text (hex digits of md5 sums).
+CREATE FUNCTION pg_temp.noise(n int) RETURNS text LANGUAGE sql AS $$
+    SELECT left(string_agg(md5(i::text), '' ORDER BY i), n) FROM generate_series(1, n / 32 + 1) i
+$$;
 CREATE TEMP TABLE hostile_results (
     id int PRIMARY KEY, sqlstate text, outcome text, detail text,
     limits_changed boolean, definitions_changed boolean);
@@ -275,7 +279,33 @@ INSERT INTO hostile (grp, call) VALUES
 ('settings', $c$set_config('rate_limiter.sqlstate', 'RL4290', true)$c$),
 ('settings', $c$set_config('rate_limiter.now_override', 'infinity', true)$c$),
 ('settings', $c$set_config('rate_limiter.now_override', 'next tuesday', true)$c$),
-('settings', $c$set_config('rate_limiter.no_such_setting', 'on', true)$c$);
+('settings', $c$set_config('rate_limiter.no_such_setting', 'on', true)$c$),
+-- length: names and keys of every length up to and past what the unique
+-- index can hold (about 2,700 bytes for a btree entry, 8,191 for any index
+-- row): incompressible text (pg_temp.noise); past the limit rate_limit
+-- fails with 54000, rate_check (which inserts nothing) still answers.
+('length', $c$rate_limiter.rate_limit('ok_len', pg_temp.noise(1), config => rate_limiter.token_bucket(10, '1 minute'))$c$),
+('length', $c$rate_limiter.rate_limit('ok_len', pg_temp.noise(100), config => rate_limiter.token_bucket(10, '1 minute'))$c$),
+('length', $c$rate_limiter.rate_limit('ok_len', pg_temp.noise(1000), config => rate_limiter.token_bucket(10, '1 minute'))$c$),
+('length', $c$rate_limiter.rate_limit('ok_len', pg_temp.noise(2000), config => rate_limiter.token_bucket(10, '1 minute'))$c$),
+('length', $c$rate_limiter.rate_limit('ok_len', pg_temp.noise(2600), config => rate_limiter.token_bucket(10, '1 minute'))$c$),
+('length', $c$rate_limiter.rate_limit('ok_len', pg_temp.noise(2650), config => rate_limiter.token_bucket(10, '1 minute'))$c$),
+('length', $c$rate_limiter.rate_limit('ok_len', pg_temp.noise(2680), config => rate_limiter.token_bucket(10, '1 minute'))$c$),
+('length', $c$rate_limiter.rate_limit('ok_len', pg_temp.noise(2690), config => rate_limiter.token_bucket(10, '1 minute'))$c$),
+('length', $c$rate_limiter.rate_limit('ok_len', pg_temp.noise(2700), config => rate_limiter.token_bucket(10, '1 minute'))$c$),
+('length', $c$rate_limiter.rate_limit('ok_len', pg_temp.noise(2710), config => rate_limiter.token_bucket(10, '1 minute'))$c$),
+('length', $c$rate_limiter.rate_limit('ok_len', pg_temp.noise(3000), config => rate_limiter.token_bucket(10, '1 minute'))$c$),
+('length', $c$rate_limiter.rate_limit('ok_len', pg_temp.noise(8000), config => rate_limiter.token_bucket(10, '1 minute'))$c$),
+('length', $c$rate_limiter.rate_limit('ok_len', pg_temp.noise(9000), config => rate_limiter.token_bucket(10, '1 minute'))$c$),
+('length', $c$rate_limiter.rate_limit('ok_len_' || pg_temp.noise(2600), 'k', config => rate_limiter.token_bucket(10, '1 minute'))$c$),
+('length', $c$rate_limiter.rate_limit('ok_len_' || pg_temp.noise(2690), 'k', config => rate_limiter.token_bucket(10, '1 minute'))$c$),
+('length', $c$rate_limiter.rate_limit('ok_len_' || pg_temp.noise(2700), 'k', config => rate_limiter.token_bucket(10, '1 minute'))$c$),
+('length', $c$rate_limiter.rate_limit('ok_len_' || pg_temp.noise(9000), 'k', config => rate_limiter.token_bucket(10, '1 minute'))$c$),
+('length', $c$rate_limiter.rate_check('ok_len', pg_temp.noise(2700), config => rate_limiter.token_bucket(10, '1 minute'))$c$),
+('length', $c$rate_limiter.rate_check('ok_len', pg_temp.noise(9000), config => rate_limiter.token_bucket(10, '1 minute'))$c$),
+('length', $c$rate_limiter.define('ok_len_' || pg_temp.noise(2600), rate_limiter.token_bucket(10, '1 minute'))$c$),
+('length', $c$rate_limiter.define('ok_len_' || pg_temp.noise(2700), rate_limiter.token_bucket(10, '1 minute'))$c$),
+('length', $c$rate_limiter.define('ok_len_' || pg_temp.noise(9000), rate_limiter.token_bucket(10, '1 minute'))$c$);
 
 SELECT count(*) AS hostile_calls, count(DISTINCT grp) AS groups FROM hostile;
 
@@ -338,7 +368,7 @@ ORDER BY h.id;
 SELECT left(name, 50) AS name, length(name) AS name_length, left(key, 40) AS key,
        length(key) AS key_length, shard, value, ts
 FROM (SELECT * FROM rate_limiter.rate_limits EXCEPT ALL SELECT * FROM limits_before) added
-ORDER BY name, key NULLS FIRST, shard;
+ORDER BY name, key NULLS FIRST, key_length, shard;
 SELECT count(*) AS removed_or_changed_limits
 FROM (SELECT * FROM limits_before EXCEPT ALL SELECT * FROM rate_limiter.rate_limits) gone;
 SELECT left(name, 50) AS name, length(name) AS name_length, kind, rate, period, capacity, max_reserved, shards, start

@@ -59,6 +59,81 @@ SELECT ok FROM rate_limiter.rate_limit('store', 'x');
 \echo :LAST_ERROR_SQLSTATE
 ROLLBACK;
 \set VERBOSITY terse
+
+-- Everything else a write through the executor would do and the direct
+-- write would not makes rate_limit fail closed with 55000, naming the
+-- cause, and write nothing: triggers (foreign keys are triggers too),
+-- rules, CHECK constraints, NOT NULL on key, row-level security, unique or
+-- exclusion indexes on other columns.
+CREATE TABLE store_audit (name text, key text);
+CREATE FUNCTION store_audit() RETURNS trigger LANGUAGE plpgsql AS $$
+BEGIN INSERT INTO store_audit VALUES (NEW.name, NEW.key); RETURN NEW; END $$;
+CREATE TABLE store_names (name text PRIMARY KEY);
+-- Each alteration is made, the call tried, and everything rolled back.
+CREATE FUNCTION pg_temp.fails_closed(alteration text) RETURNS text LANGUAGE plpgsql AS $$
+DECLARE
+    state text;
+    message text;
+BEGIN
+    BEGIN
+        EXECUTE alteration;
+        PERFORM * FROM rate_limiter.rate_limit('store', 'fail closed');
+        RAISE EXCEPTION USING ERRCODE = 'P0001', MESSAGE = 'ADMITTED';
+    EXCEPTION WHEN OTHERS THEN
+        GET STACKED DIAGNOSTICS state = RETURNED_SQLSTATE, message = MESSAGE_TEXT;
+    END;
+    RETURN state || ' ' || message;
+END $$;
+SELECT alteration, pg_temp.fails_closed(alteration) AS outcome FROM (VALUES
+    ('CREATE TRIGGER audit BEFORE INSERT OR UPDATE ON rate_limiter.rate_limits FOR EACH ROW EXECUTE FUNCTION store_audit()'),
+    ('CREATE TRIGGER audit AFTER UPDATE ON rate_limiter.rate_limits FOR EACH STATEMENT EXECUTE FUNCTION store_audit()'),
+    ('ALTER TABLE rate_limiter.rate_limits ADD FOREIGN KEY (name) REFERENCES store_names NOT VALID'),
+    ('CREATE RULE audit AS ON INSERT TO rate_limiter.rate_limits DO ALSO INSERT INTO store_audit VALUES (NEW.name, NEW.key)'),
+    ('ALTER TABLE rate_limiter.rate_limits ADD CHECK (value <= 100) NOT VALID'),
+    ('DELETE FROM rate_limiter.rate_limits WHERE key IS NULL; ALTER TABLE rate_limiter.rate_limits ALTER COLUMN key SET NOT NULL'),
+    ('ALTER TABLE rate_limiter.rate_limits ENABLE ROW LEVEL SECURITY'),
+    ('CREATE UNIQUE INDEX ON rate_limiter.rate_limits (name, key, shard, ts) NULLS NOT DISTINCT'),
+    ('CREATE UNIQUE INDEX ON rate_limiter.rate_limits (name, key, shard)'),
+    ('ALTER TABLE rate_limiter.rate_limits ADD EXCLUDE USING btree (name WITH =, key WITH =, shard WITH =)')
+) AS a(alteration);
+SELECT count(*) AS audited FROM store_audit;
+
+-- A second unique NULLS NOT DISTINCT (name, key, shard) index (one a user
+-- adds, or the copy REINDEX CONCURRENTLY builds) is maintained and
+-- arbitrates like the first: racing new keys are never a unique violation
+-- (concurrency.rs races them with it in place).
+CREATE UNIQUE INDEX rate_limits_second ON rate_limiter.rate_limits (name, key, shard) NULLS NOT DISTINCT;
+SELECT ok FROM rate_limiter.rate_limit('store', 'second index');
+SELECT ok FROM rate_limiter.rate_limit('store', 'second index');
+-- amcheck: every heap tuple has its entry in both indexes (an error would
+-- name the missing one).
+CREATE EXTENSION amcheck;
+SELECT 'both indexes hold every row' AS amcheck
+FROM (SELECT bt_index_check('rate_limiter.rate_limits_second', true),
+             bt_index_check('rate_limiter.rate_limits_name_key_shard_key', true)) checked;
+DROP EXTENSION amcheck;
+DROP INDEX rate_limiter.rate_limits_second;
+DROP TABLE store_audit, store_names;
+DROP FUNCTION store_audit();
+
 SELECT ok FROM rate_limiter.rate_limit('store', 'x');
+
+-- A state table that Citus distributes (create_distributed_table lists it
+-- in pg_catalog.pg_dist_partition) would leave the coordinator's local
+-- table empty while every node keeps its own state: every call fails
+-- closed instead. Citus is not installed here; a stand-in for its catalog
+-- shows the check.
+SET allow_system_table_mods = on;
+CREATE TABLE pg_catalog.pg_dist_partition (logicalrelid regclass);
+INSERT INTO pg_catalog.pg_dist_partition VALUES ('rate_limiter.rate_limits');
+RESET allow_system_table_mods;
+SELECT ok FROM rate_limiter.rate_limit('store', 'distributed');
+\echo :LAST_ERROR_SQLSTATE
+SELECT ok FROM rate_limiter.rate_check('store', 'distributed');
+\echo :LAST_ERROR_SQLSTATE
+SET allow_system_table_mods = on;
+DROP TABLE pg_catalog.pg_dist_partition;
+RESET allow_system_table_mods;
+SELECT ok FROM rate_limiter.rate_limit('store', 'distributed');
 
 SELECT rate_limiter.undefine('store');

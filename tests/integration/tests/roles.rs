@@ -1,0 +1,146 @@
+//! The README's role recipes, run exactly as written: the GRANT block
+//! between `<!-- roles:begin -->` and `<!-- roles:end -->` in README.md is
+//! read from the file and executed in a fresh database, then each role
+//! does what the README says it may, and is refused (42501) what it may
+//! not. If the README's grants stop being enough, or start giving too
+//! much, this fails.
+
+use postgres::error::SqlState;
+use postgres::{Client, NoTls};
+
+const DATABASE: &str = "rate_limiter_roles";
+
+fn base_url() -> String {
+    std::env::var("RATE_LIMITER_TEST_URL")
+        .expect("RATE_LIMITER_TEST_URL is not set: run the tests through scripts/test.sh")
+}
+
+fn connect_as(user: &str) -> Client {
+    Client::connect(
+        &format!("{} dbname={DATABASE} user={user}", base_url()),
+        NoTls,
+    )
+    .unwrap_or_else(|e| panic!("connect as {user}: {e}"))
+}
+
+/// The SQL of the README's role recipes.
+fn readme_grants() -> String {
+    let readme = std::fs::read_to_string(concat!(env!("CARGO_MANIFEST_DIR"), "/../../README.md"))
+        .expect("read README.md");
+    let start = readme
+        .find("<!-- roles:begin -->")
+        .expect("README has <!-- roles:begin -->");
+    let end = readme
+        .find("<!-- roles:end -->")
+        .expect("README has <!-- roles:end -->");
+    let block = &readme[start..end];
+    let sql_start = block.find("```sql").expect("a ```sql block") + "```sql".len();
+    let sql_end = sql_start + block[sql_start..].find("```").expect("the block's end");
+    block[sql_start..sql_end].to_string()
+}
+
+/// Runs `sql` as `client` and asserts the outcome: Ok, or the SQLSTATE.
+fn expect(client: &mut Client, who: &str, sql: &str, expected: Option<SqlState>) {
+    let outcome = client.batch_execute(sql);
+    match (outcome, expected) {
+        (Ok(()), None) => {}
+        (Err(error), Some(code)) if error.code() == Some(&code) => {}
+        (outcome, expected) => panic!("{who}: {sql}\n  expected {expected:?}, got {outcome:?}"),
+    }
+}
+
+#[test]
+fn each_readme_role_works_with_exactly_its_grants() {
+    let mut superuser = Client::connect(&base_url(), NoTls).expect("connect as superuser");
+    for sql in [
+        format!("DROP DATABASE IF EXISTS {DATABASE}"),
+        format!("CREATE DATABASE {DATABASE}"),
+    ] {
+        superuser.batch_execute(&sql).expect("create the database");
+    }
+    superuser
+        .batch_execute(
+            "DROP ROLE IF EXISTS app; DROP ROLE IF EXISTS admin; DROP ROLE IF EXISTS web_anon;
+             CREATE ROLE app LOGIN; CREATE ROLE admin LOGIN; CREATE ROLE web_anon LOGIN;",
+        )
+        .expect("create the roles");
+    let mut owner = connect_as("postgres");
+    owner
+        .batch_execute("CREATE EXTENSION rate_limiter")
+        .expect("install");
+    owner
+        .batch_execute(&readme_grants())
+        .expect("the README's grants run as written");
+
+    let denied = Some(SqlState::INSUFFICIENT_PRIVILEGE);
+    let bucket = "rate_limiter.token_bucket(5, '1 minute')";
+
+    // The admin role manages limits...
+    let mut admin = connect_as("admin");
+    for sql in [
+        format!("SELECT rate_limiter.define('signup', {bucket})"),
+        "SELECT rate_limiter.rate_reset('signup', 'k')".to_string(),
+        "SELECT rate_limiter.undefine('signup')".to_string(),
+        format!("SELECT rate_limiter.define('signup', {bucket})"),
+    ] {
+        expect(&mut admin, "admin", &sql, None);
+    }
+    // ...and touches no table.
+    for sql in [
+        "SELECT * FROM rate_limiter.rate_limits",
+        "SELECT * FROM rate_limiter.definitions",
+        "DELETE FROM rate_limiter.definitions",
+    ] {
+        expect(&mut admin, "admin", sql, denied.clone());
+    }
+
+    // The application role uses limits, by name and inline...
+    let mut app = connect_as("app");
+    for sql in [
+        "SELECT * FROM rate_limiter.rate_limit('signup', 'k')".to_string(),
+        "SELECT * FROM rate_limiter.rate_check('signup', 'k')".to_string(),
+        format!("SELECT * FROM rate_limiter.rate_limit('inline', 'k', config => {bucket})"),
+        "SELECT * FROM rate_limiter.rate_limit('inline', config => rate_limiter.fixed_window(5, '1 hour'))"
+            .to_string(),
+    ] {
+        expect(&mut app, "app", &sql, None);
+    }
+    // ...but cannot manage them, move the clock or touch the tables.
+    for sql in [
+        format!("SELECT rate_limiter.define('signup', {bucket})"),
+        "SELECT rate_limiter.undefine('signup')".to_string(),
+        "SELECT rate_limiter.rate_reset('signup', 'k')".to_string(),
+        "SELECT * FROM rate_limiter.rate_limits".to_string(),
+        "UPDATE rate_limiter.rate_limits SET value = 100".to_string(),
+        "SET rate_limiter.now_override = '2030-01-01'".to_string(),
+    ] {
+        expect(&mut app, "app", &sql, denied.clone());
+    }
+
+    // The HTTP API role is granted nothing.
+    let mut web = connect_as("web_anon");
+    for sql in [
+        "SELECT * FROM rate_limiter.rate_limit('signup', 'k')",
+        "SELECT * FROM rate_limiter.rate_check('signup', 'k')",
+        "SELECT rate_limiter.rate_reset('signup', 'k')",
+    ] {
+        expect(&mut web, "web_anon", sql, denied.clone());
+    }
+
+    // The consumption the app made is there.
+    let value: f64 = owner
+        .query_one(
+            "SELECT value FROM rate_limiter.rate_limits WHERE name = 'signup' AND key = 'k'",
+            &[],
+        )
+        .expect("the app's consumption")
+        .get(0);
+    assert_eq!(value, 4.0);
+    drop((admin, app, web, owner));
+    superuser
+        .batch_execute(&format!("DROP DATABASE {DATABASE}"))
+        .expect("drop the database");
+    superuser
+        .batch_execute("DROP ROLE app; DROP ROLE admin; DROP ROLE web_anon;")
+        .expect("drop the roles");
+}
