@@ -1,21 +1,16 @@
 //! Property tests of the rate-limit math: random configurations, random
 //! sequences of calls and clock moves (including steps backwards).
 
+mod common;
+
 use proptest::prelude::*;
-use rate_limiter_algorithm::{
-    evaluate, fixed_window, Config, Kind, LimitId, Micros, Request, State,
-};
+use rate_limiter_algorithm::{evaluate, Config, Kind, LimitId, Micros, Request, State};
 
 const ID: LimitId<'static> = LimitId {
     name: b"prop",
     key: Some(b"k"),
 };
 const SECOND: Micros = 1_000_000;
-
-/// Relative slack for float comparisons of sums of many terms.
-fn slack(bound: f64) -> f64 {
-    1e-9 * bound.abs().max(1.0)
-}
 
 fn kind() -> impl Strategy<Value = Kind> {
     prop_oneof![Just(Kind::TokenBucket), Just(Kind::FixedWindow)]
@@ -115,17 +110,8 @@ proptest! {
     ) {
         let (admitted, first, latest) = run(&config, t0, &steps);
         let any_reserve = steps.iter().any(|step| step.reserve);
-        let debt = if any_reserve { config.max_reserved.unwrap_or(f64::INFINITY) } else { 0.0 };
-        let granted = match config.kind {
-            Kind::TokenBucket => config.rate * (latest - first) as f64 / config.period as f64,
-            Kind::FixedWindow => {
-                let anchor = fixed_window::anchor(&config, ID);
-                let first_window = fixed_window::window_start(anchor, config.period, first);
-                config.rate * ((latest - first_window) / config.period) as f64
-            }
-        };
-        let bound = config.capacity() + debt + granted;
-        prop_assert!(admitted <= bound + slack(bound), "admitted {admitted} > bound {bound}");
+        let bound = common::bound(&config, ID, first, latest, any_reserve);
+        prop_assert!(admitted <= bound + common::slack(bound), "admitted {admitted} > bound {bound}");
     }
 
     /// A refused call succeeds when repeated exactly `retry_after` later

@@ -2,9 +2,11 @@
 //! 40 shards, random pairs of shards (some of them read-only, as when
 //! another transaction holds them), random counts and clock moves.
 
+mod common;
+
 use proptest::prelude::*;
 use rate_limiter_algorithm::{
-    evaluate_pair, fixed_window, Candidate, Config, Kind, LimitId, Micros, Request, State,
+    evaluate_pair, Candidate, Config, Kind, LimitId, Micros, Request, State,
 };
 
 const ID: LimitId<'static> = LimitId {
@@ -12,10 +14,6 @@ const ID: LimitId<'static> = LimitId {
     key: None,
 };
 const SECOND: Micros = 1_000_000;
-
-fn slack(bound: f64) -> f64 {
-    1e-9 * bound.abs().max(1.0)
-}
 
 prop_compose! {
     fn config()(
@@ -111,17 +109,8 @@ proptest! {
                 prop_assert_eq!(decision.new_states, [None, None]);
             }
         }
-        let debt = if any_reserve { config.max_reserved.unwrap_or(f64::INFINITY) } else { 0.0 };
-        let granted = match config.kind {
-            Kind::TokenBucket => config.rate * (latest - t0) as f64 / config.period as f64,
-            Kind::FixedWindow => {
-                let anchor = fixed_window::anchor(&config, ID);
-                let first_window = fixed_window::window_start(anchor, config.period, t0);
-                config.rate * ((latest - first_window) / config.period) as f64
-            }
-        };
-        let bound = config.capacity() + debt + granted;
-        prop_assert!(admitted <= bound + slack(bound), "admitted {admitted} > bound {bound}");
+        let bound = common::bound(&config, ID, t0, latest, any_reserve);
+        prop_assert!(admitted <= bound + common::slack(bound), "admitted {admitted} > bound {bound}");
     }
 
     /// A refused call succeeds when repeated exactly `retry_after` later on
@@ -168,7 +157,7 @@ proptest! {
         let decision = evaluate_pair(&config, ID, [new, new], now, all).unwrap();
         prop_assert!(decision.ok);
         for state in decision.new_states {
-            prop_assert!(state.unwrap().value.abs() <= slack(config.capacity()));
+            prop_assert!(state.unwrap().value.abs() <= common::slack(config.capacity()));
         }
     }
 }
