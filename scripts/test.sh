@@ -6,10 +6,39 @@
 #   3. lock-behaviour specs with interleaved sessions (pg_isolation_regress)
 #   4. tests with many real concurrent connections, through pgbouncer, and
 #      across a SIGKILL of the postmaster             (cargo test)
+#   5. (PostgreSQL 15) the Debian package, installed with dpkg into a
+#      clean Debian 12 made with debootstrap           (scripts/package_test.sh)
 # against a throwaway cluster, and prints a summary line
-# "tests: N passed, M failed".
+# "tests: N passed, M failed", on every supported PostgreSQL version (15,
+# 16, 17, 18) in turn; RL_PG=16 (or 15, 17, 18) runs it on that version only.
 set -euo pipefail
 cd "$(dirname "$0")/.."
+
+# Without RL_PG: the whole suite on every supported version, a summary line
+# per version, then the total.
+if [ -z "${RL_PG:-}" ]; then
+    passed=0 failed=0 status=0 summary=()
+    for version in 15 16 17 18; do
+        log=$(mktemp)
+        started=$SECONDS
+        if RL_PG=$version bash scripts/test.sh 2>&1 | tee "$log"; then :; else status=1; fi
+        line=$(grep -E '^tests: [0-9]+ passed, [0-9]+ failed$' "$log" | tail -n 1 || true)
+        rm -f "$log"
+        if [ -z "$line" ]; then
+            summary+=("PostgreSQL $version: no summary (the run broke before its tests)")
+            status=1
+            continue
+        fi
+        read -r p f < <(sed -E 's/^tests: ([0-9]+) passed, ([0-9]+) failed$/\1 \2/' <<<"$line")
+        passed=$((passed + p)) failed=$((failed + f))
+        summary+=("PostgreSQL $version: $p passed, $f failed ($((SECONDS - started)) s)")
+    done
+    echo
+    printf '%s\n' "${summary[@]}"
+    echo "tests: $passed passed, $failed failed"
+    exit $status
+fi
+
 source scripts/lib.sh
 
 ensure_tools
@@ -24,16 +53,21 @@ count_cargo() { # adds up "test result: ok. N passed; M failed" lines
     f=$(grep -Eo '[0-9]+ failed' "$1" | awk '{s+=$1} END {print s+0}')
     passed=$((passed + p)); failed=$((failed + f))
 }
-count_pg() { # pg_regress prints "test NAME ... ok" or "... FAILED" per test
+count_pg() { # per test, pg_regress 15 prints "test NAME ... ok" (or
+    # "... FAILED"), 16 and later "ok N - NAME" (or "not ok N - NAME")
     local p f
-    p=$(grep -Ec '\.\.\. ok' "$1" || true)
-    f=$(grep -Ec '\.\.\. FAILED' "$1" || true)
+    p=$(grep -Ec '\.\.\. ok|^ok [0-9]+ ' "$1" || true)
+    f=$(grep -Ec '\.\.\. FAILED|^not ok [0-9]+ ' "$1" || true)
     passed=$((passed + p)); failed=$((failed + f))
 }
 
+# The test drivers of PostgreSQL 16-18 must find their own libpq.
+drivers=()
+[ -n "$PG_LIBRARY_PATH" ] && drivers=(env "LD_LIBRARY_PATH=$PG_LIBRARY_PATH")
+
 results=$(mktemp -d)
 log "1. unit and property tests of the pure math"
-cargo test -p rate_limiter_algorithm 2>&1 | tee "$results/unit.log" || broken+=("unit")
+cargo test --no-fail-fast -p rate_limiter_algorithm 2>&1 | tee "$results/unit.log" || broken+=("unit")
 count_cargo "$results/unit.log"
 
 cluster=$(mktemp -d /tmp/rate_limiter_test.XXXXXX)
@@ -44,7 +78,7 @@ start_pgbouncer "$pooler"
 
 log "2. SQL golden-file tests (pg_regress)"
 chmod -R a+rwX "$results"
-if "$PGXS_DIR/src/test/regress/pg_regress" \
+if "${drivers[@]}" "$PGXS_DIR/src/test/regress/pg_regress" --bindir="$PG_BIN" \
     --inputdir=tests/pg_regress --outputdir="$results/regress" \
     --host="$cluster" --port="$RL_PORT" --user=postgres --dbname=rate_limiter_regress \
     --schedule=tests/pg_regress/schedule 2>&1 | tee "$results/regress.log"; then :; else broken+=("pg_regress"); fi
@@ -52,7 +86,7 @@ if "$PGXS_DIR/src/test/regress/pg_regress" \
 count_pg "$results/regress.log"
 
 log "3. lock-behaviour specs (pg_isolation_regress)"
-if "$PGXS_DIR/src/test/isolation/pg_isolation_regress" \
+if "${drivers[@]}" "$PGXS_DIR/src/test/isolation/pg_isolation_regress" --bindir="$PG_BIN" \
     --inputdir=tests/isolation --outputdir="$results/isolation" \
     --host="$cluster" --port="$RL_PORT" --user=postgres --dbname=rate_limiter_isolation \
     --schedule=tests/isolation/schedule 2>&1 | tee "$results/isolation.log"; then :; else broken+=("isolation"); fi
@@ -60,11 +94,20 @@ if "$PGXS_DIR/src/test/isolation/pg_isolation_regress" \
 count_pg "$results/isolation.log"
 
 log "4. concurrency, pooler, crash and client tests against the real server"
-cargo test -p rate_limiter_integration_tests -- --test-threads=1 --nocapture 2>&1 | tee "$results/integration.log" || broken+=("integration")
+cargo test --no-fail-fast -p rate_limiter_integration_tests -- --test-threads=1 --nocapture 2>&1 | tee "$results/integration.log" || broken+=("integration")
 count_cargo "$results/integration.log"
+
+if [ "$RL_PG" = 15 ]; then
+    log "5. the Debian package, installed into a clean Debian 12 (debootstrap)"
+    bash scripts/package_test.sh 2>&1 | tee "$results/package.log" || broken+=("package")
+    line=$(grep -E '^package: [0-9]+ passed, [0-9]+ failed$' "$results/package.log" || echo "package: 0 passed, 1 failed")
+    read -r p f < <(sed -E 's/^package: ([0-9]+) passed, ([0-9]+) failed$/\1 \2/' <<<"$line")
+    passed=$((passed + p)); failed=$((failed + f))
+fi
 
 rm -rf "$results"
 echo
 [ ${#broken[@]} -gt 0 ] && echo "steps that failed: ${broken[*]}"
+echo "PostgreSQL $RL_PG"
 echo "tests: $passed passed, $failed failed"
 [ "$failed" -eq 0 ] && [ "$passed" -gt 0 ] && [ ${#broken[@]} -eq 0 ]

@@ -18,8 +18,6 @@ pub struct Objects {
     pub index: pg_sys::Oid,
     /// The owner of the table: the role the functions act as.
     pub owner: pg_sys::Oid,
-    /// `[rate_limiter]` as a List in TopMemoryContext, for search paths.
-    pub schemas: *mut pg_sys::List,
     /// Whether Citus lists the table in `pg_catalog.pg_dist_partition`
     /// (`create_distributed_table`): then calls must fail closed.
     pub distributed: bool,
@@ -66,39 +64,56 @@ fn distributed(table: pg_sys::Oid) -> bool {
     .unwrap_or(true)
 }
 
-/// The extension's objects; raises an ERROR if they are missing.
+/// Lookups before giving up when the catalog keeps changing under them.
+const LOOKUPS: usize = 3;
+
+/// The extension's objects; raises an ERROR if they are missing: 3F000
+/// without the schema, 42P01 without the table or its index.
 pub fn objects() -> Objects {
     if let Some(objects) = OBJECTS.with(Cell::get) {
         return objects;
     }
     // SAFETY: catalog lookups; get_namespace_oid raises an ERROR if the
     // schema is missing, and the other misses are checked.
-    let objects = unsafe {
-        let schema = pg_sys::get_namespace_oid(c"rate_limiter".as_ptr(), false);
-        let table = pg_sys::get_relname_relid(c"rate_limits".as_ptr(), schema);
-        let index = pg_sys::get_relname_relid(c"rate_limits_name_key_shard_key".as_ptr(), schema);
-        if table == pg_sys::InvalidOid || index == pg_sys::InvalidOid {
-            error!("rate_limiter.rate_limits or its unique index is missing: is the extension installed?");
-        }
-        let tuple = pg_sys::SearchSysCache1(
-            pg_sys::SysCacheIdentifier::RELOID as i32,
-            pg_sys::Datum::from(table),
+    let found = unsafe {
+        (0..LOOKUPS).find_map(|attempt| {
+            if attempt > 0 {
+                // A concurrent DROP or CREATE EXTENSION: catch up.
+                pg_sys::AcceptInvalidationMessages();
+            }
+            let schema = pg_sys::get_namespace_oid(c"rate_limiter".as_ptr(), false);
+            let table = pg_sys::get_relname_relid(c"rate_limits".as_ptr(), schema);
+            let index =
+                pg_sys::get_relname_relid(c"rate_limits_name_key_shard_key".as_ptr(), schema);
+            if table == pg_sys::InvalidOid || index == pg_sys::InvalidOid {
+                return None;
+            }
+            let tuple = pg_sys::SearchSysCache1(
+                pg_sys::SysCacheIdentifier::RELOID as i32,
+                pg_sys::Datum::from(table),
+            );
+            if tuple.is_null() {
+                return None;
+            }
+            let owner = (*(pg_sys::GETSTRUCT(tuple) as pg_sys::Form_pg_class)).relowner;
+            pg_sys::ReleaseSysCache(tuple);
+            Some((table, index, owner))
+        })
+    };
+    let Some((table, index, owner)) = found else {
+        ereport!(
+            PgLogLevel::ERROR,
+            PgSqlErrorCode::ERRCODE_UNDEFINED_TABLE,
+            "rate_limiter.rate_limits or its unique index is missing",
+            "Is the extension installed (CREATE EXTENSION rate_limiter)?"
         );
-        if tuple.is_null() {
-            error!("cache lookup failed for rate_limiter.rate_limits");
-        }
-        let owner = (*(pg_sys::GETSTRUCT(tuple) as pg_sys::Form_pg_class)).relowner;
-        pg_sys::ReleaseSysCache(tuple);
-        let old = pg_sys::MemoryContextSwitchTo(pg_sys::TopMemoryContext);
-        let schemas = pg_sys::lappend_oid(std::ptr::null_mut(), schema);
-        pg_sys::MemoryContextSwitchTo(old);
-        Objects {
-            table,
-            index,
-            owner,
-            schemas,
-            distributed: distributed(table),
-        }
+        unreachable!("an ERROR report does not return")
+    };
+    let objects = Objects {
+        table,
+        index,
+        owner,
+        distributed: distributed(table),
     };
     OBJECTS.with(|cell| cell.set(Some(objects)));
     objects

@@ -18,7 +18,8 @@
 //! - [`clock`]: the current time (real or overridden);
 //! - [`security`]: running statements as the extension's owner with a pinned search path;
 //! - [`catalog`]: the OIDs of the extension's schema, table, index and owner;
-//! - [`errors`]: turning errors and refusals into PostgreSQL errors.
+//! - [`errors`]: turning errors and refusals into PostgreSQL errors;
+//! - [`compat`]: what differs between PostgreSQL 15, 16, 17 and 18.
 //!
 //! The SQL objects are written by hand in `sql/`: `schema.sql` (types and
 //! tables), `functions.sql` (every `CREATE FUNCTION`, pointing at the
@@ -30,6 +31,7 @@ use pgrx::prelude::*;
 
 pub mod catalog;
 pub mod clock;
+pub mod compat;
 pub mod config;
 pub mod definitions;
 pub mod errors;

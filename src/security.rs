@@ -1,29 +1,39 @@
 //! Running the extension's statements as the extension's owner, with a
-//! pinned search path: what `SECURITY DEFINER ... SET search_path` would do,
-//! done in Rust around the SPI calls because it costs much less (no GUC
-//! save and restore on every call; about 2.5 µs per call measured).
+//! pinned search path: what `SECURITY DEFINER ... SET search_path` does,
+//! done in Rust around the few SPI statements left (looking up a definition
+//! the first time, `define`, `undefine`, `rate_reset`), so that the
+//! functions themselves need no `SECURITY DEFINER` and no function-level
+//! `SET` (which would cost every call, `rate_limit` included).
 //!
 //! Callers need EXECUTE on the function (checked by PostgreSQL before the
 //! call) and nothing else: inside, statements run as the owner of
 //! `rate_limiter.rate_limits` (the role that installed the extension, or the
 //! bootstrap superuser for a trusted install) with the search path
-//! `pg_catalog, rate_limiter` and no `pg_temp`, so objects in the caller's
-//! schemas cannot change what the statements mean. Every statement is also
+//! `pg_catalog, rate_limiter, pg_temp` (`pg_temp` last, so it is not
+//! searched first), so objects in the caller's schemas cannot change what
+//! the statements mean. Every statement is also
 //! schema-qualified.
 //!
 //! If a statement fails, PostgreSQL's transaction (or subtransaction) abort
-//! restores the user and drops the pushed search path, as it does for
+//! restores the user and the search path, as it does for
 //! `SECURITY DEFINER` functions.
 
 use crate::catalog;
 use pgrx::pg_sys;
 
+/// The search path the extension's statements run with: the catalog, the
+/// extension's schema, and `pg_temp` last (named, so that it is not
+/// searched first).
+const SEARCH_PATH: &std::ffi::CStr = c"pg_catalog, rate_limiter, pg_temp";
+
 /// Restores the caller's user and search path when dropped normally. When
 /// unwinding from an error it does nothing: the abort that follows restores
-/// both (and popping the search path then could itself raise an error).
+/// both, as it does for `SECURITY DEFINER` functions.
 struct Restore {
     user: pg_sys::Oid,
     context: i32,
+    /// The GUC nesting level whose settings (the search path) to undo.
+    guc_level: i32,
 }
 
 impl Drop for Restore {
@@ -32,32 +42,43 @@ impl Drop for Restore {
             return;
         }
         unsafe {
-            pg_sys::PopOverrideSearchPath();
+            pg_sys::AtEOXact_GUC(true, self.guc_level);
             pg_sys::SetUserIdAndSecContext(self.user, self.context);
         }
     }
 }
 
 /// Runs `body` as the extension's owner with the search path
-/// `pg_catalog, rate_limiter`.
+/// `pg_catalog, rate_limiter, pg_temp`, as `SECURITY DEFINER SET
+/// search_path = ...` would (`fmgr_security_definer`: a new GUC nesting
+/// level, undone afterwards).
 pub fn as_owner<R>(body: impl FnOnce() -> R) -> R {
     let objects = catalog::objects();
     let mut user = pg_sys::InvalidOid;
     let mut context = 0;
-    unsafe {
+    let guc_level = unsafe {
         pg_sys::GetUserIdAndSecContext(&mut user, &mut context);
         pg_sys::SetUserIdAndSecContext(
             objects.owner,
             context | pg_sys::SECURITY_LOCAL_USERID_CHANGE as i32,
         );
-        let mut path = pg_sys::OverrideSearchPath {
-            schemas: objects.schemas,
-            addCatalog: true,
-            addTemp: false,
-            generation: 0,
-        };
-        pg_sys::PushOverrideSearchPath(&mut path);
-    }
-    let _restore = Restore { user, context };
+        let guc_level = pg_sys::NewGUCNestLevel();
+        pg_sys::set_config_option(
+            c"search_path".as_ptr(),
+            SEARCH_PATH.as_ptr(),
+            pg_sys::GucContext::PGC_USERSET,
+            pg_sys::GucSource::PGC_S_SESSION,
+            pg_sys::GucAction::GUC_ACTION_SAVE,
+            true,
+            0,
+            false,
+        );
+        guc_level
+    };
+    let _restore = Restore {
+        user,
+        context,
+        guc_level,
+    };
     body()
 }

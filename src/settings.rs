@@ -117,10 +117,10 @@ unsafe fn set_check_detail(detail: &str) {
     }
 }
 
-/// Allocates a GUC "extra" block (freed by PostgreSQL with `free()`).
+/// Allocates a GUC "extra" block holding `value`, as the server frees it.
 unsafe fn malloc_extra(value: i64) -> *mut c_void {
     unsafe {
-        let extra = libc::malloc(std::mem::size_of::<i64>()) as *mut i64;
+        let extra = crate::compat::guc_extra(std::mem::size_of::<i64>()) as *mut i64;
         if !extra.is_null() {
             extra.write(value);
         }

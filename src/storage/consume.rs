@@ -30,6 +30,7 @@
 
 use super::relations::Relations;
 use super::{timestamp, Datums, RowId, TS, VALUE};
+use crate::compat::{self, IndexUpdates};
 use crate::errors::CallError;
 use pgrx::pg_sys;
 use pgrx::prelude::*;
@@ -397,28 +398,26 @@ pub(super) unsafe fn write_locked(
     );
     let mut failure: pg_sys::TM_FailureData = std::mem::zeroed();
     let mut lock_mode: pg_sys::LockTupleMode::Type = 0;
-    let updated = pg_sys::heap_update(
+    let (updated, index_updates) = compat::heap_update(
         relations.table,
         &mut locked.tuple.t_self,
         new,
         command,
-        std::ptr::null_mut(),
-        true,
         &mut failure,
         &mut lock_mode,
     );
     if updated != pg_sys::TM_Result::TM_Ok {
         error!("rate_limiter: unexpected result {updated} updating a locked state row");
     }
-    // A HOT update needs no index entry; otherwise add one for the new
-    // version (the key columns are unchanged).
-    let heap_only = (*(*new).t_data).t_infomask2 as u32 & pg_sys::HEAP_ONLY_TUPLE != 0;
-    if !heap_only {
+    // A HOT update needs no index entry (except in summarizing indexes,
+    // from PostgreSQL 16 on); otherwise add one for the new version in
+    // every index (the key columns are unchanged).
+    if index_updates != IndexUpdates::None {
         relations.insert_index_entries(
             &locked.datums,
             &mut (*new).t_self,
             pg_sys::IndexUniqueCheck::UNIQUE_CHECK_YES,
-            true,
+            Some(index_updates == IndexUpdates::Summarizing),
         );
     }
     pg_sys::heap_freetuple(new);
@@ -466,7 +465,7 @@ pub(super) unsafe fn insert_new(
             datums,
             &mut (*tuple).t_self,
             pg_sys::IndexUniqueCheck::UNIQUE_CHECK_PARTIAL,
-            false,
+            None,
         );
         tuples.push(tuple);
     }

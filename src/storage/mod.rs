@@ -12,7 +12,8 @@
 //!   has `SET enable_seqscan = off` (sql/functions.sql), so a plan made
 //!   while the table was empty still uses the index later.
 //!
-//! `relations.rs` opens the table and its indexes and looks rows up.
+//! `relations.rs` opens the table and its indexes and looks rows up;
+//! `crate::compat` holds what differs between PostgreSQL 15, 16, 17 and 18.
 
 mod consume;
 mod relations;

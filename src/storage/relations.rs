@@ -4,6 +4,7 @@
 //! index entries for a written tuple.
 
 use super::{Datums, COLUMNS, KEY, KEY_COLUMNS, SHARD, TS, VALUE};
+use crate::compat;
 use pgrx::pg_sys;
 use pgrx::prelude::*;
 use rate_limiter_algorithm::State;
@@ -136,12 +137,12 @@ impl Relations {
                 altered("it does not have 5 columns");
             }
             for (column, expected) in COLUMN_TYPES.iter().enumerate() {
-                let attribute = (*descriptor).attrs.as_ptr().add(column);
+                let attribute = compat::attribute(descriptor, column);
                 if (*attribute).attisdropped || (*attribute).atttypid.to_u32() != *expected {
                     altered("a column has a different type");
                 }
             }
-            if (*(*descriptor).attrs.as_ptr().add(KEY)).attnotnull {
+            if (*compat::attribute(descriptor, KEY)).attnotnull {
                 altered("key is NOT NULL, but the global limit's key is NULL");
             }
             if !(*table).trigdesc.is_null() {
@@ -277,7 +278,7 @@ impl Relations {
         mut visit: impl FnMut(*mut pg_sys::TupleTableSlot) -> bool,
     ) {
         let mut scan_keys = self.scan_keys(datums);
-        let scan = pg_sys::index_beginscan(self.table, self.index, snapshot, keys as i32, 0);
+        let scan = compat::index_beginscan(self.table, self.index, snapshot, keys as i32);
         pg_sys::index_rescan(
             scan,
             scan_keys.as_mut_ptr(),
@@ -300,8 +301,11 @@ impl Relations {
     /// (name, key, shard) indexes with `check`, to the others without a
     /// uniqueness check. Returns false when `check` is
     /// `UNIQUE_CHECK_PARTIAL` and another entry of a unique index may
-    /// conflict. `unchanged` says that the key columns did
-    /// not change (an update), a hint for the index.
+    /// conflict. `update` is `None` for a new row; for a new version of a
+    /// row (an update: the key columns did not change, a hint for the
+    /// index) `Some(only_summarizing)`, true when a HOT update needs
+    /// entries only in summarizing indexes (`ExecInsertIndexTuples`'s
+    /// `onlySummarizing`).
     ///
     /// # Safety
     /// `tid` must be a tuple of the table just written by this transaction.
@@ -310,12 +314,13 @@ impl Relations {
         datums: &Datums,
         tid: *mut pg_sys::ItemPointerData,
         check: pg_sys::IndexUniqueCheck::Type,
-        unchanged: bool,
+        update: Option<bool>,
     ) -> bool {
         let mut unique = true;
+        let only_summarizing = update == Some(true);
         for &index in std::iter::once(&self.index).chain(&self.others) {
             let form = (*index).rd_index;
-            if !(*form).indisready {
+            if !(*form).indisready || (only_summarizing && !compat::is_summarizing(index)) {
                 continue;
             }
             // Plain column indexes only (checked when opening): entry i is
@@ -345,7 +350,7 @@ impl Relations {
                 tid,
                 self.table,
                 check,
-                unchanged,
+                update.is_some(),
                 pg_sys::BuildIndexInfo(index),
             );
             // (Only unique indexes answer; other access methods return false.)

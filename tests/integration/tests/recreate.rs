@@ -5,7 +5,9 @@
 //! lock them and check again (PostgreSQL's look-up, lock, re-check
 //! pattern): during a REINDEX nothing fails at all; across the re-creation
 //! a call may find the extension missing (a clear error of the missing
-//! object), but never an internal error, and the limits work afterwards.
+//! object, or PostgreSQL's own "cache lookup failed for function" when the
+//! function was dropped while the call was being planned), but never an
+//! internal error of the extension, and the limits work afterwards.
 
 use postgres::error::SqlState;
 use postgres::{Client, NoTls};
@@ -133,10 +135,15 @@ fn calls_survive_reindex_concurrently_and_recreating_the_extension() {
     ]
     .map(|code| code.code().to_string());
     for code in errors.keys() {
+        // PostgreSQL itself does not lock a function while a query that
+        // calls it is planned: one dropped in between fails in the
+        // executor, before any of the extension's code runs.
+        let executor_race = code.starts_with("XX000 cache lookup failed for function");
         assert!(
-            missing
-                .iter()
-                .any(|missing| code.starts_with(missing.as_str())),
+            executor_race
+                || missing
+                    .iter()
+                    .any(|missing| code.starts_with(missing.as_str())),
             "a call failed with {code} across the re-creation: {errors:?}"
         );
     }

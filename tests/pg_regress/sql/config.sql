@@ -41,6 +41,17 @@ SELECT rate_limiter.fixed_window(10, '1 minute', max_reserved => 'NaN');
 SELECT rate_limiter.token_bucket(10, '1 minute', shards => 32768);
 \echo :LAST_ERROR_SQLSTATE
 
+-- An infinite period is never accepted: PostgreSQL 17 and later parse
+-- 'infinity' as an interval and the constructor refuses it (22023); before
+-- 17 it is not an interval at all (22007).
+DO $$
+BEGIN
+    PERFORM rate_limiter.token_bucket(10, 'infinity');
+    RAISE NOTICE 'an infinite period was accepted';
+EXCEPTION WHEN invalid_parameter_value OR invalid_datetime_format THEN
+    RAISE NOTICE 'an infinite period is refused';
+END $$;
+
 -- NULL for a required argument: 22004.
 SELECT rate_limiter.token_bucket(NULL, '1 minute');
 \echo :LAST_ERROR_SQLSTATE

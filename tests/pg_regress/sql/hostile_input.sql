@@ -151,7 +151,7 @@ INSERT INTO hostile (grp, call) VALUES
 ('period', $c$rate_limiter.token_bucket(10, '178000000 years 2147483647 days 2562047788 hours')$c$),
 ('period', $c$rate_limiter.token_bucket(10, '1 microsecond')$c$),
 ('period', $c$rate_limiter.token_bucket(10, '-1 microsecond')$c$),
-('period', $c$rate_limiter.token_bucket(10, 'infinity')$c$),
+('period', $c$rate_limiter.token_bucket(10, '-0 seconds')$c$),
 ('period', $c$rate_limiter.token_bucket(10, 'a while')$c$),
 ('period', $c$rate_limiter.fixed_window(10, '1 month -30 days')$c$),
 ('period', $c$rate_limiter.fixed_window(10, '178000000 years')$c$),

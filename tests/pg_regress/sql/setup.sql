@@ -1,11 +1,16 @@
 -- Installing the extension creates schema rate_limiter with two types,
 -- two tables and seven functions.
 CREATE EXTENSION rate_limiter;
-SELECT pg_describe_object(classid, objid, objsubid) AS object
-FROM pg_depend
-WHERE refclassid = 'pg_extension'::regclass
-  AND refobjid = (SELECT oid FROM pg_extension WHERE extname = 'rate_limiter')
-  AND deptype = 'e'
+-- (PostgreSQL 17 and later also list the array types and the tables' row
+-- types, which come with the types and tables: left out here.)
+SELECT pg_describe_object(d.classid, d.objid, d.objsubid) AS object
+FROM pg_depend d
+LEFT JOIN pg_type t ON d.classid = 'pg_type'::regclass AND t.oid = d.objid
+WHERE d.refclassid = 'pg_extension'::regclass
+  AND d.refobjid = (SELECT oid FROM pg_extension WHERE extname = 'rate_limiter')
+  AND d.deptype = 'e'
+  AND NOT coalesce(t.typcategory = 'A'
+                   OR (t.typrelid <> 0 AND (SELECT relkind FROM pg_class WHERE oid = t.typrelid) <> 'c'), false)
 ORDER BY 1;
 
 -- Not relocatable; the schema is fixed.

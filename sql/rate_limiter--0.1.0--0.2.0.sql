@@ -1,0 +1,32 @@
+-- rate_limiter 0.1.0 -> 0.2.0 (ALTER EXTENSION rate_limiter UPDATE).
+--
+-- 0.2.0 brings sharded limits (shards => N, which 0.1.0 refused with
+-- 0A000), names and keys as opaque bytes in every database encoding, and
+-- the fail-closed checks of the direct write path. None of it changes a
+-- type, a table or a function signature: the state rows and definitions
+-- keep their meaning (no limit refills or drains), and only the functions'
+-- documentation changes. The library itself is replaced when the new
+-- version is installed; it also serves databases still at 0.1.0.
+
+COMMENT ON FUNCTION rate_limiter.token_bucket(float8, interval, float8, float8, int4) IS
+'Token-bucket config: rate tokens arrive continuously per period, up to capacity (NULL = rate); '
+'max_reserved bounds the debt of reservations (NULL = unlimited, 0 = none). '
+'shards splits the limit over that many rows (each with 1/shards of rate, capacity and max_reserved) so that concurrent transactions do not queue on one row. '
+'Errors: 22004 NULL rate/period/shards; 22023 non-finite or non-positive rate/period, negative capacity/max_reserved, shards outside 1..32767.';
+
+COMMENT ON FUNCTION rate_limiter.define(text, rate_limiter.config) IS
+'Creates or replaces the named limit. Changing kind, period or shards discards its state; other changes keep it (capped at the new capacity). '
+'WARNING when each shard of a sharded limit would hold fewer than 5 tokens. '
+'Errors: 22004 NULL name/config or required field; 22023 invalid config.';
+
+COMMENT ON FUNCTION rate_limiter.rate_limit(text, text, float8, boolean, boolean, rate_limiter.config) IS
+'Consumes count tokens of limit (name, key) inside the current transaction, locking its row. '
+'Returns one row: ok, retry_after (interval, rounded up to the microsecond; NULL when admitted without debt), remaining (tokens). '
+'key NULL = the global limit; config inline wins over a definition. '
+'A sharded limit consumes from one or two of its shards, passing over shards other transactions hold; remaining is then an estimate for the whole limit. '
+'Errors: 22004 NULL name/count/reserve/throws; 42704 no config and no definition; 22023 invalid count or config; '
+'the rate_limiter.sqlstate SQLSTATE (default RL429, JSON DETAIL) when refused with throws => true.';
+
+COMMENT ON FUNCTION rate_limiter.rate_check(text, text, float8, boolean, boolean, rate_limiter.config) IS
+'The answer rate_limit would give now, without taking a lock or writing anything. Same arguments, result and errors as rate_limit. '
+'For a sharded limit: the answer for its two fullest shards, and remaining summed over every shard.';
