@@ -66,6 +66,9 @@ drivers=()
 [ -n "$PG_LIBRARY_PATH" ] && drivers=(env "LD_LIBRARY_PATH=$PG_LIBRARY_PATH")
 
 results=$(mktemp -d)
+log "0. the demo and benchmark clients build"
+cargo build -q -p rate_limiter_demo -p rate_limiter_bench 2>&1 | tee "$results/clients.log" || broken+=("clients")
+
 log "1. unit and property tests of the pure math"
 cargo test --no-fail-fast -p rate_limiter_algorithm 2>&1 | tee "$results/unit.log" || broken+=("unit")
 count_cargo "$results/unit.log"

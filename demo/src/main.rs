@@ -37,7 +37,10 @@ impl Model {
         let slot = (name.to_string(), key.map(str::to_string));
         let decision = evaluate(
             config,
-            LimitId { name, key },
+            LimitId {
+                name: name.as_bytes(),
+                key: key.map(str::as_bytes),
+            },
             self.states.get(&slot).copied(),
             now,
             Request { count, reserve },
