@@ -93,15 +93,21 @@ ensure_tools() {
         cargo install cargo-pgrx --version 0.18.1 --locked
     fi
     ensure_postgres
-    # pgrx must know every version it builds for; `cargo pgrx init` writes
-    # the whole list, so register all that are here.
-    if ! grep -qs "^pg$RL_PG = \"$PG_CONFIG\"" "$HOME/.pgrx/config.toml"; then
-        log "registering PostgreSQL $RL_PG with pgrx"
-        local versions=(--pg15 /usr/bin/pg_config) major
-        for major in 16 17 18; do
-            [ -x "$PWD/target/postgresql/$major/bin/pg_config" ] &&
-                versions+=("--pg$major" "$PWD/target/postgresql/$major/bin/pg_config")
-        done
+    # pgrx must know every version it builds for, and nothing else: its
+    # build checks every registered pg_config, so an entry left by another
+    # clone that is gone breaks the build. `cargo pgrx init` writes the
+    # whole list: register exactly the versions this clone has.
+    local versions=(--pg15 /usr/bin/pg_config) wanted='pg15 = "/usr/bin/pg_config"' major
+    for major in 16 17 18; do
+        if [ -x "$PWD/target/postgresql/$major/bin/pg_config" ]; then
+            versions+=("--pg$major" "$PWD/target/postgresql/$major/bin/pg_config")
+            wanted+=$'\n'"pg$major = \"$PWD/target/postgresql/$major/bin/pg_config\""
+        fi
+    done
+    local registered
+    registered=$(grep -E '^pg[0-9]+ = ' "$HOME/.pgrx/config.toml" 2>/dev/null | sort || true)
+    if [ "$registered" != "$(sort <<<"$wanted")" ]; then
+        log "registering PostgreSQL ${versions[*]//--pg/} with pgrx"
         cargo pgrx init "${versions[@]}" >/dev/null
     fi
 }

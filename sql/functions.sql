@@ -108,6 +108,39 @@ AS 'MODULE_PATHNAME', 'rate_reset_wrapper';
 COMMENT ON FUNCTION rate_limiter.rate_reset(text, text) IS
 'Forgets the state of (name, key) on every shard, so the next call starts full. Needs no definition; a no-op without state. Errors: 22004 NULL name.';
 
+-- Reading a limit without consuming ---------------------------------------
+-- (work in read-only transactions and on hot standbys)
+
+CREATE FUNCTION rate_limiter.status(
+    name   text,
+    key    text                DEFAULT NULL,
+    config rate_limiter.config DEFAULT NULL)
+RETURNS TABLE (value float8, capacity float8, full_at timestamptz, shards int4)
+LANGUAGE c VOLATILE ROWS 1
+AS 'MODULE_PATHNAME', 'status_wrapper';
+
+COMMENT ON FUNCTION rate_limiter.status(text, text, rate_limiter.config) IS
+'Where the limit (name, key) stands now, without consuming or locking: value (tokens available now, summed over shards; negative in debt), '
+'capacity (all shards together), full_at (when it is full again if nothing consumes; now when full), shards. '
+'Errors: 22004 NULL name; 42704 no config and no definition; 22023 invalid config.';
+
+CREATE FUNCTION rate_limiter.http_headers(
+    name        text,
+    key         text                DEFAULT NULL,
+    ok          boolean             DEFAULT NULL,
+    retry_after interval            DEFAULT NULL,
+    remaining   float8              DEFAULT NULL,
+    config      rate_limiter.config DEFAULT NULL)
+RETURNS jsonb
+LANGUAGE c VOLATILE
+AS 'MODULE_PATHNAME', 'http_headers_wrapper';
+
+COMMENT ON FUNCTION rate_limiter.http_headers(text, text, boolean, interval, float8, rate_limiter.config) IS
+'HTTP response fields for a call of (name, key), per draft-ietf-httpapi-ratelimit-headers-10: '
+'a jsonb object with RateLimit-Policy ("<name>";q=<rate>;w=<period seconds>), RateLimit ("<name>";r=<whole tokens left>;t=<seconds until full, or until retry_after when refused>) '
+'and, only when ok is false, Retry-After (<seconds>). Seconds are whole, rounded up. ok, retry_after, remaining are a rate_limit result; NULL remaining means the current value. '
+'The name is sent as given; keys never are. Errors: 22004 NULL name, or NULL retry_after with ok false; 42704 no config and no definition; 22023 a name that is not printable ASCII, a negative retry_after.';
+
 -- Internal ----------------------------------------------------------------
 -- Used by the definitions trigger (see src/definitions.rs); not granted
 -- to anyone (sql/privileges.sql revokes them from PUBLIC).

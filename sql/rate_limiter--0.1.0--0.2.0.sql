@@ -1,11 +1,11 @@
 -- rate_limiter 0.1.0 -> 0.2.0 (ALTER EXTENSION rate_limiter UPDATE).
 --
 -- 0.2.0 brings sharded limits (shards => N, which 0.1.0 refused with
--- 0A000), names and keys as opaque bytes in every database encoding, and
--- the fail-closed checks of the direct write path. None of it changes a
--- type, a table or a function signature: the state rows and definitions
--- keep their meaning (no limit refills or drains), and only the functions'
--- documentation changes. The library itself is replaced when the new
+-- 0A000), names and keys as opaque bytes in every database encoding, the
+-- fail-closed checks of the direct write path, and two read-only
+-- functions: status() and http_headers(). No type, table or existing
+-- function signature changes: the state rows and definitions keep their
+-- meaning (no limit refills or drains). The library itself is replaced when the new
 -- version is installed; it also serves databases still at 0.1.0.
 
 COMMENT ON FUNCTION rate_limiter.token_bucket(float8, interval, float8, float8, int4) IS
@@ -30,3 +30,41 @@ COMMENT ON FUNCTION rate_limiter.rate_limit(text, text, float8, boolean, boolean
 COMMENT ON FUNCTION rate_limiter.rate_check(text, text, float8, boolean, boolean, rate_limiter.config) IS
 'The answer rate_limit would give now, without taking a lock or writing anything. Same arguments, result and errors as rate_limit. '
 'For a sharded limit: the answer for its two fullest shards, and remaining summed over every shard.';
+
+-- New in 0.2.0: reading a limit without consuming.
+
+CREATE FUNCTION rate_limiter.status(
+    name   text,
+    key    text                DEFAULT NULL,
+    config rate_limiter.config DEFAULT NULL)
+RETURNS TABLE (value float8, capacity float8, full_at timestamptz, shards int4)
+LANGUAGE c VOLATILE ROWS 1
+AS 'MODULE_PATHNAME', 'status_wrapper';
+
+COMMENT ON FUNCTION rate_limiter.status(text, text, rate_limiter.config) IS
+'Where the limit (name, key) stands now, without consuming or locking: value (tokens available now, summed over shards; negative in debt), '
+'capacity (all shards together), full_at (when it is full again if nothing consumes; now when full), shards. '
+'Errors: 22004 NULL name; 42704 no config and no definition; 22023 invalid config.';
+
+CREATE FUNCTION rate_limiter.http_headers(
+    name        text,
+    key         text                DEFAULT NULL,
+    ok          boolean             DEFAULT NULL,
+    retry_after interval            DEFAULT NULL,
+    remaining   float8              DEFAULT NULL,
+    config      rate_limiter.config DEFAULT NULL)
+RETURNS jsonb
+LANGUAGE c VOLATILE
+AS 'MODULE_PATHNAME', 'http_headers_wrapper';
+
+COMMENT ON FUNCTION rate_limiter.http_headers(text, text, boolean, interval, float8, rate_limiter.config) IS
+'HTTP response fields for a call of (name, key), per draft-ietf-httpapi-ratelimit-headers-10: '
+'a jsonb object with RateLimit-Policy ("<name>";q=<rate>;w=<period seconds>), RateLimit ("<name>";r=<whole tokens left>;t=<seconds until full, or until retry_after when refused>) '
+'and, only when ok is false, Retry-After (<seconds>). Seconds are whole, rounded up. ok, retry_after, remaining are a rate_limit result; NULL remaining means the current value. '
+'The name is sent as given; keys never are. Errors: 22004 NULL name, or NULL retry_after with ok false; 42704 no config and no definition; 22023 a name that is not printable ASCII, a negative retry_after.';
+
+-- Privileges as a fresh install sets them (sql/privileges.sql).
+REVOKE ALL ON FUNCTION rate_limiter.status(text, text, rate_limiter.config) FROM PUBLIC;
+REVOKE ALL ON FUNCTION rate_limiter.http_headers(text, text, boolean, interval, float8, rate_limiter.config) FROM PUBLIC;
+GRANT EXECUTE ON FUNCTION rate_limiter.status(text, text, rate_limiter.config) TO @extowner@ WITH GRANT OPTION;
+GRANT EXECUTE ON FUNCTION rate_limiter.http_headers(text, text, boolean, interval, float8, rate_limiter.config) TO @extowner@ WITH GRANT OPTION;

@@ -61,6 +61,16 @@ fn _invalidate_definitions(relid: pg_sys::Oid) {
     unsafe { pg_sys::CacheInvalidateRelcacheByRelid(relid) };
 }
 
+/// The config a call of `name` uses: `inline` when given, else the
+/// definition of `name`, else a 42704 error naming the limit (a misspelled
+/// name is never a silent new limit).
+pub fn resolve(name: &[u8], inline: Option<Config>) -> Result<Config, CallError> {
+    match inline {
+        Some(config) => Ok(config),
+        None => lookup(name)?.ok_or_else(|| CallError::Undefined(name.to_vec())),
+    }
+}
+
 /// The validated config of the limit `name`, or `None` when there is no
 /// definition of that name; cached (see the module documentation).
 pub fn lookup(name: &[u8]) -> Result<Option<Config>, CallError> {

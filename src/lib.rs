@@ -11,6 +11,8 @@
 //! - [`definitions`]: named limits (`define`, `undefine`, lookup);
 //! - [`config`]: the SQL type `rate_limiter.config` and its constructors;
 //! - [`limit`]: the SQL functions `rate_limit`, `rate_check`, `rate_reset`;
+//! - [`status`]: `status`, where a limit stands without consuming;
+//! - [`http`]: `http_headers`, the IETF RateLimit fields;
 //! - [`names`]: names and keys as opaque bytes, and how messages show them;
 //! - [`settings`]: the GUCs `rate_limiter.now_override`, `rate_limiter.sqlstate`
 //!   and `rate_limiter.random_seed`;
@@ -35,6 +37,7 @@ pub mod compat;
 pub mod config;
 pub mod definitions;
 pub mod errors;
+pub mod http;
 pub mod limit;
 pub mod names;
 pub mod plans;
@@ -42,6 +45,7 @@ pub mod result_row;
 pub mod security;
 pub mod settings;
 pub mod shard_choice;
+pub mod status;
 pub mod storage;
 
 pgrx::pg_module_magic!();

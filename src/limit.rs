@@ -86,11 +86,7 @@ impl<'a> Call<'a> {
     /// The inline config, else the definition, else 42704. (`evaluate`
     /// validates the count against it.)
     fn config(&self) -> Result<Config, CallError> {
-        match self.config {
-            Some(config) => Ok(config),
-            None => definitions::lookup(self.name)?
-                .ok_or_else(|| CallError::Undefined(self.name.to_vec())),
-        }
+        definitions::resolve(self.name, self.config)
     }
 }
 

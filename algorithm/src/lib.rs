@@ -19,6 +19,7 @@ mod decision;
 mod error;
 pub mod fixed_window;
 pub mod shards;
+mod status;
 mod time;
 pub mod token_bucket;
 
@@ -26,4 +27,5 @@ pub use config::{Config, Kind, MAX_SHARDS};
 pub use decision::{evaluate, Decision, LimitId, Request, State};
 pub use error::{ErrorKind, LimitError};
 pub use shards::{evaluate_all, evaluate_pair, shard_order, Candidate, ShardedDecision};
+pub use status::{status, Status};
 pub use time::{period_micros, Micros, MICROS_PER_MILLISECOND};

@@ -102,6 +102,8 @@ fn each_readme_role_works_with_exactly_its_grants() {
         format!("SELECT * FROM rate_limiter.rate_limit('inline', 'k', config => {bucket})"),
         "SELECT * FROM rate_limiter.rate_limit('inline', config => rate_limiter.fixed_window(5, '1 hour'))"
             .to_string(),
+        "SELECT * FROM rate_limiter.status('signup', 'k')".to_string(),
+        "SELECT rate_limiter.http_headers('signup', 'k')".to_string(),
     ] {
         expect(&mut app, "app", &sql, None);
     }

@@ -1,0 +1,72 @@
+//! `rate_limiter.status()`: where a limit stands now, without consuming
+//! (what a UI shows), and the reading of a limit's state that
+//! `rate_limiter.http_headers()` shares. Read-only: works in `BEGIN READ
+//! ONLY` and on a hot standby.
+
+use crate::clock;
+use crate::config::{inline_config, required};
+use crate::definitions;
+use crate::errors::{report, CallError};
+use crate::storage::{self, RowId};
+use pgrx::heap_tuple::PgHeapTuple;
+use pgrx::prelude::*;
+use pgrx::AllocatedByRust;
+use rate_limiter_algorithm::{Config, LimitId, Micros, Status};
+
+/// The status of (name, key) under `config` at the current time, read with
+/// the active snapshot, taking no lock. Returns it with that time.
+pub fn current(
+    name: &[u8],
+    key: Option<&[u8]>,
+    config: &Config,
+) -> Result<(Status, Micros), CallError> {
+    let stored = if config.shards > 1 {
+        storage::read_shards(name, key, config.shards as i16)
+    } else {
+        vec![storage::read(RowId {
+            name,
+            key,
+            shard: 0,
+        })]
+    };
+    let now = clock::now();
+    let status = rate_limiter_algorithm::status(config, LimitId { name, key }, &stored, now)?;
+    Ok((status, now))
+}
+
+/// The checked arguments `name` and `config` of a read-only function, and
+/// the config to use (inline, else the definition, else 42704).
+pub fn arguments<'a>(
+    name: Option<&'a [u8]>,
+    config: Option<PgHeapTuple<'_, AllocatedByRust>>,
+) -> Result<(&'a [u8], Config), CallError> {
+    let name = required(name, "name")?;
+    let inline = inline_config(config)?;
+    Ok((name, definitions::resolve(name, inline)?))
+}
+
+/// `rate_limiter.status(name, key, config)`. See sql/functions.sql.
+#[pg_extern(sql = false)]
+fn status(
+    name: Option<&[u8]>,
+    key: Option<&[u8]>,
+    config: Option<pgrx::composite_type!("rate_limiter.config")>,
+) -> TableIterator<
+    'static,
+    (
+        name!(value, f64),
+        name!(capacity, f64),
+        name!(full_at, TimestampWithTimeZone),
+        name!(shards, i32),
+    ),
+> {
+    let result = arguments(name, config).and_then(|(name, config)| {
+        let (status, _) = current(name, key, &config)?;
+        let full_at = storage::timestamp(status.full_at)?;
+        Ok((status.value, status.capacity, full_at, config.shards))
+    });
+    match result {
+        Ok(row) => TableIterator::once(row),
+        Err(error) => report(error),
+    }
+}
