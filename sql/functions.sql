@@ -108,6 +108,23 @@ AS 'MODULE_PATHNAME', 'rate_reset_wrapper';
 COMMENT ON FUNCTION rate_limiter.rate_reset(text, text) IS
 'Forgets the state of (name, key) on every shard, so the next call starts full. Needs no definition; a no-op without state. Errors: 22004 NULL name.';
 
+-- Giving tokens back -----------------------------------------------------
+
+CREATE FUNCTION rate_limiter.rate_credit(
+    name   text,
+    key    text                DEFAULT NULL,
+    count  float8              DEFAULT 1,
+    config rate_limiter.config DEFAULT NULL)
+RETURNS float8
+LANGUAGE c VOLATILE
+AS 'MODULE_PATHNAME', 'rate_credit_wrapper';
+
+COMMENT ON FUNCTION rate_limiter.rate_credit(text, text, float8, rate_limiter.config) IS
+'Gives count tokens back to the limit (name, key), e.g. the unused part of a reservation: refills to now, adds count, never above capacity '
+'(a sharded limit fills its emptiest shards first, each up to its capacity); a limit without state is full and nothing is written. '
+'Locks the rows like rate_limit. Returns the value afterwards (tokens, summed over shards). '
+'Errors: 22004 NULL name/count; 42704 no config and no definition; 22023 invalid count or config; 25006 in a read-only transaction.';
+
 -- Reading a limit without consuming ---------------------------------------
 -- (work in read-only transactions and on hot standbys)
 

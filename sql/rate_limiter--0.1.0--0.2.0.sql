@@ -2,8 +2,8 @@
 --
 -- 0.2.0 brings sharded limits (shards => N, which 0.1.0 refused with
 -- 0A000), names and keys as opaque bytes in every database encoding, the
--- fail-closed checks of the direct write path, and two read-only
--- functions: status() and http_headers(). No type, table or existing
+-- fail-closed checks of the direct write path, rate_credit() and two
+-- read-only functions: status() and http_headers(). No type, table or existing
 -- function signature changes: the state rows and definitions keep their
 -- meaning (no limit refills or drains). The library itself is replaced when the new
 -- version is installed; it also serves databases still at 0.1.0.
@@ -31,7 +31,22 @@ COMMENT ON FUNCTION rate_limiter.rate_check(text, text, float8, boolean, boolean
 'The answer rate_limit would give now, without taking a lock or writing anything. Same arguments, result and errors as rate_limit. '
 'For a sharded limit: the answer for its two fullest shards, and remaining summed over every shard.';
 
--- New in 0.2.0: reading a limit without consuming.
+-- New in 0.2.0: giving tokens back, and reading a limit without consuming.
+
+CREATE FUNCTION rate_limiter.rate_credit(
+    name   text,
+    key    text                DEFAULT NULL,
+    count  float8              DEFAULT 1,
+    config rate_limiter.config DEFAULT NULL)
+RETURNS float8
+LANGUAGE c VOLATILE
+AS 'MODULE_PATHNAME', 'rate_credit_wrapper';
+
+COMMENT ON FUNCTION rate_limiter.rate_credit(text, text, float8, rate_limiter.config) IS
+'Gives count tokens back to the limit (name, key), e.g. the unused part of a reservation: refills to now, adds count, never above capacity '
+'(a sharded limit fills its emptiest shards first, each up to its capacity); a limit without state is full and nothing is written. '
+'Locks the rows like rate_limit. Returns the value afterwards (tokens, summed over shards). '
+'Errors: 22004 NULL name/count; 42704 no config and no definition; 22023 invalid count or config; 25006 in a read-only transaction.';
 
 CREATE FUNCTION rate_limiter.status(
     name   text,
@@ -64,6 +79,8 @@ COMMENT ON FUNCTION rate_limiter.http_headers(text, text, boolean, interval, flo
 'The name is sent as given; keys never are. Errors: 22004 NULL name, or NULL retry_after with ok false; 42704 no config and no definition; 22023 a name that is not printable ASCII, a negative retry_after.';
 
 -- Privileges as a fresh install sets them (sql/privileges.sql).
+REVOKE ALL ON FUNCTION rate_limiter.rate_credit(text, text, float8, rate_limiter.config) FROM PUBLIC;
+GRANT EXECUTE ON FUNCTION rate_limiter.rate_credit(text, text, float8, rate_limiter.config) TO @extowner@ WITH GRANT OPTION;
 REVOKE ALL ON FUNCTION rate_limiter.status(text, text, rate_limiter.config) FROM PUBLIC;
 REVOKE ALL ON FUNCTION rate_limiter.http_headers(text, text, boolean, interval, float8, rate_limiter.config) FROM PUBLIC;
 GRANT EXECUTE ON FUNCTION rate_limiter.status(text, text, rate_limiter.config) TO @extowner@ WITH GRANT OPTION;

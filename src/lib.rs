@@ -11,6 +11,7 @@
 //! - [`definitions`]: named limits (`define`, `undefine`, lookup);
 //! - [`config`]: the SQL type `rate_limiter.config` and its constructors;
 //! - [`limit`]: the SQL functions `rate_limit`, `rate_check`, `rate_reset`;
+//! - [`credit`]: `rate_credit`, giving tokens back;
 //! - [`status`]: `status`, where a limit stands without consuming;
 //! - [`http`]: `http_headers`, the IETF RateLimit fields;
 //! - [`names`]: names and keys as opaque bytes, and how messages show them;
@@ -35,6 +36,7 @@ pub mod catalog;
 pub mod clock;
 pub mod compat;
 pub mod config;
+pub mod credit;
 pub mod definitions;
 pub mod errors;
 pub mod http;

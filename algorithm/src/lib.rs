@@ -15,6 +15,7 @@
 //!   (`f64`, may be fractional).
 
 mod config;
+mod credit;
 mod decision;
 mod error;
 pub mod fixed_window;
@@ -24,6 +25,7 @@ mod time;
 pub mod token_bucket;
 
 pub use config::{Config, Kind, MAX_SHARDS};
+pub use credit::{credit, validate_credit};
 pub use decision::{evaluate, Decision, LimitId, Request, State};
 pub use error::{ErrorKind, LimitError};
 pub use shards::{evaluate_all, evaluate_pair, shard_order, Candidate, ShardedDecision};

@@ -35,6 +35,7 @@ use crate::errors::CallError;
 use pgrx::pg_sys;
 use pgrx::prelude::*;
 use rate_limiter_algorithm::{Decision, LimitError, State};
+use std::ffi::CStr;
 
 /// A buffer pinned by `heap_lock_tuple`, released when dropped (after an
 /// ERROR the abort releases it instead).
@@ -65,7 +66,7 @@ pub fn consume(
     // SAFETY: each step gets the relations opened here and the command id
     // of this transaction.
     unsafe {
-        let (relations, command) = begin_write();
+        let (relations, command) = begin_write(c"rate_limit()");
         let decision = loop {
             match acquire(&relations, row, command)? {
                 Acquired::Locked(mut locked) => {
@@ -98,15 +99,16 @@ pub fn consume(
     }
 }
 
-/// Checks that the transaction may write, opens the relations for writing
+/// Checks that the transaction may write (`function`, e.g. `rate_limit()`,
+/// names the call in the 25006 error), opens the relations for writing
 /// and returns them with the command id for the writes. Every consuming
 /// call starts here and ends with [`end_write`].
 ///
 /// # Safety
 /// Must be called inside a transaction, from a function call.
-pub(super) unsafe fn begin_write() -> (Relations, pg_sys::CommandId) {
-    pg_sys::PreventCommandIfReadOnly(c"rate_limit()".as_ptr());
-    pg_sys::PreventCommandIfParallelMode(c"rate_limit()".as_ptr());
+pub(super) unsafe fn begin_write(function: &CStr) -> (Relations, pg_sys::CommandId) {
+    pg_sys::PreventCommandIfReadOnly(function.as_ptr());
+    pg_sys::PreventCommandIfParallelMode(function.as_ptr());
     let relations = Relations::open_for_write();
     // See the changes of earlier commands of this transaction, as a new
     // statement would (a second call in the same statement included).

@@ -16,10 +16,12 @@
 //! `crate::compat` holds what differs between PostgreSQL 15, 16, 17 and 18.
 
 mod consume;
+mod credit;
 mod relations;
 mod shards;
 
 pub use consume::consume;
+pub use credit::credit;
 pub use shards::{consume_sharded, LimitRows};
 
 use crate::errors::CallError;

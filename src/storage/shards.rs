@@ -116,7 +116,7 @@ pub fn consume_sharded(
     // SAFETY: every step gets the relations opened here and this
     // transaction's command id.
     unsafe {
-        let (relations, command) = begin_write();
+        let (relations, command) = begin_write(c"rate_limit()");
         let decision = loop {
             if let Some(decision) = attempt(&relations, limit, random(), command, &mut decide)? {
                 break decision;

@@ -80,6 +80,7 @@ fn each_readme_role_works_with_exactly_its_grants() {
     for sql in [
         format!("SELECT rate_limiter.define('signup', {bucket})"),
         "SELECT rate_limiter.rate_reset('signup', 'k')".to_string(),
+        "SELECT rate_limiter.rate_credit('signup', 'k', 1)".to_string(),
         "SELECT rate_limiter.undefine('signup')".to_string(),
         format!("SELECT rate_limiter.define('signup', {bucket})"),
     ] {
@@ -112,6 +113,7 @@ fn each_readme_role_works_with_exactly_its_grants() {
         format!("SELECT rate_limiter.define('signup', {bucket})"),
         "SELECT rate_limiter.undefine('signup')".to_string(),
         "SELECT rate_limiter.rate_reset('signup', 'k')".to_string(),
+        "SELECT rate_limiter.rate_credit('signup', 'k', 1)".to_string(),
         "SELECT * FROM rate_limiter.rate_limits".to_string(),
         "UPDATE rate_limiter.rate_limits SET value = 100".to_string(),
         "SET rate_limiter.now_override = '2030-01-01'".to_string(),
