@@ -125,6 +125,53 @@ COMMENT ON FUNCTION rate_limiter.rate_credit(text, text, float8, rate_limiter.co
 'Locks the rows like rate_limit. Returns the value afterwards (tokens, summed over shards). '
 'Errors: 22004 NULL name/count; 42704 no config and no definition; 22023 invalid count or config; 25006 in a read-only transaction.';
 
+-- Guarding a table ---------------------------------------------------------
+
+CREATE FUNCTION rate_limiter.guard()
+RETURNS trigger
+LANGUAGE plpgsql
+SET search_path = pg_catalog, pg_temp
+AS $guard$
+DECLARE
+    limit_key text;
+    limit_count float8 := 1;
+    new_row jsonb;
+BEGIN
+    IF TG_WHEN <> 'BEFORE' OR TG_LEVEL <> 'ROW' OR TG_OP NOT IN ('INSERT', 'UPDATE') THEN
+        RAISE EXCEPTION USING ERRCODE = '39P01',
+            MESSAGE = 'rate_limiter.guard() must be a BEFORE INSERT OR UPDATE ... FOR EACH ROW trigger';
+    END IF;
+    IF TG_NARGS NOT BETWEEN 1 AND 3 THEN
+        RAISE EXCEPTION USING ERRCODE = '22023',
+            MESSAGE = 'rate_limiter.guard() takes the limit name, then optionally the key column and the count column';
+    END IF;
+    -- The row as jsonb: its columns by name, without dynamic SQL.
+    new_row := pg_catalog.to_jsonb(NEW);
+    IF TG_NARGS >= 2 THEN
+        IF NOT new_row ? TG_ARGV[1] THEN
+            RAISE EXCEPTION USING ERRCODE = '42703',
+                MESSAGE = pg_catalog.format('rate_limiter.guard(): %s has no column %s', TG_TABLE_NAME, TG_ARGV[1]);
+        END IF;
+        limit_key := new_row ->> TG_ARGV[1];
+    END IF;
+    IF TG_NARGS = 3 THEN
+        IF NOT new_row ? TG_ARGV[2] THEN
+            RAISE EXCEPTION USING ERRCODE = '42703',
+                MESSAGE = pg_catalog.format('rate_limiter.guard(): %s has no column %s', TG_TABLE_NAME, TG_ARGV[2]);
+        END IF;
+        limit_count := (new_row ->> TG_ARGV[2])::float8;
+    END IF;
+    PERFORM * FROM rate_limiter.rate_limit(TG_ARGV[0], limit_key, limit_count, throws => true);
+    RETURN NEW;
+END
+$guard$;
+
+COMMENT ON FUNCTION rate_limiter.guard() IS
+'Trigger function: CREATE TRIGGER ... BEFORE INSERT OR UPDATE ON t FOR EACH ROW EXECUTE FUNCTION rate_limiter.guard(limit_name [, key_column [, count_column]]). '
+'Each row consumes count_column (default 1) tokens of the limit, keyed by key_column (none or NULL = the global limit); a refusal raises the rate_limiter.sqlstate error (default RL429) '
+'and the statement is rolled back. The role writing the rows needs USAGE on the schema and EXECUTE on rate_limit. '
+'Errors: 39P01 not a BEFORE ... FOR EACH ROW trigger; 22023 wrong number of arguments; 42703 unknown column; and those of rate_limit.';
+
 -- Reading a limit without consuming ---------------------------------------
 -- (work in read-only transactions and on hot standbys)
 

@@ -2,8 +2,9 @@
 --
 -- 0.2.0 brings sharded limits (shards => N, which 0.1.0 refused with
 -- 0A000), names and keys as opaque bytes in every database encoding, the
--- fail-closed checks of the direct write path, rate_credit() and two
--- read-only functions: status() and http_headers(). No type, table or existing
+-- fail-closed checks of the direct write path, rate_credit(), the trigger
+-- function guard() and two read-only functions: status() and
+-- http_headers(). No type, table or existing
 -- function signature changes: the state rows and definitions keep their
 -- meaning (no limit refills or drains). The library itself is replaced when the new
 -- version is installed; it also serves databases still at 0.1.0.
@@ -31,7 +32,53 @@ COMMENT ON FUNCTION rate_limiter.rate_check(text, text, float8, boolean, boolean
 'The answer rate_limit would give now, without taking a lock or writing anything. Same arguments, result and errors as rate_limit. '
 'For a sharded limit: the answer for its two fullest shards, and remaining summed over every shard.';
 
--- New in 0.2.0: giving tokens back, and reading a limit without consuming.
+-- New in 0.2.0: giving tokens back, guarding a table, and reading a limit
+-- without consuming.
+
+CREATE FUNCTION rate_limiter.guard()
+RETURNS trigger
+LANGUAGE plpgsql
+SET search_path = pg_catalog, pg_temp
+AS $guard$
+DECLARE
+    limit_key text;
+    limit_count float8 := 1;
+    new_row jsonb;
+BEGIN
+    IF TG_WHEN <> 'BEFORE' OR TG_LEVEL <> 'ROW' OR TG_OP NOT IN ('INSERT', 'UPDATE') THEN
+        RAISE EXCEPTION USING ERRCODE = '39P01',
+            MESSAGE = 'rate_limiter.guard() must be a BEFORE INSERT OR UPDATE ... FOR EACH ROW trigger';
+    END IF;
+    IF TG_NARGS NOT BETWEEN 1 AND 3 THEN
+        RAISE EXCEPTION USING ERRCODE = '22023',
+            MESSAGE = 'rate_limiter.guard() takes the limit name, then optionally the key column and the count column';
+    END IF;
+    -- The row as jsonb: its columns by name, without dynamic SQL.
+    new_row := pg_catalog.to_jsonb(NEW);
+    IF TG_NARGS >= 2 THEN
+        IF NOT new_row ? TG_ARGV[1] THEN
+            RAISE EXCEPTION USING ERRCODE = '42703',
+                MESSAGE = pg_catalog.format('rate_limiter.guard(): %s has no column %s', TG_TABLE_NAME, TG_ARGV[1]);
+        END IF;
+        limit_key := new_row ->> TG_ARGV[1];
+    END IF;
+    IF TG_NARGS = 3 THEN
+        IF NOT new_row ? TG_ARGV[2] THEN
+            RAISE EXCEPTION USING ERRCODE = '42703',
+                MESSAGE = pg_catalog.format('rate_limiter.guard(): %s has no column %s', TG_TABLE_NAME, TG_ARGV[2]);
+        END IF;
+        limit_count := (new_row ->> TG_ARGV[2])::float8;
+    END IF;
+    PERFORM * FROM rate_limiter.rate_limit(TG_ARGV[0], limit_key, limit_count, throws => true);
+    RETURN NEW;
+END
+$guard$;
+
+COMMENT ON FUNCTION rate_limiter.guard() IS
+'Trigger function: CREATE TRIGGER ... BEFORE INSERT OR UPDATE ON t FOR EACH ROW EXECUTE FUNCTION rate_limiter.guard(limit_name [, key_column [, count_column]]). '
+'Each row consumes count_column (default 1) tokens of the limit, keyed by key_column (none or NULL = the global limit); a refusal raises the rate_limiter.sqlstate error (default RL429) '
+'and the statement is rolled back. The role writing the rows needs USAGE on the schema and EXECUTE on rate_limit. '
+'Errors: 39P01 not a BEFORE ... FOR EACH ROW trigger; 22023 wrong number of arguments; 42703 unknown column; and those of rate_limit.';
 
 CREATE FUNCTION rate_limiter.rate_credit(
     name   text,
@@ -79,6 +126,8 @@ COMMENT ON FUNCTION rate_limiter.http_headers(text, text, boolean, interval, flo
 'The name is sent as given; keys never are. Errors: 22004 NULL name, or NULL retry_after with ok false; 42704 no config and no definition; 22023 a name that is not printable ASCII, a negative retry_after.';
 
 -- Privileges as a fresh install sets them (sql/privileges.sql).
+REVOKE ALL ON FUNCTION rate_limiter.guard() FROM PUBLIC;
+GRANT EXECUTE ON FUNCTION rate_limiter.guard() TO @extowner@ WITH GRANT OPTION;
 REVOKE ALL ON FUNCTION rate_limiter.rate_credit(text, text, float8, rate_limiter.config) FROM PUBLIC;
 GRANT EXECUTE ON FUNCTION rate_limiter.rate_credit(text, text, float8, rate_limiter.config) TO @extowner@ WITH GRANT OPTION;
 REVOKE ALL ON FUNCTION rate_limiter.status(text, text, rate_limiter.config) FROM PUBLIC;

@@ -89,7 +89,10 @@ fn read_committed_fixed_window_never_over_admits() {
         "over-admission: {tally:?} > {bound}"
     );
     assert!(tally.refused > 0);
-    assert!(tally.admitted as f64 >= 30.0 * (windows - 1.0), "{tally:?}");
+    // The first and last windows the clock readings span may see no call
+    // (connecting happens after the first reading); every other window is
+    // wholly inside the hammering and hands out all its 30 tokens.
+    assert!(tally.admitted as f64 >= 30.0 * (windows - 2.0), "{tally:?}");
 }
 
 /// Two sessions create the state of the same new key at once, many times:
