@@ -15,9 +15,10 @@
 //!
 //! Only the shards the decision consumes from are locked, and with
 //! `LockWaitSkip`: a row someone else has locked meanwhile becomes busy and
-//! the next free shard takes its place. A locked row's state is the
-//! authority: if it differs from what was peeked, the call decides again.
-//! A refusal writes and locks nothing.
+//! the next free shard takes its place. Once they are locked the call
+//! decides again on the locked states, with the clock read after the
+//! locks (the decision on the peeked states only chose the shards). A
+//! refusal writes and locks nothing.
 //!
 //! When fewer than two shards are free, the first busy one stands in as a
 //! read-only partner: the call may consume only from the free one, but the
@@ -179,14 +180,14 @@ unsafe fn attempt(
             )?;
             return Ok(Some(decision));
         }
-        // Lock what the decision consumes from, without waiting; decide
-        // again if a lock shows something else than the peek.
+        // Lock what the decision consumes from, without waiting, then
+        // decide again on the locked rows.
         let mut again = false;
         for index in 0..free.len() {
             if decision.new_states[index].is_none() {
                 continue;
             }
-            let Slot::Peeked { tid, state } = free[index].slot else {
+            let Slot::Peeked { tid, .. } = free[index].slot else {
                 continue;
             };
             match lock(
@@ -196,7 +197,9 @@ unsafe fn attempt(
                 pg_sys::LockWaitPolicy::LockWaitSkip,
             )? {
                 Lock::Locked(row) => {
-                    again |= Some(row.state) != state;
+                    // Decide again on the locked state, with the clock read
+                    // now that the lock is held (as rate_limit always does).
+                    again = true;
                     free[index].slot = Slot::Locked(row);
                 }
                 Lock::WouldBlock => {
