@@ -12,6 +12,9 @@
 #   start_cluster DIR   initdb + start a throwaway cluster as `postgres` in DIR,
 #                       listening on 127.0.0.1:$RL_PORT and a socket in DIR
 #   stop_cluster DIR    stop it and delete DIR
+#   start_standby PRIMARY_DIR DIR
+#                       a hot standby of that cluster (pg_basebackup -R,
+#                       streaming) in DIR, on 127.0.0.1:$RL_STANDBY_PORT
 #   start_pgbouncer DIR run pgbouncer (transaction pooling) in DIR on
 #                       127.0.0.1:$RL_POOLER_PORT in front of that cluster
 #   stop_pgbouncer DIR
@@ -41,7 +44,8 @@ case "$RL_PG" in
 esac
 RL_PORT=${RL_PORT:-54329}
 RL_POOLER_PORT=${RL_POOLER_PORT:-64329}
-APT_PACKAGES=(postgresql-15 postgresql-server-dev-15 libclang-dev clang sudo pgbouncer redis-server gnuplot-nox)
+RL_STANDBY_PORT=${RL_STANDBY_PORT:-$((RL_PORT + 1))}
+APT_PACKAGES=(postgresql-15 postgresql-server-dev-15 postgresql-15-cron libclang-dev clang sudo pgbouncer redis-server gnuplot-nox)
 
 log() { printf '\n== %s\n' "$*" >&2; }
 
@@ -135,6 +139,12 @@ start_cluster() {
     sudo -u postgres env -u RUST_BACKTRACE LC_ALL=C "$PG_BIN/initdb" -D "$dir/data" -U postgres \
         --auth=trust --no-sync --encoding=UTF8 --locale=C >/dev/null
     local options="-p $RL_PORT -k $dir -c listen_addresses=127.0.0.1 -c max_connections=200"
+    # PostgreSQL 15 (Debian's) also runs pg_cron, for the test of the
+    # README's cron.schedule line; its jobs connect through the socket.
+    if [ "$RL_PG" = 15 ] && [ -f "$("$PG_CONFIG" --pkglibdir)/pg_cron.so" ]; then
+        options+=" -c shared_preload_libraries=pg_cron -c cron.database_name=postgres -c cron.host=$dir"
+        export RATE_LIMITER_TEST_CRON=1
+    fi
     sudo -u postgres env -u RUST_BACKTRACE "$PG_BIN/pg_ctl" -D "$dir/data" -l "$dir/server.log" -w \
         -o "$options" start >/dev/null
     export PGHOST=$dir PGPORT=$RL_PORT PGUSER=postgres
@@ -142,6 +152,19 @@ start_cluster() {
     # What the crash test needs to restart the server after killing it.
     export RATE_LIMITER_TEST_PGDATA=$dir/data RATE_LIMITER_TEST_PG_OPTIONS=$options
     export RATE_LIMITER_TEST_PG_BIN=$PG_BIN
+}
+
+start_standby() {
+    local primary=$1 dir=$2
+    mkdir -p "$dir"
+    chown postgres:postgres "$dir"
+    # The walreceiver loads libpq: a PyPI tree's own, not Debian's.
+    local environment=(env -u RUST_BACKTRACE "LD_LIBRARY_PATH=$PG_LIBRARY_PATH")
+    sudo -u postgres "${environment[@]}" "$PG_BIN/pg_basebackup" -h "$primary" -p "$RL_PORT" -U postgres \
+        -D "$dir/data" -R -X stream --no-sync >/dev/null
+    sudo -u postgres "${environment[@]}" "$PG_BIN/pg_ctl" -D "$dir/data" -l "$dir/server.log" -w \
+        -o "-p $RL_STANDBY_PORT -k $dir -c listen_addresses=127.0.0.1 -c max_connections=200 -c hot_standby=on" start >/dev/null
+    export RATE_LIMITER_TEST_STANDBY_URL="host=127.0.0.1 port=$RL_STANDBY_PORT user=postgres"
 }
 
 stop_cluster() {

@@ -75,9 +75,11 @@ count_cargo "$results/unit.log"
 
 cluster=$(mktemp -d /tmp/rate_limiter_test.XXXXXX)
 pooler=$(mktemp -d /tmp/rate_limiter_pooler.XXXXXX)
-trap 'stop_pgbouncer "$pooler"; stop_cluster "$cluster"' EXIT
+standby=$(mktemp -d /tmp/rate_limiter_standby.XXXXXX)
+trap 'stop_pgbouncer "$pooler"; stop_cluster "$standby"; stop_cluster "$cluster"' EXIT
 start_cluster "$cluster"
 start_pgbouncer "$pooler"
+start_standby "$cluster" "$standby"
 
 log "2. SQL golden-file tests (pg_regress)"
 chmod -R a+rwX "$results"
@@ -99,6 +101,11 @@ count_pg "$results/isolation.log"
 log "4. concurrency, pooler, crash and client tests against the real server"
 cargo test --no-fail-fast -p rate_limiter_integration_tests -- --test-threads=1 --nocapture 2>&1 | tee "$results/integration.log" || broken+=("integration")
 count_cargo "$results/integration.log"
+if [ "${RATE_LIMITER_TEST_CRON:-}" = 1 ]; then
+    log "4b. prune() scheduled with real pg_cron (the README's cron.schedule line)"
+    cargo test --no-fail-fast -p rate_limiter_integration_tests --test cron -- --ignored --nocapture 2>&1 | tee "$results/cron.log" || broken+=("cron")
+    count_cargo "$results/cron.log"
+fi
 
 if [ "$RL_PG" = 15 ]; then
     log "5. the Debian package, installed into a clean Debian 12 (debootstrap)"

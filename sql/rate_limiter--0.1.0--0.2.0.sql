@@ -2,11 +2,12 @@
 --
 -- 0.2.0 brings sharded limits (shards => N, which 0.1.0 refused with
 -- 0A000), names and keys as opaque bytes in every database encoding, the
--- fail-closed checks of the direct write path, rate_credit(), the trigger
--- function guard() and two read-only functions: status() and
--- http_headers(). No type, table or existing
--- function signature changes: the state rows and definitions keep their
--- meaning (no limit refills or drains). The library itself is replaced when the new
+-- fail-closed checks of the direct write path, and new functions:
+-- rate_limit_all() (with the new type rate_limiter.request), rate_credit(),
+-- rate_wait(), the trigger function guard(), status(), http_headers(),
+-- prune() and postgrest_limit(). No existing type, table or function
+-- signature changes: the state rows and definitions keep their meaning
+-- (no limit refills or drains). The library itself is replaced when the new
 -- version is installed; it also serves databases still at 0.1.0.
 
 COMMENT ON FUNCTION rate_limiter.token_bucket(float8, interval, float8, float8, int4) IS
@@ -125,6 +126,154 @@ COMMENT ON FUNCTION rate_limiter.http_headers(text, text, boolean, interval, flo
 'and, only when ok is false, Retry-After (<seconds>). Seconds are whole, rounded up. ok, retry_after, remaining are a rate_limit result; NULL remaining means the current value. '
 'The name is sent as given; keys never are. Errors: 22004 NULL name, or NULL retry_after with ok false; 42704 no config and no definition; 22023 a name that is not printable ASCII, a negative retry_after.';
 
+-- New in 0.2.0: several limits at once, waiting, housekeeping and PostgREST.
+
+-- One request of rate_limiter.rate_limit_all(): a limit (name, key), how
+-- many tokens (NULL = 1) and an inline config (NULL = the definition).
+CREATE TYPE rate_limiter.request AS (
+    name   text,
+    key    text,
+    count  float8,
+    config rate_limiter.config
+);
+COMMENT ON TYPE rate_limiter.request IS
+    'One request of rate_limiter.rate_limit_all(): limit name, key (NULL = global), count (NULL = 1), config (NULL = the definition)';
+
+-- Several limits at once ------------------------------------------------------
+
+CREATE FUNCTION rate_limiter.rate_limit_all(
+    requests rate_limiter.request[],
+    reserve  boolean DEFAULT false,
+    throws   boolean DEFAULT false)
+RETURNS TABLE (name text, key text, ok boolean, retry_after interval, remaining float8)
+LANGUAGE c VOLATILE
+AS 'MODULE_PATHNAME', 'rate_limit_all_wrapper';
+
+COMMENT ON FUNCTION rate_limiter.rate_limit_all(rate_limiter.request[], boolean, boolean) IS
+'Consumes every request (name, key, count, config) or none: the rows of all the limits are locked in one fixed order (name, key, shard; no deadlock whatever the order of the requests), '
+'the clock is read once, and the requests are evaluated in the order given (a limit named twice is charged twice). '
+'Returns one row per request, in order: name, key, ok, retry_after, remaining (as rate_limit). If any row is not ok, nothing is consumed. '
+'A NULL count means 1; a NULL config means the definition. '
+'Errors: 22004 NULL requests/element/name/reserve/throws; 42704 a name without config or definition; 22023 invalid count or config, or one limit named with two configs; '
+'25006 in a read-only transaction; the rate_limiter.sqlstate SQLSTATE (default RL429) for the first refused request with throws => true.';
+
+-- Waiting for capacity ------------------------------------------------------
+
+CREATE FUNCTION rate_limiter.rate_wait(
+    name    text,
+    key     text                DEFAULT NULL,
+    count   float8              DEFAULT 1,
+    timeout interval            DEFAULT '30 seconds',
+    config  rate_limiter.config DEFAULT NULL)
+RETURNS TABLE (ok boolean, retry_after interval, remaining float8)
+LANGUAGE plpgsql VOLATILE ROWS 1
+SET search_path = pg_catalog, pg_temp
+AS $rate_wait$
+DECLARE
+    deadline timestamptz;
+    attempt record;
+BEGIN
+    IF timeout IS NULL THEN
+        RAISE EXCEPTION USING ERRCODE = '22004', MESSAGE = 'timeout must not be NULL';
+    END IF;
+    IF timeout < interval '0' THEN
+        RAISE EXCEPTION USING ERRCODE = '22023', MESSAGE = 'timeout must not be negative';
+    END IF;
+    deadline := pg_catalog.clock_timestamp() + timeout;
+    LOOP
+        BEGIN
+            SELECT * INTO attempt FROM rate_limiter.rate_limit(name, key, count, config => config);
+            IF NOT attempt.ok THEN
+                -- Roll the refused attempt back: that releases its row lock,
+                -- so others can use the limit while this call sleeps.
+                RAISE EXCEPTION USING ERRCODE = 'RLW00';
+            END IF;
+        EXCEPTION WHEN SQLSTATE 'RLW00' THEN
+            NULL;
+        END;
+        IF attempt.ok OR pg_catalog.clock_timestamp() + attempt.retry_after > deadline THEN
+            RETURN QUERY SELECT attempt.ok, attempt.retry_after, attempt.remaining;
+            RETURN;
+        END IF;
+        PERFORM pg_catalog.pg_sleep(EXTRACT(epoch FROM attempt.retry_after)::float8);
+    END LOOP;
+END
+$rate_wait$;
+
+COMMENT ON FUNCTION rate_limiter.rate_wait(text, text, float8, interval, rate_limiter.config) IS
+'As rate_limit, but a refused call sleeps until retry_after and tries again, until it is admitted or the next try would come after timeout '
+'(then it returns ok = false at once, with retry_after, and consumes nothing). While it sleeps it holds no row lock (the refused try is rolled back). '
+'Sleeps on the real clock; can be cancelled (57014); statement_timeout applies. '
+'Errors: as rate_limit (22004, 42704, 22023, 25006 in a read-only transaction); 22004 NULL timeout; 22023 negative timeout.';
+
+-- Housekeeping -----------------------------------------------------------------
+
+CREATE FUNCTION rate_limiter.prune(older_than interval DEFAULT NULL)
+RETURNS bigint
+LANGUAGE c VOLATILE
+AS 'MODULE_PATHNAME', 'prune_wrapper';
+
+COMMENT ON FUNCTION rate_limiter.prune(interval) IS
+'Deletes state rows that change no later answer: rows of a defined limit that are full again and that a missing row would answer for exactly; '
+'and, when older_than is given, rows of names without a definition (inline configs) whose ts is older than now - older_than. '
+'Rows another transaction holds are skipped. Returns how many rows were deleted. Schedule it with pg_cron. '
+'Errors: 22023 negative older_than; 25006 in a read-only transaction.';
+
+-- PostgREST ---------------------------------------------------------------------
+
+CREATE FUNCTION rate_limiter.postgrest_limit(
+    name  text,
+    key   text   DEFAULT NULL,
+    count float8 DEFAULT 1)
+RETURNS void
+LANGUAGE plpgsql VOLATILE
+SET search_path = pg_catalog, pg_temp
+AS $postgrest_limit$
+DECLARE
+    result record;
+    fields jsonb;
+    response_headers jsonb;
+BEGIN
+    IF name IS NULL OR count IS NULL THEN
+        RAISE EXCEPTION USING ERRCODE = '22004',
+            MESSAGE = pg_catalog.format('%s must not be NULL', CASE WHEN name IS NULL THEN 'name' ELSE 'count' END);
+    END IF;
+    IF pg_catalog.current_setting('transaction_read_only')::boolean THEN
+        -- GET and HEAD run read-only: consume nothing, report where the limit stands.
+        fields := rate_limiter.http_headers(name, key);
+    ELSE
+        SELECT * INTO result FROM rate_limiter.rate_limit(name, key, count);
+        fields := rate_limiter.http_headers(name, key, result.ok, result.retry_after, result.remaining);
+        IF NOT result.ok THEN
+            RAISE SQLSTATE 'PGRST' USING
+                MESSAGE = pg_catalog.json_build_object(
+                    'code', coalesce(nullif(pg_catalog.current_setting('rate_limiter.sqlstate', true), ''), 'RL429'),
+                    'message', 'rate limit exceeded',
+                    'details', pg_catalog.format('rate limit "%s": try again in %s seconds', name, fields->>'Retry-After'),
+                    'hint', NULL)::text,
+                DETAIL = pg_catalog.json_build_object(
+                    'status', 429,
+                    'status_text', 'Too Many Requests',
+                    'headers', fields)::text;
+        END IF;
+    END IF;
+    -- PostgREST reads response.headers as a JSON array of one-field
+    -- objects; keep what earlier code of the request put there.
+    response_headers := coalesce(nullif(pg_catalog.current_setting('response.headers', true), ''), '[]')::jsonb;
+    SELECT response_headers || coalesce(pg_catalog.jsonb_agg(pg_catalog.jsonb_build_object(field.key, field.value)), '[]')
+      INTO response_headers
+      FROM pg_catalog.jsonb_each(fields) AS field;
+    PERFORM pg_catalog.set_config('response.headers', response_headers::text, true);
+END
+$postgrest_limit$;
+
+COMMENT ON FUNCTION rate_limiter.postgrest_limit(text, text, float8) IS
+'For PostgREST''s db-pre-request: consumes count tokens of (name, key). Refused: raises SQLSTATE PGRST with MESSAGE {"code","message","details","hint"} and '
+'DETAIL {"status":429,"status_text","headers":{RateLimit-Policy, RateLimit, Retry-After}}, so PostgREST answers 429 with those headers. '
+'Admitted: appends RateLimit-Policy and RateLimit to the response.headers setting (transaction-local), keeping headers already there. '
+'In a read-only transaction (PostgREST''s GET and HEAD) it consumes nothing and only sets the headers. '
+'Errors: 22004 NULL name/count; 42704 no definition; 22023 invalid count; 22P02 when response.headers is not JSON.';
+
 -- Privileges as a fresh install sets them (sql/privileges.sql).
 REVOKE ALL ON FUNCTION rate_limiter.guard() FROM PUBLIC;
 GRANT EXECUTE ON FUNCTION rate_limiter.guard() TO @extowner@ WITH GRANT OPTION;
@@ -134,3 +283,11 @@ REVOKE ALL ON FUNCTION rate_limiter.status(text, text, rate_limiter.config) FROM
 REVOKE ALL ON FUNCTION rate_limiter.http_headers(text, text, boolean, interval, float8, rate_limiter.config) FROM PUBLIC;
 GRANT EXECUTE ON FUNCTION rate_limiter.status(text, text, rate_limiter.config) TO @extowner@ WITH GRANT OPTION;
 GRANT EXECUTE ON FUNCTION rate_limiter.http_headers(text, text, boolean, interval, float8, rate_limiter.config) TO @extowner@ WITH GRANT OPTION;
+REVOKE ALL ON FUNCTION rate_limiter.rate_limit_all(rate_limiter.request[], boolean, boolean) FROM PUBLIC;
+GRANT EXECUTE ON FUNCTION rate_limiter.rate_limit_all(rate_limiter.request[], boolean, boolean) TO @extowner@ WITH GRANT OPTION;
+REVOKE ALL ON FUNCTION rate_limiter.rate_wait(text, text, float8, interval, rate_limiter.config) FROM PUBLIC;
+GRANT EXECUTE ON FUNCTION rate_limiter.rate_wait(text, text, float8, interval, rate_limiter.config) TO @extowner@ WITH GRANT OPTION;
+REVOKE ALL ON FUNCTION rate_limiter.prune(interval) FROM PUBLIC;
+GRANT EXECUTE ON FUNCTION rate_limiter.prune(interval) TO @extowner@ WITH GRANT OPTION;
+REVOKE ALL ON FUNCTION rate_limiter.postgrest_limit(text, text, float8) FROM PUBLIC;
+GRANT EXECUTE ON FUNCTION rate_limiter.postgrest_limit(text, text, float8) TO @extowner@ WITH GRANT OPTION;

@@ -22,6 +22,17 @@ CREATE TYPE rate_limiter.config AS (
 COMMENT ON TYPE rate_limiter.config IS
     'Rate-limit configuration: kind, rate (tokens per period), period, capacity (NULL = rate), max_reserved (NULL = unlimited), shards, start (fixed window anchor, NULL = per-key phase)';
 
+-- One request of rate_limiter.rate_limit_all(): a limit (name, key), how
+-- many tokens (NULL = 1) and an inline config (NULL = the definition).
+CREATE TYPE rate_limiter.request AS (
+    name   text,
+    key    text,
+    count  float8,
+    config rate_limiter.config
+);
+COMMENT ON TYPE rate_limiter.request IS
+    'One request of rate_limiter.rate_limit_all(): limit name, key (NULL = global), count (NULL = 1), config (NULL = the definition)';
+
 -- Named limits ("define once, use by name").
 CREATE TABLE rate_limiter.definitions (
     name         text PRIMARY KEY,

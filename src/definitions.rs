@@ -222,9 +222,12 @@ fn define(name: Option<&[u8]>, config: Option<pgrx::composite_type!("rate_limite
         warn_small_shards(name, values);
     }
     let result = match checked {
-        Ok((name, values)) => crate::security::as_owner(|| {
-            Spi::connect_mut(|client| define_config(client, name, values))
-        }),
+        Ok((name, values)) => {
+            crate::storage::check_writable(c"define()");
+            crate::security::as_owner(|| {
+                Spi::connect_mut(|client| define_config(client, name, values))
+            })
+        }
         Err(error) => Err(CallError::Limit(error)),
     };
     if let Err(error) = result {
@@ -240,6 +243,7 @@ fn undefine(name: Option<&[u8]>) -> bool {
         Ok(name) => name,
         Err(error) => report(CallError::Limit(error)),
     };
+    crate::storage::check_writable(c"undefine()");
     let deleted = crate::security::as_owner(|| {
         Spi::connect_mut(|client| {
             client

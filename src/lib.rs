@@ -11,7 +11,9 @@
 //! - [`definitions`]: named limits (`define`, `undefine`, lookup);
 //! - [`config`]: the SQL type `rate_limiter.config` and its constructors;
 //! - [`limit`]: the SQL functions `rate_limit`, `rate_check`, `rate_reset`;
+//! - [`all_or_nothing`]: `rate_limit_all`, several limits at once, all or nothing;
 //! - [`credit`]: `rate_credit`, giving tokens back;
+//! - [`prune`]: `prune`, deleting the state rows that change no later answer;
 //! - [`status`]: `status`, where a limit stands without consuming;
 //! - [`http`]: `http_headers`, the IETF RateLimit fields;
 //! - [`names`]: names and keys as opaque bytes, and how messages show them;
@@ -32,6 +34,7 @@
 
 use pgrx::prelude::*;
 
+pub mod all_or_nothing;
 pub mod catalog;
 pub mod clock;
 pub mod compat;
@@ -43,6 +46,7 @@ pub mod http;
 pub mod limit;
 pub mod names;
 pub mod plans;
+pub mod prune;
 pub mod result_row;
 pub mod security;
 pub mod settings;

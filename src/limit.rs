@@ -243,6 +243,7 @@ fn rate_reset(name: Option<&[u8]>, key: Option<&[u8]>) {
         Ok(name) => name,
         Err(error) => report(CallError::Limit(error)),
     };
+    storage::check_writable(c"rate_reset()");
     if let Err(error) = as_owner(|| Spi::connect_mut(|client| storage::delete(client, name, key))) {
         report(CallError::Spi(error))
     }

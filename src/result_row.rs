@@ -1,10 +1,11 @@
-//! Returning the one result row `(ok, retry_after, remaining)` of
-//! `rate_limit` and `rate_check`, which are declared `RETURNS TABLE` (see
-//! PGRX-NOTES: that is what makes every calling form give one row).
+//! Returning the result rows of set-returning functions: the one row
+//! `(ok, retry_after, remaining)` of `rate_limit` and `rate_check`, and the
+//! rows of `rate_limit_all`, all declared `RETURNS TABLE` (see
+//! PGRX-NOTES: that is what makes every calling form call them once).
 //!
-//! The row goes back in materialize mode, described by the descriptor the
+//! The rows go back in materialize mode, described by the descriptor the
 //! caller expects (`ReturnSetInfo.expectedDesc`): one function call per
-//! row, no per-call memory context and no result type looked up in the
+//! result, no per-call memory context and no result type looked up in the
 //! catalog, which is what a value-per-call set-returning function costs
 //! (about 10% of a `rate_check`). When a caller gives no expected
 //! descriptor, PostgreSQL's `InitMaterializedSRF` builds one.
@@ -28,6 +29,28 @@ pub struct ResultRow {
 /// # Safety
 /// `fcinfo` must be the call's own `FunctionCallInfo`.
 pub unsafe fn put(fcinfo: pg_sys::FunctionCallInfo, row: ResultRow) -> pg_sys::Datum {
+    let retry_after = row.retry_after.and_then(IntoDatum::into_datum);
+    let values = [
+        Some(pg_sys::Datum::from(row.ok)),
+        retry_after,
+        row.remaining.into_datum(),
+    ];
+    put_rows(fcinfo, [values])
+}
+
+/// Hands `rows` (each a value per result column, `None` = NULL) to the
+/// caller of the set-returning function called with `fcinfo`, in
+/// materialize mode, and returns the function's (unused) result datum.
+///
+/// Errors: `0A000` when called where a set cannot be accepted.
+///
+/// # Safety
+/// `fcinfo` must be the call's own `FunctionCallInfo`, and each row must
+/// match the function's result columns.
+pub unsafe fn put_rows<const COLUMNS: usize>(
+    fcinfo: pg_sys::FunctionCallInfo,
+    rows: impl IntoIterator<Item = [Option<pg_sys::Datum>; COLUMNS]>,
+) -> pg_sys::Datum {
     let info = (*fcinfo).resultinfo as *mut pg_sys::ReturnSetInfo;
     if info.is_null()
         || (*info).type_ != pg_sys::NodeTag::T_ReturnSetInfo
@@ -55,19 +78,16 @@ pub unsafe fn put(fcinfo: pg_sys::FunctionCallInfo, row: ResultRow) -> pg_sys::D
         pg_sys::MemoryContextSwitchTo(context);
         (*info).expectedDesc
     };
-    let retry_after = row.retry_after.and_then(IntoDatum::into_datum);
-    let mut values = [
-        pg_sys::Datum::from(row.ok),
-        retry_after.unwrap_or(pg_sys::Datum::from(0)),
-        row.remaining.into_datum().unwrap_or(pg_sys::Datum::from(0)),
-    ];
-    let mut nulls = [false, retry_after.is_none(), false];
-    pg_sys::tuplestore_putvalues(
-        (*info).setResult,
-        descriptor,
-        values.as_mut_ptr(),
-        nulls.as_mut_ptr(),
-    );
+    for row in rows {
+        let mut values = row.map(|value| value.unwrap_or(pg_sys::Datum::from(0)));
+        let mut nulls = row.map(|value| value.is_none());
+        pg_sys::tuplestore_putvalues(
+            (*info).setResult,
+            descriptor,
+            values.as_mut_ptr(),
+            nulls.as_mut_ptr(),
+        );
+    }
     (*fcinfo).isnull = true;
     pg_sys::Datum::from(0)
 }

@@ -14,20 +14,26 @@
 //! - `rate`, `capacity`, `max_reserved`, `count` and `value` are tokens
 //!   (`f64`, may be fractional).
 
+mod all_or_nothing;
 mod config;
 mod credit;
 mod decision;
 mod error;
 pub mod fixed_window;
+mod prune;
 pub mod shards;
 mod status;
 mod time;
 pub mod token_bucket;
 
+pub use all_or_nothing::{evaluate_all_or_nothing, Answer, Limit, Member, Outcome};
 pub use config::{Config, Kind, MAX_SHARDS};
 pub use credit::{credit, validate_credit};
 pub use decision::{evaluate, Decision, LimitId, Request, State};
 pub use error::{ErrorKind, LimitError};
-pub use shards::{evaluate_all, evaluate_pair, shard_order, Candidate, ShardedDecision};
+pub use prune::prunable;
+pub use shards::{
+    evaluate_all, evaluate_fullest, evaluate_pair, shard_order, Candidate, ShardedDecision,
+};
 pub use status::{status, Status};
 pub use time::{period_micros, Micros, MICROS_PER_MILLISECOND};

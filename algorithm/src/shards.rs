@@ -252,6 +252,18 @@ pub fn evaluate_all(
     now: Micros,
     request: Request,
 ) -> Result<ShardedDecision, LimitError> {
+    evaluate_fullest(config, id, stored, now, request).map(|(decision, _)| decision)
+}
+
+/// As [`evaluate_all`], also returning which shards the decision is for:
+/// `new_states[i]` belongs to shard `shards[i]`.
+pub fn evaluate_fullest(
+    config: &Config,
+    id: LimitId<'_>,
+    stored: &[Option<State>],
+    now: Micros,
+    request: Request,
+) -> Result<(ShardedDecision, [usize; 2]), LimitError> {
     let shard = config.shard();
     let values: Vec<f64> = stored
         .iter()
@@ -287,7 +299,7 @@ pub fn evaluate_all(
     } else {
         total
     };
-    Ok(decision)
+    Ok((decision, best))
 }
 
 #[cfg(test)]

@@ -3,39 +3,16 @@
 
 mod common;
 
+use common::{config, kind};
+
 use proptest::prelude::*;
-use rate_limiter_algorithm::{evaluate, Config, Kind, LimitId, Micros, Request, State};
+use rate_limiter_algorithm::{evaluate, Config, LimitId, Micros, Request, State};
 
 const ID: LimitId<'static> = LimitId {
     name: b"prop",
     key: Some(b"k"),
 };
 const SECOND: Micros = 1_000_000;
-
-fn kind() -> impl Strategy<Value = Kind> {
-    prop_oneof![Just(Kind::TokenBucket), Just(Kind::FixedWindow)]
-}
-
-prop_compose! {
-    fn config()(
-        kind in kind(),
-        rate in 0.01f64..1000.0,
-        period in 1_000i64..(24 * 3600 * SECOND),
-        capacity_factor in proptest::option::of(0.0f64..3.0),
-        max_reserved in proptest::option::of(0.0f64..50.0),
-        start in proptest::option::of(-(1i64 << 40)..(1i64 << 40)),
-    ) -> Config {
-        Config {
-            kind,
-            rate,
-            period,
-            capacity: capacity_factor.map(|factor| factor * rate),
-            max_reserved,
-            shards: 1,
-            start: if kind == Kind::FixedWindow { start } else { None },
-        }
-    }
-}
 
 /// One step of a scenario: move the clock by `dt` (may be negative), then
 /// ask for `fraction * capacity` tokens (a little beyond, with reserve).

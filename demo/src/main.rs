@@ -1,5 +1,6 @@
 //! The rate_limiter demo: a chat app, a global sign-up limit guarded by a
-//! trigger, and an LLM token budget with reservations, run through a real
+//! trigger, an LLM token budget with reservations, and two budgets charged
+//! together (`rate_limit_all`) and settled (`rate_credit`), run through a real
 //! client against a real server. Time is set with
 //! `rate_limiter.now_override` so the report is reproducible; every answer
 //! is checked against the pure model (`rate_limiter_algorithm`), and a last
@@ -72,6 +73,36 @@ impl Model {
         };
     }
 
+    /// A credit of `count` tokens: the model's value afterwards must be the
+    /// server's (`value`).
+    fn credit(
+        &mut self,
+        config: &Config,
+        name: &str,
+        key: Option<&str>,
+        now: Micros,
+        count: f64,
+        value: f64,
+    ) {
+        let slot = (name.to_string(), key.map(str::to_string));
+        let expected = match self.states.get(&slot).copied() {
+            Some(state) => {
+                let after = rate_limiter_algorithm::credit(config, &[state], count, now)[0];
+                self.states.insert(slot, after);
+                after.value
+            }
+            None => config.capacity(), // no row: already full
+        };
+        self.checked += 1;
+        if (expected - value).abs() < 1e-9 {
+            self.agreed += 1;
+        } else {
+            println!(
+                "   !! model disagrees: expected {expected} after the credit, server said {value}"
+            );
+        }
+    }
+
     fn state(&self, name: &str, key: Option<&str>) -> Option<State> {
         self.states
             .get(&(name.to_string(), key.map(str::to_string)))
@@ -124,12 +155,7 @@ fn main() {
             "CREATE EXTENSION IF NOT EXISTS rate_limiter;
              CREATE TABLE messages (id bigserial PRIMARY KEY, sender text NOT NULL, body text NOT NULL CHECK (body <> ''));
              CREATE TABLE signups (email text PRIMARY KEY);
-             CREATE FUNCTION guard_signup() RETURNS trigger LANGUAGE plpgsql AS $$
-             BEGIN
-                 PERFORM * FROM rate_limiter.rate_limit('signup', throws => true);
-                 RETURN NEW;
-             END $$;
-             CREATE TRIGGER guard_signup BEFORE INSERT ON signups FOR EACH ROW EXECUTE FUNCTION guard_signup();
+             CREATE TRIGGER guard_signup BEFORE INSERT ON signups FOR EACH ROW EXECUTE FUNCTION rate_limiter.guard('signup');
              SELECT rate_limiter.define('chat', rate_limiter.token_bucket(10, '1 minute', capacity => 3));
              SELECT rate_limiter.define('signup', rate_limiter.fixed_window(5, '1 minute', start => '2026-01-01'));
              SELECT rate_limiter.define('llm', rate_limiter.token_bucket(40000, '1 minute', max_reserved => 40000));",
@@ -222,7 +248,7 @@ fn main() {
     println!("   messages stored: {stored}\n");
 
     println!("2. Sign-ups: 5 a minute for the whole site, enforced by a BEFORE INSERT trigger");
-    println!("   (rate_limit('signup', throws => true) raises SQLSTATE RL429 with a JSON DETAIL)");
+    println!("   (EXECUTE FUNCTION rate_limiter.guard('signup'): a refusal raises SQLSTATE RL429 with a JSON DETAIL)");
     set_time(&mut client, T0 + 30 * SECOND);
     for i in 1..=7 {
         let email = format!("user{i}@example.com");
@@ -286,7 +312,87 @@ fn main() {
     }
     println!();
 
-    println!("4. Live: 8 connections hammer 'signup-live' (token bucket, 100 a second,");
+    println!("4. Settling: an organisation's and a user's LLM budgets are charged together");
+    println!("   (rate_limit_all: both or neither), then the unused part of the estimate is");
+    println!("   given back to both (rate_credit): reserve 1,000, use 612, credit 388");
+    println!("   rate_limiter.define('llm-user', rate_limiter.token_bucket(5000, '1 minute'))");
+    client
+        .batch_execute(
+            "SELECT rate_limiter.define('llm-user', rate_limiter.token_bucket(5000, '1 minute'))",
+        )
+        .unwrap();
+    let llm_user = Config {
+        rate: 5000.0,
+        max_reserved: None,
+        ..llm
+    };
+    let members = [("llm", "org-2", &llm), ("llm-user", "dana", &llm_user)];
+    for (i, &(estimate, used)) in [(1000.0, 612.0), (3000.0, 2950.0), (2000.0, 0.0)]
+        .iter()
+        .enumerate()
+    {
+        let now = T0 + (i as Micros) * SECOND;
+        set_time(&mut client, now);
+        let befores: Vec<Option<State>> = members
+            .iter()
+            .map(|&(name, key, _)| model.state(name, Some(key)))
+            .collect();
+        let mut transaction = client.transaction().unwrap();
+        let rows = transaction
+            .query(
+                "SELECT ok, extract(epoch FROM retry_after)::float8, remaining \
+                 FROM rate_limiter.rate_limit_all(ARRAY[ROW('llm', 'org-2', $1, NULL), ROW('llm-user', 'dana', $1, NULL)]::rate_limiter.request[])",
+                &[&estimate],
+            )
+            .unwrap();
+        let answers: Vec<(bool, Option<f64>, f64)> = rows
+            .iter()
+            .map(|row| (row.get(0), row.get(1), row.get(2)))
+            .collect();
+        for (&(name, key, config), &answer) in members.iter().zip(&answers) {
+            model.check(config, name, Some(key), now, estimate, false, answer);
+        }
+        if answers.iter().all(|answer| answer.0) {
+            // ... the model call used `used` tokens; give back the rest.
+            let mut values = Vec::new();
+            for &(name, key, config) in &members {
+                let value: f64 = transaction
+                    .query_one(
+                        "SELECT rate_limiter.rate_credit($1, $2, $3)",
+                        &[&name, &key, &(estimate - used)],
+                    )
+                    .unwrap()
+                    .get(0);
+                model.credit(config, name, Some(key), now, estimate - used, value);
+                values.push(value);
+            }
+            transaction.commit().unwrap();
+            println!(
+                "   t={i:>2}s  estimate {estimate:>5}, used {used:>5} -> charged both; after the credit org-2 has {}, dana has {}",
+                values[0], values[1]
+            );
+        } else {
+            transaction.rollback().unwrap();
+            for (&(name, key, _), before) in members.iter().zip(befores) {
+                model.rollback(name, Some(key), before);
+            }
+            let short: Vec<String> = members
+                .iter()
+                .zip(&answers)
+                .filter(|(_, answer)| !answer.0)
+                .map(|(&(name, key, _), answer)| {
+                    format!("{name}/{key} (retry after {})", seconds(answer.1))
+                })
+                .collect();
+            println!(
+                "   t={i:>2}s  estimate {estimate:>5} -> refused by {}; neither budget was charged",
+                short.join(", ")
+            );
+        }
+    }
+    println!();
+
+    println!("5. Live: 8 connections hammer 'signup-live' (token bucket, 100 a second,");
     println!("   capacity 20) for 2 seconds on the real clock, each call its own transaction");
     client.batch_execute("SELECT rate_limiter.define('signup-live', rate_limiter.token_bucket(100, '1 second', capacity => 20))").unwrap();
     let start: f64 = client
@@ -333,7 +439,7 @@ fn main() {
         }
     );
 
-    println!("Every answer in parts 1-3 was checked against the formulas (the pure model):");
+    println!("Every answer in parts 1-4 was checked against the formulas (the pure model):");
     println!("{} of {} agree.\n", model.agreed, model.checked);
     if model.agreed != model.checked || admitted as f64 > bound {
         std::process::exit(1);

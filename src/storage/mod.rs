@@ -6,6 +6,9 @@
 //!   (`consume.rs` says how);
 //! - [`consume_sharded`] (`rate_limit` of a limit with several shards):
 //!   which shards to look at, lock and write (`shards.rs` says how);
+//! - [`consume_all_or_nothing`] (`rate_limit_all`): every row of several
+//!   limits locked in one order, then all consumptions written or none
+//!   (`all_or_nothing.rs`);
 //! - [`read`], [`read_shards`] (`rate_check`): look the row(s) up with the
 //!   caller's snapshot, taking no lock;
 //! - [`delete`] (`rate_reset`): a kept `DELETE` through SPI; its function
@@ -15,11 +18,13 @@
 //! `relations.rs` opens the table and its indexes and looks rows up;
 //! `crate::compat` holds what differs between PostgreSQL 15, 16, 17 and 18.
 
+mod all_or_nothing;
 mod consume;
 mod credit;
 mod relations;
 mod shards;
 
+pub use all_or_nothing::{consume_all_or_nothing, sort_rows};
 pub use consume::consume;
 pub use credit::credit;
 pub use shards::{consume_sharded, LimitRows};
@@ -140,6 +145,17 @@ pub fn timestamp(ts: Micros) -> Result<TimestampWithTimeZone, CallError> {
                 message: "the limit's new timestamp is out of range for timestamptz".to_string(),
             })
         })
+}
+
+/// Raises 25006 (read_only_sql_transaction) naming `function` (e.g.
+/// `c"rate_reset()"`) when the transaction may not write: `BEGIN READ
+/// ONLY`, or any transaction on a hot standby. Functions that write
+/// through SPI call it first: pgrx's `Spi::connect_mut` asks for a
+/// transaction id, which a standby refuses with an internal error (XX000)
+/// before the executor's own read-only check could run.
+pub fn check_writable(function: &std::ffi::CStr) {
+    // SAFETY: reads the transaction state; raises an ERROR when read-only.
+    unsafe { pg_sys::PreventCommandIfReadOnly(function.as_ptr()) }
 }
 
 const TEXT: PgOid = PgOid::BuiltIn(pg_sys::PgBuiltInOids::TEXTOID);

@@ -1,6 +1,11 @@
-//! Shared by the property tests: the bound no sequence of calls may exceed.
+//! Shared by the property tests: random configurations, and the bound no
+//! sequence of calls may exceed. (Each test binary uses part of it.)
+#![allow(dead_code)]
 
+use proptest::prelude::*;
 use rate_limiter_algorithm::{fixed_window, Config, Kind, LimitId, Micros};
+
+const SECOND: Micros = 1_000_000;
 
 /// Relative slack for float comparisons of sums of many terms.
 pub fn slack(bound: f64) -> f64 {
@@ -32,4 +37,29 @@ pub fn bound(
         }
     };
     config.capacity() + debt + granted
+}
+
+pub fn kind() -> impl Strategy<Value = Kind> {
+    prop_oneof![Just(Kind::TokenBucket), Just(Kind::FixedWindow)]
+}
+
+prop_compose! {
+    pub fn config()(
+        kind in kind(),
+        rate in 0.01f64..1000.0,
+        period in 1_000i64..(24 * 3600 * SECOND),
+        capacity_factor in proptest::option::of(0.0f64..3.0),
+        max_reserved in proptest::option::of(0.0f64..50.0),
+        start in proptest::option::of(-(1i64 << 40)..(1i64 << 40)),
+    ) -> Config {
+        Config {
+            kind,
+            rate,
+            period,
+            capacity: capacity_factor.map(|factor| factor * rate),
+            max_reserved,
+            shards: 1,
+            start: if kind == Kind::FixedWindow { start } else { None },
+        }
+    }
 }

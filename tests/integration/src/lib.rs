@@ -47,6 +47,28 @@ fn setup() {
     });
 }
 
+/// The SQL that README.md shows between `<!-- MARKER:begin -->` and
+/// `<!-- MARKER:end -->` (the inside of the ```sql fence there), so tests can
+/// run the README's recipes exactly as written.
+pub fn readme_sql(marker: &str) -> String {
+    let readme = std::fs::read_to_string(concat!(env!("CARGO_MANIFEST_DIR"), "/../../README.md"))
+        .expect("read README.md");
+    let (begin, end) = (
+        format!("<!-- {marker}:begin -->"),
+        format!("<!-- {marker}:end -->"),
+    );
+    let start = readme
+        .find(&begin)
+        .unwrap_or_else(|| panic!("README has {begin}"));
+    let end = readme
+        .find(&end)
+        .unwrap_or_else(|| panic!("README has {end}"));
+    let block = &readme[start..end];
+    let sql_start = block.find("```sql").expect("a ```sql block") + "```sql".len();
+    let sql_end = sql_start + block[sql_start..].find("```").expect("the block's end");
+    block[sql_start..sql_end].to_string()
+}
+
 /// A new connection to the test database (with the extension installed).
 pub fn connect() -> Client {
     setup();

@@ -7,6 +7,7 @@
 
 use postgres::error::SqlState;
 use postgres::{Client, NoTls};
+use rate_limiter_integration_tests::readme_sql;
 
 const DATABASE: &str = "rate_limiter_roles";
 
@@ -25,18 +26,7 @@ fn connect_as(user: &str) -> Client {
 
 /// The SQL of the README's role recipes.
 fn readme_grants() -> String {
-    let readme = std::fs::read_to_string(concat!(env!("CARGO_MANIFEST_DIR"), "/../../README.md"))
-        .expect("read README.md");
-    let start = readme
-        .find("<!-- roles:begin -->")
-        .expect("README has <!-- roles:begin -->");
-    let end = readme
-        .find("<!-- roles:end -->")
-        .expect("README has <!-- roles:end -->");
-    let block = &readme[start..end];
-    let sql_start = block.find("```sql").expect("a ```sql block") + "```sql".len();
-    let sql_end = sql_start + block[sql_start..].find("```").expect("the block's end");
-    block[sql_start..sql_end].to_string()
+    readme_sql("roles")
 }
 
 /// Runs `sql` as `client` and asserts the outcome: Ok, or the SQLSTATE.

@@ -1,0 +1,292 @@
+//! `rate_limiter.rate_limit_all()`: several limits at once, all or nothing.
+//! Every request is admitted and consumed, or nothing is consumed.
+//!
+//! Order of work: argument checks (22004 for a NULL array, element, name,
+//! reserve or throws), each request's config (inline, else the definition,
+//! else 42704) and count (22023), then every row locked in one fixed order
+//! (`storage/all_or_nothing.rs`), the clock read once, the math
+//! (`rate_limiter_algorithm::evaluate_all_or_nothing`: the requests in the
+//! order given, a limit named twice charged twice), and the writes. A
+//! refusal with `throws => true` is raised last, for the first refused
+//! request.
+
+use crate::clock;
+use crate::config::{inline_config, required};
+use crate::definitions;
+use crate::errors::{raise_refused, report, CallError};
+use crate::result_row;
+use crate::storage::{self, RowId};
+use pgrx::fcinfo::{pg_getarg, pg_getarg_datum};
+use pgrx::heap_tuple::PgHeapTuple;
+use pgrx::pg_sys;
+use pgrx::prelude::*;
+use pgrx::AllocatedByRust;
+use rate_limiter_algorithm::{
+    evaluate_all_or_nothing, Answer, Config, ErrorKind, Limit, LimitError, LimitId, Member,
+    Request, State,
+};
+
+/// One element of the `requests` array (`rate_limiter.request`), checked.
+struct RequestArgument {
+    name: Vec<u8>,
+    key: Option<Vec<u8>>,
+    /// NULL means 1.
+    count: f64,
+    config: Config,
+}
+
+/// A NULL where a value is required, naming the array element.
+fn null_in(position: usize, field: &str) -> CallError {
+    CallError::Limit(LimitError {
+        kind: ErrorKind::NullValue,
+        parameter: "requests",
+        message: format!("requests[{position}]{field} must not be NULL"),
+    })
+}
+
+/// Reads the `rate_limiter.request[]` argument: (name, key, count, config)
+/// per element, in order. Positions in messages are 1-based, as SQL
+/// subscripts are (for an array with the default lower bound).
+///
+/// Errors: 22004 for a NULL element or name; 22023 for an invalid inline
+/// config; then (once every element is checked) 42704 for a name without
+/// config or definition.
+fn read_requests(array: pg_sys::Datum) -> Result<Vec<RequestArgument>, CallError> {
+    // SAFETY: PostgreSQL passes a rate_limiter.request[] for this argument
+    // (sql/functions.sql); deconstruct_array gives its elements (composite
+    // datums), whose attributes are name text, key text, count float8,
+    // config rate_limiter.config.
+    let elements = unsafe {
+        let array = pg_sys::pg_detoast_datum(array.cast_mut_ptr()) as *mut pg_sys::ArrayType;
+        let element_type = (*array).elemtype;
+        let (mut length, mut by_value, mut align) = (0i16, false, 0 as std::ffi::c_char);
+        pg_sys::get_typlenbyvalalign(element_type, &mut length, &mut by_value, &mut align);
+        let mut values: *mut pg_sys::Datum = std::ptr::null_mut();
+        let mut nulls: *mut bool = std::ptr::null_mut();
+        let mut count = 0;
+        pg_sys::deconstruct_array(
+            array,
+            element_type,
+            i32::from(length),
+            by_value,
+            align,
+            &mut values,
+            &mut nulls,
+            &mut count,
+        );
+        let count = count.max(0) as usize;
+        if count == 0 {
+            Vec::new()
+        } else {
+            let values = std::slice::from_raw_parts(values, count);
+            let nulls = std::slice::from_raw_parts(nulls, count);
+            values
+                .iter()
+                .zip(nulls)
+                .map(|(value, null)| (!*null).then_some(*value))
+                .collect::<Vec<_>>()
+        }
+    };
+    let mut requests = Vec::with_capacity(elements.len());
+    for (index, element) in elements.into_iter().enumerate() {
+        let position = index + 1;
+        let element = element.ok_or_else(|| null_in(position, ""))?;
+        // SAFETY: as above; the attributes are read and copied here.
+        let (name, key, count, inline) = unsafe {
+            let header =
+                pg_sys::pg_detoast_datum(element.cast_mut_ptr()) as pg_sys::HeapTupleHeader;
+            let attribute = |number: i16| {
+                let mut is_null = false;
+                let datum = pg_sys::GetAttributeByNum(header, number, &mut is_null);
+                (datum, is_null)
+            };
+            let (name, name_null) = attribute(1);
+            let (key, key_null) = attribute(2);
+            let (count, count_null) = attribute(3);
+            let (config, config_null) = attribute(4);
+            (
+                // Vec<u8> copies the bytes of any varlena (text here).
+                Vec::<u8>::from_datum(name, name_null),
+                Vec::<u8>::from_datum(key, key_null),
+                f64::from_datum(count, count_null),
+                PgHeapTuple::<AllocatedByRust>::from_datum(config, config_null),
+            )
+        };
+        let name = name.ok_or_else(|| null_in(position, ".name"))?;
+        requests.push((name, key, count, inline_config(inline)?));
+    }
+    // Every argument is checked before any name is looked up.
+    requests
+        .into_iter()
+        .map(|(name, key, count, inline)| {
+            let config = definitions::resolve(&name, inline)?;
+            Ok(RequestArgument {
+                name,
+                key,
+                count: count.unwrap_or(1.0),
+                config,
+            })
+        })
+        .collect()
+}
+
+/// The limits the requests name, each once (a limit named twice must have
+/// the same config both times), and each request as a member of them.
+fn group(
+    requests: &[RequestArgument],
+    reserve: bool,
+) -> Result<(Vec<Limit<'_>>, Vec<Member>), CallError> {
+    let mut limits: Vec<Limit<'_>> = Vec::new();
+    let mut members = Vec::with_capacity(requests.len());
+    for (index, request) in requests.iter().enumerate() {
+        request.config.validate_count(request.count, reserve)?;
+        let id = LimitId {
+            name: &request.name,
+            key: request.key.as_deref(),
+        };
+        let limit = match limits.iter().position(|limit| limit.id == id) {
+            Some(limit) if limits[limit].config != request.config => {
+                return Err(CallError::Limit(LimitError::invalid(
+                    "requests",
+                    format!(
+                        "requests[{}] names the same limit as an earlier request with a different config",
+                        index + 1
+                    ),
+                )));
+            }
+            Some(limit) => limit,
+            None => {
+                limits.push(Limit {
+                    id,
+                    config: request.config,
+                    stored: vec![None; request.config.shards.max(1) as usize],
+                });
+                limits.len() - 1
+            }
+        };
+        members.push(Member {
+            limit,
+            request: Request {
+                count: request.count,
+                reserve,
+            },
+        });
+    }
+    Ok((limits, members))
+}
+
+/// Locks, decides and writes (see the module documentation); the answers
+/// in request order.
+fn consume(requests: &[RequestArgument], reserve: bool) -> Result<Vec<Answer>, CallError> {
+    let (mut limits, members) = group(requests, reserve)?;
+    let mut rows: Vec<RowId<'_>> = limits
+        .iter()
+        .flat_map(|limit| {
+            (0..limit.stored.len()).map(move |shard| RowId {
+                name: limit.id.name,
+                key: limit.id.key,
+                shard: shard as i16,
+            })
+        })
+        .collect();
+    storage::sort_rows(&mut rows);
+    // Where each (limit, shard) is in the sorted rows.
+    let position = |name: &[u8], key: Option<&[u8]>, shard: usize| {
+        rows.binary_search_by(|row| (row.name, row.key, row.shard).cmp(&(name, key, shard as i16)))
+            .ok()
+    };
+    let positions: Vec<Vec<Option<usize>>> = limits
+        .iter()
+        .map(|limit| {
+            (0..limit.stored.len())
+                .map(|shard| position(limit.id.name, limit.id.key, shard))
+                .collect()
+        })
+        .collect();
+    storage::consume_all_or_nothing(&rows, |stored: &[Option<State>]| {
+        for (limit, positions) in limits.iter_mut().zip(&positions) {
+            for (slot, position) in limit.stored.iter_mut().zip(positions) {
+                *slot = position.and_then(|p| stored.get(p).copied().flatten());
+            }
+        }
+        let outcome = evaluate_all_or_nothing(&limits, &members, clock::now())?;
+        let writes = outcome.new_states.map(|new_states| {
+            let mut writes = vec![None; stored.len()];
+            for (states, positions) in new_states.iter().zip(&positions) {
+                for (state, position) in states.iter().zip(positions) {
+                    if let (Some(state), Some(position)) = (state, position) {
+                        writes[*position] = Some(*state);
+                    }
+                }
+            }
+            writes
+        });
+        Ok((outcome.answers, writes))
+    })
+}
+
+/// The arguments and answers of a call, or why it failed.
+fn run(
+    requests: Option<pg_sys::Datum>,
+    reserve: Option<bool>,
+    throws: Option<bool>,
+) -> Result<(Vec<RequestArgument>, Vec<Answer>, bool), CallError> {
+    let requests = required(requests, "requests")?;
+    let reserve = required(reserve, "reserve")?;
+    let throws = required(throws, "throws")?;
+    let requests = read_requests(requests)?;
+    let answers = consume(&requests, reserve)?;
+    Ok((requests, answers, throws))
+}
+
+/// PostgreSQL's "version 1 calling convention" record (what
+/// `PG_FUNCTION_INFO_V1` declares in C).
+const CALLING_CONVENTION: pg_sys::Pg_finfo_record = pg_sys::Pg_finfo_record { api_version: 1 };
+
+/// `rate_limiter.rate_limit_all(requests, reserve, throws)`: one row per
+/// request, in the given order. See sql/functions.sql. A plain C entry
+/// point, like `rate_limit`'s, returning its rows in materialize mode
+/// (`result_row`); `name` and `key` go back as the bytes they came in as.
+#[no_mangle]
+#[pg_guard]
+pub unsafe extern "C-unwind" fn rate_limit_all_wrapper(
+    fcinfo: pg_sys::FunctionCallInfo,
+) -> pg_sys::Datum {
+    let outcome = run(
+        pg_getarg_datum(fcinfo, 0),
+        pg_getarg::<bool>(fcinfo, 1),
+        pg_getarg::<bool>(fcinfo, 2),
+    );
+    let (requests, answers, throws) = match outcome {
+        Ok(result) => result,
+        Err(error) => report(error),
+    };
+    if throws {
+        if let Some((request, answer)) = requests.iter().zip(&answers).find(|(_, a)| !a.ok) {
+            raise_refused(
+                &request.name,
+                request.key.as_deref(),
+                answer.retry_after.unwrap_or(0),
+                answer.remaining,
+            );
+        }
+    }
+    let rows = requests.iter().zip(&answers).map(|(request, answer)| {
+        [
+            request.name.as_slice().into_datum(),
+            request.key.as_deref().and_then(IntoDatum::into_datum),
+            Some(pg_sys::Datum::from(answer.ok)),
+            answer
+                .retry_after
+                .map(Interval::from_micros)
+                .and_then(IntoDatum::into_datum),
+            answer.remaining.into_datum(),
+        ]
+    });
+    result_row::put_rows(fcinfo, rows)
+}
+
+#[no_mangle]
+pub extern "C" fn pg_finfo_rate_limit_all_wrapper() -> &'static pg_sys::Pg_finfo_record {
+    &CALLING_CONVENTION
+}

@@ -1,0 +1,203 @@
+//! `rate_limiter.rate_wait()` on the real clock, with a fast limit (10
+//! tokens per second, capacity 1). Only lower bounds on elapsed time are
+//! asserted, never upper ones.
+
+use postgres::error::SqlState;
+use rate_limiter_integration_tests::{connect, unique_name};
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::Arc;
+use std::thread;
+use std::time::{Duration, Instant};
+
+/// A limit of 10 tokens per second holding at most 1, used up.
+fn empty_limit(client: &mut postgres::Client) -> String {
+    let name = unique_name("wait");
+    client
+        .execute(
+            "SELECT rate_limiter.define($1, rate_limiter.token_bucket(10, '1 second', capacity => 1))",
+            &[&name],
+        )
+        .unwrap();
+    let ok: bool = client
+        .query_one(
+            "SELECT ok FROM rate_limiter.rate_limit($1, 'k', 1)",
+            &[&name],
+        )
+        .unwrap()
+        .get(0);
+    assert!(ok);
+    name
+}
+
+#[test]
+fn returns_ok_once_tokens_arrive() {
+    let mut client = connect();
+    let name = empty_limit(&mut client);
+    let started = Instant::now();
+    let row = client
+        .query_one(
+            "SELECT ok, remaining FROM rate_limiter.rate_wait($1, 'k', 1, timeout => '10 seconds')",
+            &[&name],
+        )
+        .unwrap();
+    let (ok, remaining): (bool, f64) = (row.get(0), row.get(1));
+    assert!(ok);
+    assert!(remaining < 1.0);
+    // One token takes 100 ms to arrive; rate_wait may not return earlier.
+    assert!(
+        started.elapsed() >= Duration::from_millis(90),
+        "{:?}",
+        started.elapsed()
+    );
+}
+
+#[test]
+fn gives_up_with_ok_false_when_the_timeout_comes_first() {
+    let mut client = connect();
+    let name = unique_name("wait_slow");
+    client
+        .execute(
+            "SELECT rate_limiter.define($1, rate_limiter.token_bucket(1, '1 hour'))",
+            &[&name],
+        )
+        .unwrap();
+    client
+        .query_one(
+            "SELECT ok FROM rate_limiter.rate_limit($1, 'k', 1)",
+            &[&name],
+        )
+        .unwrap();
+    let row = client
+        .query_one(
+            "SELECT ok, extract(epoch FROM retry_after)::float8 FROM rate_limiter.rate_wait($1, 'k', 1, timeout => '200 milliseconds')",
+            &[&name],
+        )
+        .unwrap();
+    let (ok, retry_after): (bool, f64) = (row.get(0), row.get(1));
+    assert!(!ok);
+    assert!(retry_after > 3500.0, "{retry_after}");
+    // Nothing consumed.
+    let value: f64 = client
+        .query_one(
+            "SELECT value FROM rate_limiter.rate_limits WHERE name = $1",
+            &[&name],
+        )
+        .unwrap()
+        .get(0);
+    assert!(value.abs() < 0.01, "{value}");
+}
+
+#[test]
+fn can_be_cancelled_and_obeys_statement_timeout() {
+    let mut client = connect();
+    let name = unique_name("wait_cancel");
+    client
+        .execute(
+            "SELECT rate_limiter.define($1, rate_limiter.token_bucket(1, '10 seconds'))",
+            &[&name],
+        )
+        .unwrap();
+    client
+        .query_one(
+            "SELECT ok FROM rate_limiter.rate_limit($1, 'k', 1)",
+            &[&name],
+        )
+        .unwrap();
+    // A cancel from another connection ends the sleep with 57014.
+    let cancel = client.cancel_token();
+    let canceller = thread::spawn(move || {
+        thread::sleep(Duration::from_millis(300));
+        cancel.cancel_query(postgres::NoTls).unwrap();
+    });
+    let started = Instant::now();
+    let error = client
+        .query_one(
+            "SELECT ok FROM rate_limiter.rate_wait($1, 'k', 1, timeout => '30 seconds')",
+            &[&name],
+        )
+        .unwrap_err();
+    canceller.join().unwrap();
+    assert_eq!(error.code(), Some(&SqlState::QUERY_CANCELED), "{error}");
+    assert!(started.elapsed() >= Duration::from_millis(300));
+    // statement_timeout applies to the sleep too.
+    client
+        .batch_execute("SET statement_timeout = '300ms'")
+        .unwrap();
+    let error = client
+        .query_one(
+            "SELECT ok FROM rate_limiter.rate_wait($1, 'k', 1, timeout => '30 seconds')",
+            &[&name],
+        )
+        .unwrap_err();
+    assert_eq!(error.code(), Some(&SqlState::QUERY_CANCELED), "{error}");
+    client.batch_execute("RESET statement_timeout").unwrap();
+    // Nothing was consumed by either.
+    let value: f64 = client
+        .query_one(
+            "SELECT value FROM rate_limiter.rate_limits WHERE name = $1",
+            &[&name],
+        )
+        .unwrap()
+        .get(0);
+    assert!(value < 1.0, "{value}");
+}
+
+/// While one session's rate_wait sleeps (inside an open transaction),
+/// another session consumes from the same key and commits. Had the
+/// sleeper kept the row lock, the other session could not finish before
+/// the sleeper's transaction ended.
+#[test]
+fn another_session_consumes_the_same_key_while_it_sleeps() {
+    let mut setup = connect();
+    let name = unique_name("wait_shared");
+    // 1 token per 2 seconds, capacity 1, used up.
+    setup
+        .execute(
+            "SELECT rate_limiter.define($1, rate_limiter.token_bucket(1, '2 seconds'))",
+            &[&name],
+        )
+        .unwrap();
+    setup
+        .query_one(
+            "SELECT ok FROM rate_limiter.rate_limit($1, 'k', 1)",
+            &[&name],
+        )
+        .unwrap();
+    let sleeper_returned = Arc::new(AtomicBool::new(false));
+    let sleeper = {
+        let (name, returned) = (name.clone(), sleeper_returned.clone());
+        thread::spawn(move || {
+            let mut client = connect();
+            let mut transaction = client.transaction().unwrap();
+            let ok: bool = transaction
+                .query_one(
+                    "SELECT ok FROM rate_limiter.rate_wait($1, 'k', 1, timeout => '20 seconds')",
+                    &[&name],
+                )
+                .unwrap()
+                .get(0);
+            returned.store(true, Ordering::SeqCst);
+            transaction.commit().unwrap();
+            ok
+        })
+    };
+    // Let the sleeper make its first (refused) try and go to sleep.
+    thread::sleep(Duration::from_millis(500));
+    let mut other = connect();
+    let mut transaction = other.transaction().unwrap();
+    let ok: bool = transaction
+        .query_one(
+            "SELECT ok FROM rate_limiter.rate_limit($1, 'k', 0.1)",
+            &[&name],
+        )
+        .unwrap()
+        .get(0);
+    transaction.commit().unwrap();
+    assert!(
+        !sleeper_returned.load(Ordering::SeqCst),
+        "the other session only got through after rate_wait returned"
+    );
+    // At least 500 ms have passed: 0.25 tokens had arrived for it.
+    assert!(ok);
+    assert!(sleeper.join().unwrap());
+}

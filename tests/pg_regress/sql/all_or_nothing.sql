@@ -1,0 +1,83 @@
+-- rate_limit_all(): several limits at once, all or nothing. A request
+-- that the user's limit and the organisation's limit must both allow.
+SET timezone = 'UTC';
+SET datestyle = 'ISO';
+SET intervalstyle = 'postgres';
+SET rate_limiter.now_override = '2026-01-01 00:00:00+00';
+
+SELECT rate_limiter.define('all_user', rate_limiter.token_bucket(10, '1 minute'));
+SELECT rate_limiter.define('all_org', rate_limiter.token_bucket(15, '1 minute'));
+
+-- Both can: both are consumed; one row per request, in the order given.
+SELECT * FROM rate_limiter.rate_limit_all(ARRAY[
+    ('all_user', 'alice', 4, NULL),
+    ('all_org', 'acme', 4, NULL)]::rate_limiter.request[]);
+SELECT * FROM rate_limiter.rate_limit_all(ARRAY[
+    ('all_org', 'acme', 4, NULL),
+    ('all_user', 'alice', 4, NULL)]::rate_limiter.request[]);
+SELECT name, key, value FROM rate_limiter.rate_limits WHERE name LIKE 'all\_%' ORDER BY name, key;
+
+-- One is short (alice has 2 left): each row is that request's own answer,
+-- and nothing is consumed, the organisation's tokens included.
+SELECT * FROM rate_limiter.rate_limit_all(ARRAY[
+    ('all_user', 'alice', 4, NULL),
+    ('all_org', 'acme', 4, NULL)]::rate_limiter.request[]);
+SELECT name, key, value FROM rate_limiter.rate_limits WHERE name LIKE 'all\_%' ORDER BY name, key;
+-- A missing row stays missing when the call is refused.
+SELECT ok FROM rate_limiter.rate_limit_all(ARRAY[
+    ('all_user', 'bob', 1, NULL),
+    ('all_user', 'alice', 4, NULL)]::rate_limiter.request[]);
+SELECT count(*) FROM rate_limiter.rate_limits WHERE name = 'all_user' AND key = 'bob';
+
+-- throws => true raises the rate-limit error for the first refused request.
+SELECT * FROM rate_limiter.rate_limit_all(ARRAY[
+    ('all_org', 'acme', 1, NULL),
+    ('all_user', 'alice', 4, NULL)]::rate_limiter.request[], throws => true);
+
+-- A limit named twice is charged twice; NULL count means 1, NULL config
+-- the definition; inline configs and the global limit (key NULL) work.
+SELECT * FROM rate_limiter.rate_limit_all(ARRAY[
+    ('all_org', 'acme', NULL, NULL),
+    ('all_org', 'acme', 2, NULL),
+    ('all_inline', NULL, 1, rate_limiter.fixed_window(3, '1 hour')::rate_limiter.config)]::rate_limiter.request[]);
+SELECT name, key, value FROM rate_limiter.rate_limits WHERE name LIKE 'all\_%' ORDER BY name, key;
+
+-- reserve => true applies to every request.
+SELECT * FROM rate_limiter.rate_limit_all(ARRAY[
+    ('all_user', 'alice', 5, NULL)]::rate_limiter.request[], reserve => true);
+
+-- A sharded member: consumed from its two fullest shards, answered for the whole limit.
+SELECT * FROM rate_limiter.rate_limit_all(ARRAY[
+    ('all_sharded', NULL, 3, rate_limiter.token_bucket(40, '1 minute', shards => 4)),
+    ('all_org', 'acme', 1, NULL)]::rate_limiter.request[]);
+SELECT shard, value FROM rate_limiter.rate_limits WHERE name = 'all_sharded' ORDER BY shard;
+
+-- Rolled back with the transaction.
+BEGIN;
+SELECT ok FROM rate_limiter.rate_limit_all(ARRAY[('all_org', 'acme', 1, NULL)]::rate_limiter.request[]);
+ROLLBACK;
+SELECT value FROM rate_limiter.rate_limits WHERE name = 'all_org';
+
+-- An empty array: no rows, nothing consumed.
+SELECT * FROM rate_limiter.rate_limit_all(ARRAY[]::rate_limiter.request[]);
+
+-- Errors come first and write nothing.
+SELECT * FROM rate_limiter.rate_limit_all(NULL);
+SELECT * FROM rate_limiter.rate_limit_all(ARRAY[NULL]::rate_limiter.request[]);
+SELECT * FROM rate_limiter.rate_limit_all(ARRAY[('all_org', 'acme', 1, NULL), (NULL, 'k', 1, NULL)]::rate_limiter.request[]);
+SELECT * FROM rate_limiter.rate_limit_all(ARRAY[('all_org', 'acme', 1, NULL)]::rate_limiter.request[], reserve => NULL);
+-- (a NULL anywhere is reported before any name is looked up)
+SELECT * FROM rate_limiter.rate_limit_all(ARRAY[('all_nope', 'k', 1, NULL), (NULL, 'k', 1, NULL)]::rate_limiter.request[]);
+SELECT * FROM rate_limiter.rate_limit_all(ARRAY[('all_org', 'acme', 1, NULL), ('all_nope', 'k', 1, NULL)]::rate_limiter.request[]);
+SELECT * FROM rate_limiter.rate_limit_all(ARRAY[('all_org', 'acme', 1, NULL), ('all_user', 'alice', -1, NULL)]::rate_limiter.request[]);
+SELECT * FROM rate_limiter.rate_limit_all(ARRAY[('all_org', 'acme', 100, NULL)]::rate_limiter.request[]);
+SELECT * FROM rate_limiter.rate_limit_all(ARRAY[
+    ('all_org', 'acme', 1, NULL),
+    ('all_org', 'acme', 1, rate_limiter.token_bucket(1, '1 second'))]::rate_limiter.request[]);
+BEGIN READ ONLY;
+SELECT * FROM rate_limiter.rate_limit_all(ARRAY[('all_org', 'acme', 1, NULL)]::rate_limiter.request[]);
+ROLLBACK;
+SELECT value FROM rate_limiter.rate_limits WHERE name = 'all_org';
+
+SELECT rate_limiter.undefine('all_user'), rate_limiter.undefine('all_org');
+DELETE FROM rate_limiter.rate_limits WHERE name LIKE 'all\_%';
