@@ -9,12 +9,13 @@ use std::sync::Arc;
 use std::thread;
 use std::time::{Duration, Instant};
 
-/// A limit of 10 tokens per second holding at most 1, used up.
-fn empty_limit(client: &mut postgres::Client) -> String {
-    let name = unique_name("wait");
+/// A new limit with `config` (SQL), its key `'k'` used up: one token
+/// taken, which is all it holds.
+fn used_up(client: &mut postgres::Client, prefix: &str, config: &str) -> String {
+    let name = unique_name(prefix);
     client
         .execute(
-            "SELECT rate_limiter.define($1, rate_limiter.token_bucket(10, '1 second', capacity => 1))",
+            &format!("SELECT rate_limiter.define($1, {config})"),
             &[&name],
         )
         .unwrap();
@@ -32,7 +33,12 @@ fn empty_limit(client: &mut postgres::Client) -> String {
 #[test]
 fn returns_ok_once_tokens_arrive() {
     let mut client = connect();
-    let name = empty_limit(&mut client);
+    // 10 tokens per second, holding at most 1.
+    let name = used_up(
+        &mut client,
+        "wait",
+        "rate_limiter.token_bucket(10, '1 second', capacity => 1)",
+    );
     let started = Instant::now();
     let row = client
         .query_one(
@@ -54,19 +60,11 @@ fn returns_ok_once_tokens_arrive() {
 #[test]
 fn gives_up_with_ok_false_when_the_timeout_comes_first() {
     let mut client = connect();
-    let name = unique_name("wait_slow");
-    client
-        .execute(
-            "SELECT rate_limiter.define($1, rate_limiter.token_bucket(1, '1 hour'))",
-            &[&name],
-        )
-        .unwrap();
-    client
-        .query_one(
-            "SELECT ok FROM rate_limiter.rate_limit($1, 'k', 1)",
-            &[&name],
-        )
-        .unwrap();
+    let name = used_up(
+        &mut client,
+        "wait_slow",
+        "rate_limiter.token_bucket(1, '1 hour')",
+    );
     let row = client
         .query_one(
             "SELECT ok, extract(epoch FROM retry_after)::float8 FROM rate_limiter.rate_wait($1, 'k', 1, timeout => '200 milliseconds')",
@@ -90,19 +88,11 @@ fn gives_up_with_ok_false_when_the_timeout_comes_first() {
 #[test]
 fn can_be_cancelled_and_obeys_statement_timeout() {
     let mut client = connect();
-    let name = unique_name("wait_cancel");
-    client
-        .execute(
-            "SELECT rate_limiter.define($1, rate_limiter.token_bucket(1, '10 seconds'))",
-            &[&name],
-        )
-        .unwrap();
-    client
-        .query_one(
-            "SELECT ok FROM rate_limiter.rate_limit($1, 'k', 1)",
-            &[&name],
-        )
-        .unwrap();
+    let name = used_up(
+        &mut client,
+        "wait_cancel",
+        "rate_limiter.token_bucket(1, '10 seconds')",
+    );
     // A cancel from another connection ends the sleep with 57014.
     let cancel = client.cancel_token();
     let canceller = thread::spawn(move || {
@@ -149,20 +139,11 @@ fn can_be_cancelled_and_obeys_statement_timeout() {
 #[test]
 fn another_session_consumes_the_same_key_while_it_sleeps() {
     let mut setup = connect();
-    let name = unique_name("wait_shared");
-    // 1 token per 2 seconds, capacity 1, used up.
-    setup
-        .execute(
-            "SELECT rate_limiter.define($1, rate_limiter.token_bucket(1, '2 seconds'))",
-            &[&name],
-        )
-        .unwrap();
-    setup
-        .query_one(
-            "SELECT ok FROM rate_limiter.rate_limit($1, 'k', 1)",
-            &[&name],
-        )
-        .unwrap();
+    let name = used_up(
+        &mut setup,
+        "wait_shared",
+        "rate_limiter.token_bucket(1, '2 seconds')",
+    );
     let sleeper_returned = Arc::new(AtomicBool::new(false));
     let sleeper = {
         let (name, returned) = (name.clone(), sleeper_returned.clone());
