@@ -222,12 +222,9 @@ fn define(name: Option<&[u8]>, config: Option<pgrx::composite_type!("rate_limite
         warn_small_shards(name, values);
     }
     let result = match checked {
-        Ok((name, values)) => {
-            crate::storage::check_writable(c"define()");
-            crate::security::as_owner(|| {
-                Spi::connect_mut(|client| define_config(client, name, values))
-            })
-        }
+        Ok((name, values)) => crate::security::write_as_owner(c"define()", |client| {
+            define_config(client, name, values)
+        }),
         Err(error) => Err(CallError::Limit(error)),
     };
     if let Err(error) = result {
@@ -243,13 +240,10 @@ fn undefine(name: Option<&[u8]>) -> bool {
         Ok(name) => name,
         Err(error) => report(CallError::Limit(error)),
     };
-    crate::storage::check_writable(c"undefine()");
-    let deleted = crate::security::as_owner(|| {
-        Spi::connect_mut(|client| {
-            client
-                .update(UNDEFINE, None, &[text_argument(name)])
-                .map(|table| !table.is_empty())
-        })
+    let deleted = crate::security::write_as_owner(c"undefine()", |client| {
+        client
+            .update(UNDEFINE, None, &[text_argument(name)])
+            .map(|table| !table.is_empty())
     });
     match deleted {
         Ok(deleted) => deleted,

@@ -13,7 +13,7 @@ use crate::config::{inline_config, required};
 use crate::definitions;
 use crate::errors::{raise_refused, report, CallError};
 use crate::result_row::{self, ResultRow};
-use crate::security::as_owner;
+use crate::security::write_as_owner;
 use crate::shard_choice;
 use crate::storage::{self, LimitRows, RowId};
 use pgrx::fcinfo::pg_getarg;
@@ -243,8 +243,8 @@ fn rate_reset(name: Option<&[u8]>, key: Option<&[u8]>) {
         Ok(name) => name,
         Err(error) => report(CallError::Limit(error)),
     };
-    storage::check_writable(c"rate_reset()");
-    if let Err(error) = as_owner(|| Spi::connect_mut(|client| storage::delete(client, name, key))) {
+    if let Err(error) = write_as_owner(c"rate_reset()", |client| storage::delete(client, name, key))
+    {
         report(CallError::Spi(error))
     }
 }

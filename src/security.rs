@@ -82,3 +82,21 @@ pub fn as_owner<R>(body: impl FnOnce() -> R) -> R {
     };
     body()
 }
+
+/// Runs `body` with an SPI connection that may write, as the extension's
+/// owner (see [`as_owner`]): what every function that writes through SPI
+/// (`define`, `undefine`, `rate_reset`, `prune`) does.
+///
+/// First raises 25006 (read_only_sql_transaction) naming `function` (e.g.
+/// `c"rate_reset()"`) when the transaction may not write (`BEGIN READ
+/// ONLY`, or any transaction on a hot standby): pgrx's `Spi::connect_mut`
+/// asks for a transaction id, which a standby refuses with an internal
+/// error (XX000) before the executor's own read-only check could run.
+pub fn write_as_owner<R>(
+    function: &std::ffi::CStr,
+    body: impl FnOnce(&mut pgrx::spi::SpiClient<'_>) -> R,
+) -> R {
+    // SAFETY: reads the transaction state; raises an ERROR when read-only.
+    unsafe { pgrx::pg_sys::PreventCommandIfReadOnly(function.as_ptr()) };
+    as_owner(|| pgrx::spi::Spi::connect_mut(body))
+}

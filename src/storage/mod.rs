@@ -147,17 +147,6 @@ pub fn timestamp(ts: Micros) -> Result<TimestampWithTimeZone, CallError> {
         })
 }
 
-/// Raises 25006 (read_only_sql_transaction) naming `function` (e.g.
-/// `c"rate_reset()"`) when the transaction may not write: `BEGIN READ
-/// ONLY`, or any transaction on a hot standby. Functions that write
-/// through SPI call it first: pgrx's `Spi::connect_mut` asks for a
-/// transaction id, which a standby refuses with an internal error (XX000)
-/// before the executor's own read-only check could run.
-pub fn check_writable(function: &std::ffi::CStr) {
-    // SAFETY: reads the transaction state; raises an ERROR when read-only.
-    unsafe { pg_sys::PreventCommandIfReadOnly(function.as_ptr()) }
-}
-
 const TEXT: PgOid = PgOid::BuiltIn(pg_sys::PgBuiltInOids::TEXTOID);
 
 /// A name or key (bytes) as an SPI argument of type `text`.

@@ -71,6 +71,7 @@ fn each_readme_role_works_with_exactly_its_grants() {
         format!("SELECT rate_limiter.define('signup', {bucket})"),
         "SELECT rate_limiter.rate_reset('signup', 'k')".to_string(),
         "SELECT rate_limiter.rate_credit('signup', 'k', 1)".to_string(),
+        "SELECT rate_limiter.prune()".to_string(),
         "SELECT rate_limiter.undefine('signup')".to_string(),
         format!("SELECT rate_limiter.define('signup', {bucket})"),
     ] {
@@ -95,6 +96,10 @@ fn each_readme_role_works_with_exactly_its_grants() {
             .to_string(),
         "SELECT * FROM rate_limiter.status('signup', 'k')".to_string(),
         "SELECT rate_limiter.http_headers('signup', 'k')".to_string(),
+        "SELECT * FROM rate_limiter.rate_limit_all(ARRAY[('signup', 'k2', 1, NULL)]::rate_limiter.request[])"
+            .to_string(),
+        "SELECT * FROM rate_limiter.rate_wait('signup', 'k2', timeout => '0')".to_string(),
+        "SELECT rate_limiter.postgrest_limit('signup', 'k2')".to_string(),
     ] {
         expect(&mut app, "app", &sql, None);
     }
@@ -104,6 +109,7 @@ fn each_readme_role_works_with_exactly_its_grants() {
         "SELECT rate_limiter.undefine('signup')".to_string(),
         "SELECT rate_limiter.rate_reset('signup', 'k')".to_string(),
         "SELECT rate_limiter.rate_credit('signup', 'k', 1)".to_string(),
+        "SELECT rate_limiter.prune()".to_string(),
         "SELECT * FROM rate_limiter.rate_limits".to_string(),
         "UPDATE rate_limiter.rate_limits SET value = 100".to_string(),
         "SET rate_limiter.now_override = '2030-01-01'".to_string(),
@@ -117,6 +123,7 @@ fn each_readme_role_works_with_exactly_its_grants() {
         "SELECT * FROM rate_limiter.rate_limit('signup', 'k')",
         "SELECT * FROM rate_limiter.rate_check('signup', 'k')",
         "SELECT rate_limiter.rate_reset('signup', 'k')",
+        "SELECT rate_limiter.postgrest_limit('signup', 'k')",
     ] {
         expect(&mut web, "web_anon", sql, denied.clone());
     }
