@@ -1,34 +1,64 @@
 //! The writes of an all-or-nothing call (`rate_limit_all`): every state row
-//! of every limit the call names, locked in one fixed order, then every
+//! of every limit the call names, held in one fixed order, then every
 //! consumption written, or none.
 //!
 //! 1. The rows are sorted by (name, key, shard), bytewise, the global limit
-//!    (key NULL) before every key, and each is acquired in that order as
-//!    `rate_limit` acquires its row (`consume.rs`: wait for the lock; a
-//!    missing row is a full limit). Two such calls with overlapping limits
-//!    therefore never wait for each other in a cycle, whatever order their
-//!    requests are given in. Every shard of a sharded limit is locked (the
-//!    call may consume from any two of them).
-//! 2. `decide` runs once every lock is held (it reads the clock then).
-//! 3. Refused: nothing is written (under REPEATABLE READ / SERIALIZABLE the
-//!    refusal is confirmed against the snapshot, as `rate_limit`'s is).
-//!    Admitted: the missing rows are inserted first, in one speculative
-//!    batch; if another transaction inserted one of them meanwhile, the
-//!    whole batch is withdrawn and the call starts again at step 1 (it
-//!    keeps the locks it holds; the rows it waits for are ones whose
-//!    inserter already holds all its locks). Then the locked rows are
-//!    updated.
+//!    (key NULL) before every key, and each is *held* in that order before
+//!    the next is looked at:
+//!    - a row that exists is locked as `rate_limit` locks its row
+//!      (`consume.rs`: wait for the lock);
+//!    - a missing row (a full limit) is held by inserting a placeholder
+//!      tuple speculatively and leaving it unfinished
+//!      ([`SpeculativeInsertion`]): no one sees it, and a transaction that
+//!      looks it up or inserts the same row waits for this call. If another
+//!      transaction inserted the row first, the placeholder is withdrawn
+//!      and the row looked up again (waiting for that transaction), still
+//!      in order.
+//!
+//!    So a call waits only for a row that sorts after every row it holds,
+//!    and two such calls with overlapping limits never wait for each other
+//!    in a cycle, whatever order their requests are given in. Every shard
+//!    of a sharded limit is held (the call may consume from any of them).
+//!    A missing row must be held too: a call that only noted it as missing
+//!    and went on to lock later rows could find it inserted and locked by
+//!    another call that then waits for one of those later rows (a deadlock
+//!    the concurrency test `all_or_nothing.rs` found).
+//! 2. `decide` runs once every row is held (it reads the clock then).
+//! 3. Refused: every placeholder is withdrawn and nothing is written (under
+//!    REPEATABLE READ / SERIALIZABLE the refusal is then confirmed against
+//!    the snapshot, as `rate_limit`'s is). Admitted: the placeholders of
+//!    rows that are written are finished (`heap_finish_speculative`), the
+//!    others withdrawn, and every written row is updated to its new state
+//!    (`heap_update`, as `ExecUpdate` would; a finished placeholder is
+//!    this transaction's own insert, updated by the next command).
 
 use super::consume::{
-    acquire, begin_write, confirm_refusal, end_write, insert_new, write_locked, Acquired,
+    acquire, begin_write, confirm_refusal, end_write, write_locked, Acquired, LockedRow,
+    SpeculativeInsertion,
 };
+use super::relations::Relations;
 use super::{timestamp, Datums, RowId};
 use crate::errors::CallError;
+use pgrx::pg_sys;
 use rate_limiter_algorithm::State;
+
+/// The state a placeholder is inserted with. It is never seen: a withdrawn
+/// placeholder is invisible, and a finished one is updated to the decided
+/// state by the same call.
+const PLACEHOLDER: State = State { value: 0.0, ts: 0 };
+
+/// A row this call holds.
+enum Held {
+    /// It exists and this call holds its lock.
+    Locked(LockedRow),
+    /// It was missing; this call's unfinished placeholder number `index`
+    /// (in insertion order) holds it. `datums` are the row's, complete.
+    Placeholder { index: usize, datums: Datums },
+}
 
 /// Locks `rows` (sorted and without duplicates: see [`sort_rows`]), calls
 /// `decide` with their stored states (`None` = no row) once all are
-/// locked, and writes the states it returns: `Some(states)` (one per row,
+/// held, and writes the states it returns: `Some(states)` (one per row,
 /// `None` = leave alone) means admitted, `None` means refused, write
 /// nothing. Returns `decide`'s answer.
 ///
@@ -36,52 +66,101 @@ use rate_limiter_algorithm::State;
 /// timeouts and cancels while waiting), and `decide`'s own.
 pub fn consume_all_or_nothing<T>(
     rows: &[RowId<'_>],
-    mut decide: impl FnMut(&[Option<State>]) -> Result<(T, Option<Vec<Option<State>>>), CallError>,
+    decide: impl FnOnce(&[Option<State>]) -> Result<(T, Option<Vec<Option<State>>>), CallError>,
 ) -> Result<T, CallError> {
     // SAFETY: every step gets the relations opened here and this
-    // transaction's command id.
+    // transaction's command id. On an error the transaction (or
+    // subtransaction) aborts, which withdraws the placeholders and
+    // releases the token.
     unsafe {
         let (relations, command) = begin_write(c"rate_limit_all()");
-        let answer = loop {
-            let mut acquired = Vec::with_capacity(rows.len());
-            for row in rows {
-                acquired.push(acquire(&relations, *row, command)?);
+        let mut insertion: Option<SpeculativeInsertion> = None;
+        let mut held = Vec::with_capacity(rows.len());
+        for row in rows {
+            held.push(hold(&relations, *row, command, &mut insertion)?);
+        }
+        let stored: Vec<Option<State>> = held
+            .iter()
+            .map(|held| match held {
+                Held::Locked(locked) => Some(locked.state),
+                Held::Placeholder { .. } => None,
+            })
+            .collect();
+        let (answer, writes) = decide(&stored)?;
+        let Some(writes) = writes else {
+            if let Some(insertion) = insertion {
+                insertion.end(&relations, |_| false);
             }
-            let stored: Vec<Option<State>> = acquired
-                .iter()
-                .map(|a| match a {
-                    Acquired::Locked(locked) => Some(locked.state),
-                    Acquired::New => None,
-                })
-                .collect();
-            let (answer, writes) = decide(&stored)?;
-            let Some(writes) = writes else {
-                confirm_refusal(&relations, rows.iter().copied().zip(stored))?;
-                break answer;
-            };
-            let mut new_rows = Vec::new();
-            for ((row, acquired), write) in rows.iter().zip(&acquired).zip(&writes) {
-                if let (Acquired::New, Some(state)) = (acquired, write) {
-                    let mut datums = Datums::of(*row);
-                    datums.set_state(state.value, timestamp(state.ts)?);
-                    new_rows.push(datums);
-                }
-            }
-            if !new_rows.is_empty() && !insert_new(&relations, &mut new_rows, command) {
-                // Another transaction inserted one of the rows: look again.
-                continue;
-            }
-            for (acquired, write) in acquired.iter_mut().zip(writes) {
-                if let (Acquired::Locked(locked), Some(state)) = (acquired, write) {
-                    if state != locked.state {
-                        write_locked(&relations, locked, state, command)?;
-                    }
-                }
-            }
-            break answer;
+            confirm_refusal(&relations, rows.iter().copied().zip(stored))?;
+            end_write();
+            return Ok(answer);
         };
+        // Finish the placeholders of written rows, withdraw the others.
+        let mut written = Vec::new();
+        for (held, write) in held.iter().zip(&writes) {
+            if let Held::Placeholder { .. } = held {
+                written.push(write.is_some());
+            }
+        }
+        let finished = match insertion {
+            Some(insertion) => insertion.end(&relations, |index| written[index]),
+            None => Vec::new(),
+        };
+        // A finished placeholder is updated by a later command than the one
+        // that inserted it (heap_update does not see a tuple of its own
+        // command).
+        let command = if finished.iter().any(Option::is_some) {
+            pg_sys::CommandCounterIncrement();
+            pg_sys::GetCurrentCommandId(true)
+        } else {
+            command
+        };
+        for (held, write) in held.into_iter().zip(writes) {
+            let Some(state) = write else { continue };
+            let mut locked = match held {
+                Held::Locked(locked) => locked,
+                Held::Placeholder { index, datums } => {
+                    let Some(tid) = finished.get(index).copied().flatten() else {
+                        pgrx::error!("rate_limiter: a written placeholder was not finished");
+                    };
+                    LockedRow::inserted(tid, datums, PLACEHOLDER)
+                }
+            };
+            if state != locked.state {
+                write_locked(&relations, &mut locked, state, command)?;
+            }
+        }
         end_write();
         Ok(answer)
+    }
+}
+
+/// Step 1 for one row: lock it, or hold it with a placeholder when it is
+/// missing, looking again (and waiting) when another transaction inserted
+/// it first.
+///
+/// # Safety
+/// `relations` opened by [`begin_write`], `command` its command id.
+unsafe fn hold(
+    relations: &Relations,
+    row: RowId<'_>,
+    command: pg_sys::CommandId,
+    insertion: &mut Option<SpeculativeInsertion>,
+) -> Result<Held, CallError> {
+    loop {
+        if let Acquired::Locked(locked) = acquire(relations, row, command)? {
+            return Ok(Held::Locked(locked));
+        }
+        let insertion = insertion.get_or_insert_with(|| SpeculativeInsertion::begin());
+        let mut datums = Datums::of(row);
+        datums.set_state(PLACEHOLDER.value, timestamp(PLACEHOLDER.ts)?);
+        if insertion.insert(relations, &mut datums, command) {
+            let index = insertion.len() - 1;
+            return Ok(Held::Placeholder { index, datums });
+        }
+        // Another transaction inserted the row first: withdraw ours and
+        // look again, which waits for that transaction.
+        insertion.withdraw_last(relations);
     }
 }
 

@@ -135,6 +135,23 @@ pub(super) struct LockedRow {
     pub state: State,
 }
 
+impl LockedRow {
+    /// A row this transaction has just inserted (so no one else can lock
+    /// it), at `tid`, with `datums` (complete) and the `state` stored in it.
+    pub(super) fn inserted(tid: pg_sys::ItemPointerData, datums: Datums, state: State) -> Self {
+        // SAFETY: an all-zero HeapTupleData is a valid empty header; only
+        // t_self is read (by write_locked).
+        let mut tuple: pg_sys::HeapTupleData = unsafe { std::mem::zeroed() };
+        tuple.t_self = tid;
+        LockedRow {
+            tuple,
+            _buffer: Pinned(pg_sys::InvalidBuffer as pg_sys::Buffer),
+            datums,
+            state,
+        }
+    }
+}
+
 /// What acquiring a row came to.
 pub(super) enum Acquired {
     /// The row exists and this call holds its lock.
@@ -440,21 +457,80 @@ pub(super) unsafe fn insert_new(
     rows: &mut [Datums],
     command: pg_sys::CommandId,
 ) -> bool {
-    let descriptor = (*relations.table).rd_att;
-    let transaction = pg_sys::GetCurrentTransactionId();
-    let token = pg_sys::SpeculativeInsertionLockAcquire(transaction);
-    let mut tuples = Vec::with_capacity(rows.len());
+    let mut insertion = SpeculativeInsertion::begin();
     let mut unique = true;
     for datums in rows.iter_mut() {
+        unique &= insertion.insert(relations, datums, command);
+    }
+    insertion.end(relations, |_| unique);
+    if !unique {
+        debug1!("rate_limiter: another transaction inserted the same state row; looking again");
+    }
+    unique
+}
+
+/// Tuples inserted speculatively under one speculative-insertion token
+/// (`SpeculativeInsertionLockAcquire`, as `ExecInsert` takes for `ON
+/// CONFLICT`), not finished yet. Until [`end`](Self::end), every other
+/// transaction that looks one of them up waits for the token
+/// (`SpeculativeInsertionWait`), and a transaction inserting the same
+/// (name, key, shard) sees a conflict: an unfinished tuple holds its row as
+/// a row lock would, without being visible to anyone. `ExecInsert`
+/// finishes each tuple at once; `rate_limit_all` keeps its tuples
+/// unfinished while it goes on to the next rows in lock order, and ends by
+/// finishing only the rows it writes, withdrawing the others
+/// (`heap_abort_speculative`, which leaves nothing visible). An error
+/// before `end` aborts the transaction, which withdraws them too.
+pub(super) struct SpeculativeInsertion {
+    transaction: pg_sys::TransactionId,
+    token: u32,
+    tuples: Vec<*mut pg_sys::HeapTupleData>,
+}
+
+impl SpeculativeInsertion {
+    /// Takes a new token (assigning the transaction id if needed).
+    ///
+    /// # Safety
+    /// Inside a transaction that may write; at most one open at a time.
+    pub(super) unsafe fn begin() -> Self {
+        let transaction = pg_sys::GetCurrentTransactionId();
+        let token = pg_sys::SpeculativeInsertionLockAcquire(transaction);
+        SpeculativeInsertion {
+            transaction,
+            token,
+            tuples: Vec::new(),
+        }
+    }
+
+    /// How many tuples are held.
+    pub(super) fn len(&self) -> usize {
+        self.tuples.len()
+    }
+
+    /// Inserts `datums` (complete, state included) under the token: the
+    /// heap tuple, then its index entries, checking the unique index
+    /// without waiting (`UNIQUE_CHECK_PARTIAL`). Returns false when a
+    /// live or running transaction's row has the same (name, key, shard);
+    /// the tuple is then still held, for [`withdraw_last`](Self::withdraw_last)
+    /// or `end`.
+    ///
+    /// # Safety
+    /// `relations` opened by [`begin_write`], `command` its command id.
+    pub(super) unsafe fn insert(
+        &mut self,
+        relations: &Relations,
+        datums: &mut Datums,
+        command: pg_sys::CommandId,
+    ) -> bool {
         let tuple = pg_sys::heap_form_tuple(
-            descriptor,
+            (*relations.table).rd_att,
             datums.values.as_mut_ptr(),
             datums.nulls.as_mut_ptr(),
         );
         // HeapTupleHeaderSetSpeculativeToken: t_ctid holds the token.
         let ctid = &mut (*(*tuple).t_data).t_ctid;
-        ctid.ip_blkid.bi_hi = (token >> 16) as u16;
-        ctid.ip_blkid.bi_lo = (token & 0xffff) as u16;
+        ctid.ip_blkid.bi_hi = (self.token >> 16) as u16;
+        ctid.ip_blkid.bi_lo = (self.token & 0xffff) as u16;
         ctid.ip_posid = pg_sys::SpecTokenOffsetNumber as u16;
         pg_sys::heap_insert(
             relations.table,
@@ -463,25 +539,53 @@ pub(super) unsafe fn insert_new(
             pg_sys::HEAP_INSERT_SPECULATIVE as i32,
             std::ptr::null_mut(),
         );
-        unique &= relations.insert_index_entries(
+        self.tuples.push(tuple);
+        relations.insert_index_entries(
             datums,
             &mut (*tuple).t_self,
             pg_sys::IndexUniqueCheck::UNIQUE_CHECK_PARTIAL,
             None,
-        );
-        tuples.push(tuple);
+        )
     }
-    for &tuple in &tuples {
-        if unique {
-            pg_sys::heap_finish_speculative(relations.table, &mut (*tuple).t_self);
-        } else {
+
+    /// Withdraws the tuple inserted last (`heap_abort_speculative`, as
+    /// `ExecInsert` does after a conflict).
+    ///
+    /// # Safety
+    /// As [`insert`](Self::insert).
+    pub(super) unsafe fn withdraw_last(&mut self, relations: &Relations) {
+        if let Some(tuple) = self.tuples.pop() {
             pg_sys::heap_abort_speculative(relations.table, &mut (*tuple).t_self);
+            pg_sys::heap_freetuple(tuple);
         }
-        pg_sys::heap_freetuple(tuple);
     }
-    if !unique {
-        debug1!("rate_limiter: another transaction inserted the same state row; looking again");
+
+    /// Finishes the tuples `keep` says yes to, by insertion order
+    /// (`heap_finish_speculative`: an ordinary insert of this transaction
+    /// from then on), withdraws the others and releases the token, waking
+    /// the transactions waiting for it. Returns the finished tuples' ids,
+    /// `None` for withdrawn ones.
+    ///
+    /// # Safety
+    /// As [`insert`](Self::insert).
+    pub(super) unsafe fn end(
+        self,
+        relations: &Relations,
+        keep: impl Fn(usize) -> bool,
+    ) -> Vec<Option<pg_sys::ItemPointerData>> {
+        let mut finished = Vec::with_capacity(self.tuples.len());
+        for (index, &tuple) in self.tuples.iter().enumerate() {
+            let tid = &mut (*tuple).t_self;
+            if keep(index) {
+                pg_sys::heap_finish_speculative(relations.table, tid);
+                finished.push(Some(*tid));
+            } else {
+                pg_sys::heap_abort_speculative(relations.table, tid);
+                finished.push(None);
+            }
+            pg_sys::heap_freetuple(tuple);
+        }
+        pg_sys::SpeculativeInsertionLockRelease(self.transaction);
+        finished
     }
-    pg_sys::SpeculativeInsertionLockRelease(transaction);
-    unique
 }

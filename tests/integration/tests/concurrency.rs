@@ -136,8 +136,8 @@ fn new_key_race(isolation: IsolationLevel) -> (u32, u32) {
         .collect();
     let results: Vec<_> = workers.into_iter().map(|w| w.join().unwrap()).collect();
     let (mut refused, mut conflicts) = (0, 0);
-    for round in 0..rounds {
-        let pair = [&results[0][round], &results[1][round]];
+    for (round, (first, second)) in results[0].iter().zip(&results[1]).enumerate() {
+        let pair = [first, second];
         let admitted = pair.iter().filter(|o| matches!(o, Ok((true, _)))).count();
         assert_eq!(admitted, 1, "round {round}: exactly one admitted: {pair:?}");
         for outcome in pair {

@@ -101,7 +101,7 @@ fn headers_are_structured_field_lists_with_the_draft_parameters() {
     assert_eq!(integer(&limit, "r"), 0, "debt shows as nothing left");
     assert_eq!(integer(&limit, "t"), 5);
     let retry: sfv::Item = Parser::new(field(&refused, "Retry-After")).parse().unwrap();
-    assert_eq!(retry.bare_item, BareItem::Integer(5.try_into().unwrap()));
+    assert_eq!(retry.bare_item, BareItem::Integer(5.into()));
 
     // A fractional quota is a decimal; a huge one is capped to a valid integer.
     let fractional = headers(
@@ -111,7 +111,7 @@ fn headers_are_structured_field_lists_with_the_draft_parameters() {
     let (_, policy) = item(field(&fractional, "RateLimit-Policy"));
     let q = policy.iter().find(|(key, _)| key == "q").unwrap();
     assert!(
-        matches!(q.1, BareItem::Decimal(d) if f64::try_from(d).unwrap() == 2.5),
+        matches!(q.1, BareItem::Decimal(d) if f64::from(d) == 2.5),
         "{q:?}"
     );
     assert_eq!(integer(&policy, "w"), 90);
