@@ -25,6 +25,7 @@ use rate_limiter_algorithm::{
     evaluate_all_or_nothing, Answer, Config, ErrorKind, Limit, LimitError, LimitId, Member,
     Request, State,
 };
+use std::collections::HashMap;
 
 /// One element of the `requests` array (`rate_limiter.request`), checked.
 struct RequestArgument {
@@ -137,6 +138,8 @@ fn group(
     reserve: bool,
 ) -> Result<(Vec<Limit<'_>>, Vec<Member>), CallError> {
     let mut limits: Vec<Limit<'_>> = Vec::new();
+    // Where each limit is in `limits`.
+    let mut seen: HashMap<LimitId<'_>, usize> = HashMap::with_capacity(requests.len());
     let mut members = Vec::with_capacity(requests.len());
     for (index, request) in requests.iter().enumerate() {
         request.config.validate_count(request.count, reserve)?;
@@ -144,7 +147,7 @@ fn group(
             name: &request.name,
             key: request.key.as_deref(),
         };
-        let limit = match limits.iter().position(|limit| limit.id == id) {
+        let limit = match seen.get(&id).copied() {
             Some(limit) if limits[limit].config != request.config => {
                 return Err(CallError::Limit(LimitError::invalid(
                     "requests",
@@ -161,6 +164,7 @@ fn group(
                     config: request.config,
                     stored: vec![None; request.config.shards.max(1) as usize],
                 });
+                seen.insert(id, limits.len() - 1);
                 limits.len() - 1
             }
         };

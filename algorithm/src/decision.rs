@@ -17,7 +17,7 @@ pub struct State {
 
 /// Which limit a call is about: used only to derive a fixed window's phase.
 /// Names and keys are opaque bytes (in the database's encoding).
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
 pub struct LimitId<'a> {
     /// The limit's name.
     pub name: &'a [u8],

@@ -58,6 +58,21 @@ SELECT ok FROM rate_limiter.rate_limit_all(ARRAY[('all_org', 'acme', 1, NULL)]::
 ROLLBACK;
 SELECT value FROM rate_limiter.rate_limits WHERE name = 'all_org';
 
+-- Many limits in one call: 5,000 keys, each named twice (the second
+-- request of each key sees the first's consumption), then one more that
+-- is short: nothing is consumed, and no row is created.
+SELECT count(*), count(*) FILTER (WHERE ok), min(remaining), max(remaining)
+FROM rate_limiter.rate_limit_all(ARRAY(
+    SELECT ROW('all_many', (i % 5000)::text, 1, rate_limiter.token_bucket(2, '1 hour'))::rate_limiter.request
+    FROM generate_series(0, 9999) AS i));
+SELECT count(*) FROM rate_limiter.rate_limits WHERE name = 'all_many';
+SELECT count(*), count(*) FILTER (WHERE ok)
+FROM rate_limiter.rate_limit_all(ARRAY(
+    SELECT ROW('all_more', i::text, 1, rate_limiter.token_bucket(2, '1 hour'))::rate_limiter.request
+    FROM generate_series(0, 4999) AS i)
+    || ROW('all_many', '0', 1, rate_limiter.token_bucket(2, '1 hour'))::rate_limiter.request);
+SELECT count(*) FROM rate_limiter.rate_limits WHERE name = 'all_more';
+
 -- An empty array: no rows, nothing consumed.
 SELECT * FROM rate_limiter.rate_limit_all(ARRAY[]::rate_limiter.request[]);
 
