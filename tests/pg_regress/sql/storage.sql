@@ -43,6 +43,30 @@ RESET enable_seqscan;
 RESET enable_bitmapscan;
 DROP INDEX rate_limiter.rate_limits_ts;
 
+-- A BRIN index (a summarizing one) is maintained too. From PostgreSQL 16
+-- an update that changes only summarized columns is still HOT, and only
+-- the summarizing indexes get the new value (TU_Summarizing); before 16
+-- such an update is not HOT and every index gets an entry. Either way the
+-- summary built at CREATE INDEX (ts up to 00:00:02) learns the new ts,
+-- or the bitmap scan below would skip the row's block range.
+SET rate_limiter.now_override = '2026-01-01 00:00:02+00';
+SELECT ok FROM rate_limiter.rate_limit('store', 'brin');
+CREATE INDEX rate_limits_ts_brin ON rate_limiter.rate_limits USING brin (ts);
+SET rate_limiter.now_override = '2026-01-01 00:00:03+00';
+BEGIN;
+SELECT n_tup_upd AS updated_before, n_tup_hot_upd AS hot_before
+FROM pg_stat_xact_user_tables WHERE relid = 'rate_limiter.rate_limits'::regclass \gset
+SELECT ok FROM rate_limiter.rate_limit('store', 'brin');
+SELECT n_tup_upd - :updated_before AS updated,
+       (n_tup_hot_upd - :hot_before = 1) = (current_setting('server_version_num')::int >= 160000) AS hot_from_16
+FROM pg_stat_xact_user_tables WHERE relid = 'rate_limiter.rate_limits'::regclass;
+COMMIT;
+SET enable_seqscan = off;
+EXPLAIN (COSTS OFF) SELECT key FROM rate_limiter.rate_limits WHERE ts = '2026-01-01 00:00:03+00';
+SELECT key FROM rate_limiter.rate_limits WHERE ts = '2026-01-01 00:00:03+00';
+RESET enable_seqscan;
+DROP INDEX rate_limiter.rate_limits_ts_brin;
+
 -- Indexes and columns the direct writes cannot maintain make rate_limit
 -- fail closed (55000) instead of writing a row the index would miss.
 -- rate_check only reads and keeps working.
