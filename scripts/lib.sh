@@ -139,6 +139,8 @@ start_cluster() {
     sudo -u postgres env -u RUST_BACKTRACE LC_ALL=C "$PG_BIN/initdb" -D "$dir/data" -U postgres \
         --auth=trust --no-sync --encoding=UTF8 --locale=C >/dev/null
     local options="-p $RL_PORT -k $dir -c listen_addresses=127.0.0.1 -c max_connections=200"
+    # RL_WAL_LEVEL=logical (scripts/test.sh) lets the tests decode the WAL.
+    options+=" -c wal_level=${RL_WAL_LEVEL:-replica}"
     # PostgreSQL 15 (Debian's) also runs pg_cron, for the test of the
     # README's cron.schedule line; its jobs connect through the socket.
     if [ "$RL_PG" = 15 ] && [ -f "$("$PG_CONFIG" --pkglibdir)/pg_cron.so" ]; then

@@ -77,7 +77,8 @@ cluster=$(mktemp -d /tmp/rate_limiter_test.XXXXXX)
 pooler=$(mktemp -d /tmp/rate_limiter_pooler.XXXXXX)
 standby=$(mktemp -d /tmp/rate_limiter_standby.XXXXXX)
 trap 'stop_pgbouncer "$pooler"; stop_cluster "$standby"; stop_cluster "$cluster"' EXIT
-start_cluster "$cluster"
+# wal_level=logical: logical_decoding.rs decodes what the calls write.
+RL_WAL_LEVEL=logical start_cluster "$cluster"
 start_pgbouncer "$pooler"
 start_standby "$cluster" "$standby"
 

@@ -8,12 +8,11 @@
 //!    - a row that exists is locked as `rate_limit` locks its row
 //!      (`consume.rs`: wait for the lock);
 //!    - a missing row (a full limit) is held by inserting a placeholder
-//!      tuple speculatively and leaving it unfinished
-//!      ([`SpeculativeInsertion`]): no one sees it, and a transaction that
-//!      looks it up or inserts the same row waits for this call. If another
-//!      transaction inserted the row first, the placeholder is withdrawn
-//!      and the row looked up again (waiting for that transaction), still
-//!      in order.
+//!      for it ([`insert_one`]): until the transaction ends, a transaction
+//!      that looks the row up waits for this one, as for a lock. If
+//!      another transaction inserted the row first, the placeholder is
+//!      withdrawn and the row looked up again (waiting for that
+//!      transaction), still in order.
 //!
 //!    So a call waits only for a row that sorts after every row it holds,
 //!    and two such calls with overlapping limits never wait for each other
@@ -24,17 +23,19 @@
 //!    another call that then waits for one of those later rows (a deadlock
 //!    the concurrency test `all_or_nothing.rs` found).
 //! 2. `decide` runs once every row is held (it reads the clock then).
-//! 3. Refused: every placeholder is withdrawn and nothing is written (under
-//!    REPEATABLE READ / SERIALIZABLE the refusal is then confirmed against
-//!    the snapshot, as `rate_limit`'s is). Admitted: the placeholders of
-//!    rows that are written are finished (`heap_finish_speculative`), the
-//!    others withdrawn, and every written row is updated to its new state
-//!    (`heap_update`, as `ExecUpdate` would; a finished placeholder is
-//!    this transaction's own insert, updated by the next command).
+//! 3. Refused: the placeholders are deleted ([`delete_inserted`]) and
+//!    nothing else is written (under REPEATABLE READ / SERIALIZABLE the
+//!    refusal is then confirmed against the snapshot, as `rate_limit`'s
+//!    is). Admitted: the placeholders of rows that are not written are
+//!    deleted, and every written row is updated to its new state
+//!    (`heap_update`, as `ExecUpdate` would; a placeholder is this
+//!    transaction's own insert, updated by a later command). A placeholder
+//!    is never seen with its placeholder state: other transactions see it
+//!    only once committed, and by then it is updated or deleted.
 
 use super::consume::{
-    acquire, begin_write, confirm_refusal, end_write, write_locked, Acquired, LockedRow,
-    SpeculativeInsertion,
+    acquire, begin_write, confirm_refusal, delete_inserted, end_write, insert_one, write_locked,
+    Acquired, LockedRow,
 };
 use super::relations::Relations;
 use super::{timestamp, Datums, RowId};
@@ -42,18 +43,26 @@ use crate::errors::CallError;
 use pgrx::pg_sys;
 use rate_limiter_algorithm::State;
 
-/// The state a placeholder is inserted with. It is never seen: a withdrawn
-/// placeholder is invisible, and a finished one is updated to the decided
-/// state by the same call.
+/// The state a placeholder is inserted with (see the module documentation:
+/// it is updated or deleted before anyone else can see it).
 const PLACEHOLDER: State = State { value: 0.0, ts: 0 };
 
 /// A row this call holds.
 enum Held {
     /// It exists and this call holds its lock.
     Locked(LockedRow),
-    /// It was missing; this call's unfinished placeholder number `index`
-    /// (in insertion order) holds it. `datums` are the row's, complete.
-    Placeholder { index: usize, datums: Datums },
+    /// It was missing; this call's placeholder at `tid` holds it. `datums`
+    /// are the row's, complete.
+    Placeholder {
+        tid: pg_sys::ItemPointerData,
+        datums: Datums,
+    },
+}
+
+impl Held {
+    fn is_placeholder(&self) -> bool {
+        matches!(self, Held::Placeholder { .. })
+    }
 }
 
 /// Locks `rows` (sorted and without duplicates: see [`sort_rows`]), calls
@@ -63,21 +72,19 @@ enum Held {
 /// nothing. Returns `decide`'s answer.
 ///
 /// Errors: as [`super::consume`] (25006 in a read-only transaction, 40001,
-/// timeouts and cancels while waiting), and `decide`'s own.
+/// timeouts and cancels while waiting), and `decide`'s own (the
+/// transaction's abort then removes the placeholders).
 pub fn consume_all_or_nothing<T>(
     rows: &[RowId<'_>],
     decide: impl FnOnce(&[Option<State>]) -> Result<(T, Option<Vec<Option<State>>>), CallError>,
 ) -> Result<T, CallError> {
     // SAFETY: every step gets the relations opened here and this
-    // transaction's command id. On an error the transaction (or
-    // subtransaction) aborts, which withdraws the placeholders and
-    // releases the token.
+    // transaction's command id.
     unsafe {
         let (relations, command) = begin_write(c"rate_limit_all()");
-        let mut insertion: Option<SpeculativeInsertion> = None;
         let mut held = Vec::with_capacity(rows.len());
         for row in rows {
-            held.push(hold(&relations, *row, command, &mut insertion)?);
+            held.push(hold(&relations, *row, command)?);
         }
         let stored: Vec<Option<State>> = held
             .iter()
@@ -88,28 +95,32 @@ pub fn consume_all_or_nothing<T>(
             .collect();
         let (answer, writes) = decide(&stored)?;
         let Some(writes) = writes else {
-            if let Some(insertion) = insertion {
-                insertion.end(&relations, |_| false);
-            }
+            let placeholders: Vec<_> = held
+                .iter()
+                .filter_map(|held| match held {
+                    Held::Placeholder { tid, .. } => Some(*tid),
+                    Held::Locked(_) => None,
+                })
+                .collect();
+            delete_inserted(&relations, &placeholders);
             confirm_refusal(&relations, rows.iter().copied().zip(stored))?;
             end_write();
             return Ok(answer);
         };
-        // Finish the placeholders of written rows, withdraw the others.
-        let mut written = Vec::new();
-        for (held, write) in held.iter().zip(&writes) {
-            if let Held::Placeholder { .. } = held {
-                written.push(write.is_some());
-            }
-        }
-        let finished = match insertion {
-            Some(insertion) => insertion.end(&relations, |index| written[index]),
-            None => Vec::new(),
-        };
-        // A finished placeholder is updated by a later command than the one
-        // that inserted it (heap_update does not see a tuple of its own
-        // command).
-        let command = if finished.iter().any(Option::is_some) {
+        // Placeholders of rows that are not written are deleted (which ends
+        // the command, so the written ones can then be updated).
+        let unwritten: Vec<_> = held
+            .iter()
+            .zip(&writes)
+            .filter_map(|(held, write)| match (held, write) {
+                (Held::Placeholder { tid, .. }, None) => Some(*tid),
+                _ => None,
+            })
+            .collect();
+        delete_inserted(&relations, &unwritten);
+        // A placeholder is updated by a later command than the one that
+        // inserted it (heap_update does not see a tuple of its own command).
+        let command = if unwritten.len() < held.iter().filter(|h| h.is_placeholder()).count() {
             pg_sys::CommandCounterIncrement();
             pg_sys::GetCurrentCommandId(true)
         } else {
@@ -119,12 +130,7 @@ pub fn consume_all_or_nothing<T>(
             let Some(state) = write else { continue };
             let mut locked = match held {
                 Held::Locked(locked) => locked,
-                Held::Placeholder { index, datums } => {
-                    let Some(tid) = finished.get(index).copied().flatten() else {
-                        pgrx::error!("rate_limiter: a written placeholder was not finished");
-                    };
-                    LockedRow::inserted(tid, datums, PLACEHOLDER)
-                }
+                Held::Placeholder { tid, datums } => LockedRow::inserted(tid, datums, PLACEHOLDER),
             };
             if state != locked.state {
                 write_locked(&relations, &mut locked, state, command)?;
@@ -145,22 +151,18 @@ unsafe fn hold(
     relations: &Relations,
     row: RowId<'_>,
     command: pg_sys::CommandId,
-    insertion: &mut Option<SpeculativeInsertion>,
 ) -> Result<Held, CallError> {
     loop {
         if let Acquired::Locked(locked) = acquire(relations, row, command)? {
             return Ok(Held::Locked(locked));
         }
-        let insertion = insertion.get_or_insert_with(|| SpeculativeInsertion::begin());
         let mut datums = Datums::of(row);
         datums.set_state(PLACEHOLDER.value, timestamp(PLACEHOLDER.ts)?);
-        if insertion.insert(relations, &mut datums, command) {
-            let index = insertion.len() - 1;
-            return Ok(Held::Placeholder { index, datums });
+        if let Some(tid) = insert_one(relations, &mut datums, command) {
+            return Ok(Held::Placeholder { tid, datums });
         }
-        // Another transaction inserted the row first: withdraw ours and
+        // Another transaction inserted the row first (ours was withdrawn):
         // look again, which waits for that transaction.
-        insertion.withdraw_last(relations);
     }
 }
 

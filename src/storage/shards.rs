@@ -27,9 +27,9 @@
 //! row, holding no lock of its own while it waits. So a call waits at most
 //! once, never while it holds a shard, and two calls cannot deadlock.
 //!
-//! New rows are inserted speculatively (several under one token); if
-//! another transaction inserted one of them first, everything is withdrawn
-//! and the call starts again.
+//! New rows are inserted speculatively, one after the other; if another
+//! transaction inserted one of them first, that one is withdrawn, the ones
+//! before it are deleted again, and the call starts again.
 
 use super::consume::{
     acquire, begin_write, confirm_refusal, end_write, insert_new, lock, peek, write_locked,
@@ -117,8 +117,11 @@ pub fn consume_sharded(
     // SAFETY: every step gets the relations opened here and this
     // transaction's command id.
     unsafe {
-        let (relations, command) = begin_write(c"rate_limit()");
+        let (relations, _) = begin_write(c"rate_limit()");
         let decision = loop {
+            // A failed attempt's undo ends commands: each attempt writes
+            // with the current one.
+            let command = pg_sys::GetCurrentCommandId(true);
             if let Some(decision) = attempt(&relations, limit, random(), command, &mut decide)? {
                 break decision;
             }

@@ -75,6 +75,25 @@ pub fn connect() -> Client {
     Client::connect(&url(), NoTls).expect("connect to the test database")
 }
 
+/// A connection to database `name`, created anew (dropped first if it
+/// exists) with the extension installed: for a test that changes the
+/// database in ways other tests must not see.
+pub fn fresh_database(name: &str) -> Client {
+    let mut admin = Client::connect(&base_url(), NoTls).expect("connect to the test server");
+    for sql in [
+        format!("DROP DATABASE IF EXISTS {name}"),
+        format!("CREATE DATABASE {name}"),
+    ] {
+        admin.batch_execute(&sql).expect("create the database");
+    }
+    let mut client = Client::connect(&format!("{} dbname={name}", base_url()), NoTls)
+        .expect("connect to the new database");
+    client
+        .batch_execute("CREATE EXTENSION rate_limiter")
+        .expect("create the extension");
+    client
+}
+
 /// A limit name no other test uses: `prefix` plus a random suffix.
 pub fn unique_name(prefix: &str) -> String {
     format!("{prefix}_{:016x}", rand::random::<u64>())
