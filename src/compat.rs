@@ -9,6 +9,7 @@
 //! | `heap_update` | decides HOT; the new tuple says whether it is heap-only | also reports which indexes need entries (`TU_UpdateIndexes`: none, all, or only summarizing ones such as BRIN) | as 16 |
 //! | `index_beginscan` | `(heap, index, snapshot, nkeys, norderbys)` | as 15 | takes an `IndexScanInstrumentation` pointer too |
 //! | a tuple descriptor's attributes | the array `attrs` | as 15 | after `compact_attrs` (`TupleDescAttr`) |
+//! | after inserting index entries | nothing to release | 16: as 15; 17: `index_insert_cleanup` (BRIN keeps buffers pinned in the `IndexInfo`) | as 17 |
 
 use pgrx::pg_sys;
 use std::ffi::c_void;
@@ -114,6 +115,25 @@ pub unsafe fn is_summarizing(index: pg_sys::Relation) -> bool {
     #[cfg(any(feature = "pg16", feature = "pg17", feature = "pg18"))]
     {
         (*(*index).rd_indam).amsummarizing
+    }
+}
+
+/// `index_insert_cleanup(index, info)`: releases what the access method
+/// kept in `info` between inserts (PostgreSQL 17 added it, for BRIN's
+/// pinned revmap buffers; without it a transaction that inserted into a
+/// BRIN index ends with "resource was not closed" warnings). Nothing to do
+/// before 17.
+///
+/// # Safety
+/// `index` open, `info` its `IndexInfo`, used for inserts only until now.
+pub unsafe fn index_insert_cleanup(index: pg_sys::Relation, info: *mut pg_sys::IndexInfo) {
+    #[cfg(any(feature = "pg15", feature = "pg16"))]
+    {
+        let _ = (index, info);
+    }
+    #[cfg(any(feature = "pg17", feature = "pg18"))]
+    {
+        pg_sys::index_insert_cleanup(index, info);
     }
 }
 

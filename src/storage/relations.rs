@@ -8,6 +8,7 @@ use crate::compat;
 use pgrx::pg_sys;
 use pgrx::prelude::*;
 use rate_limiter_algorithm::State;
+use std::cell::Cell;
 
 /// The state table and its unique index, opened with `lock` and closed at
 /// the end of the call (the locks are kept until the transaction ends, as a
@@ -18,6 +19,14 @@ pub struct Relations {
     /// For writing: the table's other indexes, which writes maintain too
     /// (one a user added, or the copy `REINDEX CONCURRENTLY` builds).
     others: Vec<pg_sys::Relation>,
+    /// For writing: the `IndexInfo` of `index`, then of each of `others`
+    /// (null until the first index entry is written: most calls write
+    /// none), built once per call as `ExecOpenIndices` builds them. An
+    /// access method may keep state in it between inserts (BRIN keeps
+    /// revmap buffers pinned from PostgreSQL 17 on), released on drop with
+    /// `index_insert_cleanup`, as `ExecCloseIndices` does. Empty when
+    /// opened for reading.
+    infos: Vec<Cell<*mut pg_sys::IndexInfo>>,
 }
 
 /// Column types of `rate_limiter.rate_limits`, in order.
@@ -89,6 +98,7 @@ impl Relations {
                     table: pg_sys::table_open(objects.table, pg_sys::NoLock as i32),
                     index: pg_sys::index_open(objects.index, pg_sys::NoLock as i32),
                     others: Vec::new(),
+                    infos: Vec::new(),
                 };
                 let form = (*relations.index).rd_index;
                 if is_arbiter(relations.index, objects.table)
@@ -181,6 +191,9 @@ impl Relations {
                 }
             }
             pg_sys::list_free(list);
+            relations.infos = (0..=relations.others.len())
+                .map(|_| Cell::new(std::ptr::null_mut()))
+                .collect();
         }
         relations
     }
@@ -316,9 +329,15 @@ impl Relations {
         check: pg_sys::IndexUniqueCheck::Type,
         update: Option<bool>,
     ) -> bool {
+        if self.infos.len() != self.others.len() + 1 {
+            error!("rate_limiter: index entries written through relations opened for reading");
+        }
         let mut unique = true;
         let only_summarizing = update == Some(true);
-        for &index in std::iter::once(&self.index).chain(&self.others) {
+        for (&index, info) in std::iter::once(&self.index)
+            .chain(&self.others)
+            .zip(&self.infos)
+        {
             let form = (*index).rd_index;
             if !(*form).indisready || (only_summarizing && !compat::is_summarizing(index)) {
                 continue;
@@ -351,7 +370,7 @@ impl Relations {
                 self.table,
                 check,
                 update.is_some(),
-                pg_sys::BuildIndexInfo(index),
+                index_info(index, info),
             );
             // (Only unique indexes answer; other access methods return false.)
             if (*form).indisunique {
@@ -368,6 +387,14 @@ impl Drop for Relations {
         if !std::thread::panicking() {
             // SAFETY: opened in `open`, closed once.
             unsafe {
+                for (&index, info) in std::iter::once(&self.index)
+                    .chain(&self.others)
+                    .zip(&self.infos)
+                {
+                    if !info.get().is_null() {
+                        compat::index_insert_cleanup(index, info.get());
+                    }
+                }
                 for index in &self.others {
                     pg_sys::index_close(*index, pg_sys::NoLock as i32);
                 }
@@ -376,6 +403,20 @@ impl Drop for Relations {
             }
         }
     }
+}
+
+/// The `IndexInfo` of `index` kept in `info`, built on first use.
+///
+/// # Safety
+/// `index` open; `info` its slot in `Relations::infos`.
+unsafe fn index_info(
+    index: pg_sys::Relation,
+    info: &Cell<*mut pg_sys::IndexInfo>,
+) -> *mut pg_sys::IndexInfo {
+    if info.get().is_null() {
+        info.set(pg_sys::BuildIndexInfo(index));
+    }
+    info.get()
 }
 
 /// `(value, ts)` of the tuple in `slot`.

@@ -73,6 +73,26 @@ FROM rate_limiter.rate_limit_all(ARRAY(
     || ROW('all_many', '0', 1, rate_limiter.token_bucket(2, '1 hour'))::rate_limiter.request);
 SELECT count(*) FROM rate_limiter.rate_limits WHERE name = 'all_more';
 
+-- Under REPEATABLE READ and SERIALIZABLE too, a refusal that held missing
+-- rows answers (no 40001) and leaves them missing (here all_rr_short is
+-- named twice: 1 + 2 tokens of 2); an admitted call on a new sharded
+-- limit keeps only the shard it consumed from.
+BEGIN ISOLATION LEVEL REPEATABLE READ;
+SELECT name, ok FROM rate_limiter.rate_limit_all(ARRAY[
+    ('all_rr_new', 'k', 1, rate_limiter.token_bucket(1, '1 hour')),
+    ('all_rr_short', 'k', 1, rate_limiter.token_bucket(1, '1 hour', capacity => 2)),
+    ('all_rr_short', 'k', 2, rate_limiter.token_bucket(1, '1 hour', capacity => 2))]::rate_limiter.request[]);
+COMMIT;
+BEGIN ISOLATION LEVEL SERIALIZABLE;
+SELECT name, ok FROM rate_limiter.rate_limit_all(ARRAY[
+    ('all_rr_new', 'k', 1, rate_limiter.token_bucket(1, '1 hour')),
+    ('all_rr_short', 'k', 1, rate_limiter.token_bucket(1, '1 hour', capacity => 2)),
+    ('all_rr_short', 'k', 2, rate_limiter.token_bucket(1, '1 hour', capacity => 2))]::rate_limiter.request[]);
+SELECT name, ok, remaining FROM rate_limiter.rate_limit_all(ARRAY[
+    ('all_rr_sharded', 'k', 1, rate_limiter.token_bucket(1, '1 hour', capacity => 4, shards => 4))]::rate_limiter.request[]);
+COMMIT;
+SELECT name, shard, value FROM rate_limiter.rate_limits WHERE name LIKE 'all\_rr\_%' ORDER BY name, shard;
+
 -- An empty array: no rows, nothing consumed.
 SELECT * FROM rate_limiter.rate_limit_all(ARRAY[]::rate_limiter.request[]);
 
