@@ -7,7 +7,7 @@
 
 use postgres::error::SqlState;
 use postgres::{Client, NoTls};
-use rate_limiter_integration_tests::readme_sql;
+use rate_limiter_integration_tests::{fresh_database, readme_sql};
 
 const DATABASE: &str = "rate_limiter_roles";
 
@@ -41,23 +41,13 @@ fn expect(client: &mut Client, who: &str, sql: &str, expected: Option<SqlState>)
 
 #[test]
 fn each_readme_role_works_with_exactly_its_grants() {
-    let mut superuser = Client::connect(&base_url(), NoTls).expect("connect as superuser");
-    for sql in [
-        format!("DROP DATABASE IF EXISTS {DATABASE}"),
-        format!("CREATE DATABASE {DATABASE}"),
-    ] {
-        superuser.batch_execute(&sql).expect("create the database");
-    }
-    superuser
+    let mut owner = fresh_database(DATABASE);
+    owner
         .batch_execute(
             "DROP ROLE IF EXISTS app; DROP ROLE IF EXISTS admin; DROP ROLE IF EXISTS web_anon;
              CREATE ROLE app LOGIN; CREATE ROLE admin LOGIN; CREATE ROLE web_anon LOGIN;",
         )
         .expect("create the roles");
-    let mut owner = connect_as("postgres");
-    owner
-        .batch_execute("CREATE EXTENSION rate_limiter")
-        .expect("install");
     owner
         .batch_execute(&readme_grants())
         .expect("the README's grants run as written");
@@ -138,6 +128,7 @@ fn each_readme_role_works_with_exactly_its_grants() {
         .get(0);
     assert_eq!(value, 4.0);
     drop((admin, app, web, owner));
+    let mut superuser = Client::connect(&base_url(), NoTls).expect("connect as superuser");
     superuser
         .batch_execute(&format!("DROP DATABASE {DATABASE}"))
         .expect("drop the database");
