@@ -23,6 +23,9 @@ if [ -z "${RL_PG:-}" ]; then
         started=$SECONDS
         if RL_PG=$version bash scripts/test.sh 2>&1 | tee "$log"; then :; else status=1; fi
         line=$(grep -E '^tests: [0-9]+ passed, [0-9]+ failed$' "$log" | tail -n 1 || true)
+        # The steps whose runner failed (a build, a server that would not
+        # start, a runner's own error), as the version's run names them.
+        steps=$(grep -E '^steps that failed: ' "$log" | tail -n 1 | sed -E 's/^steps that failed: //' || true)
         rm -f "$log"
         if [ -z "$line" ]; then
             summary+=("PostgreSQL $version: no summary (the run broke before its tests)")
@@ -31,7 +34,7 @@ if [ -z "${RL_PG:-}" ]; then
         fi
         read -r p f < <(sed -E 's/^tests: ([0-9]+) passed, ([0-9]+) failed$/\1 \2/' <<<"$line")
         passed=$((passed + p)) failed=$((failed + f))
-        summary+=("PostgreSQL $version: $p passed, $f failed ($((SECONDS - started)) s)")
+        summary+=("PostgreSQL $version: $p passed, $f failed ($((SECONDS - started)) s)${steps:+; steps that failed: $steps}")
     done
     echo
     printf '%s\n' "${summary[@]}"

@@ -13,7 +13,7 @@
 use crate::clock;
 use crate::config::{inline_config, required};
 use crate::definitions;
-use crate::errors::{raise_refused, report, CallError};
+use crate::errors::{report, CallError, Refusal};
 use crate::result_row;
 use crate::storage::{self, RowId};
 use pgrx::fcinfo::{pg_getarg, pg_getarg_datum};
@@ -33,6 +33,9 @@ struct RequestArgument {
     key: Option<Vec<u8>>,
     /// NULL means 1.
     count: f64,
+    /// The inline config, if any.
+    inline: Option<Config>,
+    /// The config in force: `inline`, else the definition.
     config: Config,
 }
 
@@ -125,6 +128,7 @@ fn read_requests(array: pg_sys::Datum) -> Result<Vec<RequestArgument>, CallError
                 name,
                 key,
                 count: count.unwrap_or(1.0),
+                inline,
                 config,
             })
         })
@@ -208,6 +212,11 @@ fn consume(requests: &[RequestArgument], reserve: bool) -> Result<Vec<Answer>, C
         })
         .collect();
     storage::consume_all_or_nothing(&rows, |stored: &[Option<State>]| {
+        // Every definition used is still the one in force (a define may
+        // have committed while the call waited for a row).
+        for request in requests {
+            definitions::recheck(&request.name, request.inline, &request.config)?;
+        }
         for (limit, positions) in limits.iter_mut().zip(&positions) {
             for (slot, position) in limit.stored.iter_mut().zip(positions) {
                 *slot = position.and_then(|p| stored.get(p).copied().flatten());
@@ -238,8 +247,17 @@ fn run(
     let requests = required(requests, "requests")?;
     let reserve = required(reserve, "reserve")?;
     let throws = required(throws, "throws")?;
-    let requests = read_requests(requests)?;
-    let answers = consume(&requests, reserve)?;
+    let mut requests = read_requests(requests)?;
+    let mut first = true;
+    let answers = definitions::restarting(|| {
+        // A restart resolves every definition again.
+        if !std::mem::take(&mut first) {
+            for request in requests.iter_mut() {
+                request.config = definitions::resolve(&request.name, request.inline)?;
+            }
+        }
+        consume(&requests, reserve)
+    })?;
     Ok((requests, answers, throws))
 }
 
@@ -266,13 +284,23 @@ pub unsafe extern "C-unwind" fn rate_limit_all_wrapper(
         Err(error) => report(error),
     };
     if throws {
-        if let Some((request, answer)) = requests.iter().zip(&answers).find(|(_, a)| !a.ok) {
-            raise_refused(
-                &request.name,
-                request.key.as_deref(),
-                answer.retry_after.unwrap_or(0),
-                answer.remaining,
-            );
+        let refusal = requests
+            .iter()
+            .zip(&answers)
+            .find(|(_, answer)| !answer.ok)
+            .map(|(request, answer)| {
+                Refusal::new(
+                    &request.name,
+                    request.key.as_deref(),
+                    answer.retry_after.unwrap_or(0),
+                    answer.remaining,
+                )
+            });
+        if let Some(refusal) = refusal {
+            // Raising jumps past this frame: free what Rust owns first.
+            drop(requests);
+            drop(answers);
+            refusal.raise();
         }
     }
     let rows = requests.iter().zip(&answers).map(|(request, answer)| {

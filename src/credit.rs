@@ -37,13 +37,21 @@ fn credit(
     let count = required(count, "count")?;
     let inline = inline_config(config)?;
     validate_credit(count)?;
-    let config = definitions::resolve(name, inline)?;
-    let shard = config.shard();
-    let after = storage::credit(name, key, config.shards as i16, |stored| {
-        rate_limiter_algorithm::credit(&shard, stored, count, clock::now())
-    })?;
-    Ok(after
-        .iter()
-        .map(|state| state.map_or(shard.capacity(), |state| state.value))
-        .sum())
+    definitions::restarting(|| {
+        let config = definitions::resolve(name, inline)?;
+        let shard = config.shard();
+        let after = storage::credit(name, key, config.shards as i16, |stored| {
+            definitions::recheck(name, inline, &config)?;
+            Ok(rate_limiter_algorithm::credit(
+                &shard,
+                stored,
+                count,
+                clock::now(),
+            ))
+        })?;
+        Ok(after
+            .iter()
+            .map(|state| state.map_or(shard.capacity(), |state| state.value))
+            .sum())
+    })
 }

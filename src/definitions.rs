@@ -71,6 +71,42 @@ pub fn resolve(name: &[u8], inline: Option<Config>) -> Result<Config, CallError>
     }
 }
 
+/// Called by a consuming call once it holds its rows, before it decides:
+/// whether `used`, the config it resolved for `name` (`inline` = the
+/// caller's inline config), is still the one in force. A `define` that
+/// committed while the call waited for a row has sent an invalidation,
+/// processed here; then the definition is read again.
+///
+/// Errors: [`CallError::DefinitionChanged`] when the definition changed
+/// (the call starts again, so it never writes state under a replaced
+/// definition); as [`lookup`].
+pub fn recheck(name: &[u8], inline: Option<Config>, used: &Config) -> Result<(), CallError> {
+    if inline.is_some() {
+        return Ok(());
+    }
+    match lookup(name)? {
+        Some(current) if current == *used => Ok(()),
+        _ => Err(CallError::DefinitionChanged(name.to_vec())),
+    }
+}
+
+/// How often a call starts again because its definition changed while it
+/// waited ([`recheck`]) before it gives up with 40001.
+pub const MAX_RESTARTS: usize = 16;
+
+/// Runs `call` until it does not fail with
+/// [`CallError::DefinitionChanged`], at most [`MAX_RESTARTS`] + 1 times;
+/// then that error (40001) is returned.
+pub fn restarting<T>(mut call: impl FnMut() -> Result<T, CallError>) -> Result<T, CallError> {
+    let mut restarts = 0;
+    loop {
+        match call() {
+            Err(CallError::DefinitionChanged(_)) if restarts < MAX_RESTARTS => restarts += 1,
+            other => return other,
+        }
+    }
+}
+
 /// The validated config of the limit `name`, or `None` when there is no
 /// definition of that name; cached (see the module documentation).
 pub fn lookup(name: &[u8]) -> Result<Option<Config>, CallError> {
@@ -141,6 +177,31 @@ fn lookup_uncached(client: &SpiClient<'_>, name: &[u8]) -> Result<Option<Config>
 /// change, the limit's state rows are deleted (they would mean something
 /// else); other changes keep the state, capped at the new capacity when
 /// next evaluated.
+///
+/// Two statements: [`LOCK_DISCARDED`] locks the definition and then the
+/// state rows to discard, in the order every consuming call locks rows
+/// (key bytewise with the global limit first, then shard: `key` is
+/// `COLLATE "C"`), so a `define` and a `rate_limit_all` or `rate_credit`
+/// holding several of them never deadlock; then [`DEFINE`], with a new
+/// snapshot that sees what those rows' last holders committed, writes the
+/// definition and deletes the rows it holds. (One statement could not do
+/// both: under READ COMMITTED its `DELETE` would look for the versions its
+/// own snapshot sees, not the ones the lock waited for.) A call that
+/// resolved the old definition and then waited for these rows notices the
+/// change once it holds them ([`recheck`]) and starts again.
+const LOCK_DISCARDED: &str = "
+    WITH previous AS (
+        SELECT kind, period, shards FROM rate_limiter.definitions WHERE name = $1 FOR UPDATE
+    )
+    SELECT count(*) FROM (
+        SELECT 1
+        FROM rate_limiter.rate_limits AS r, previous AS p
+        WHERE r.name = $1
+          AND (p.kind::text, p.period, p.shards) IS DISTINCT FROM ($2::text, $3::interval, $4::int4)
+        ORDER BY r.key NULLS FIRST, r.shard
+        FOR UPDATE OF r
+    ) AS locked";
+
 const DEFINE: &str = "
     WITH previous AS (
         SELECT kind, period, shards FROM rate_limiter.definitions WHERE name = $1 FOR UPDATE
@@ -176,6 +237,13 @@ fn define_config(
         values.shards.into(),
         values.start.into(),
     ];
+    let lock_args = [
+        text_argument(name),
+        values.kind.label().into(),
+        values.period.into(),
+        values.shards.into(),
+    ];
+    client.update(LOCK_DISCARDED, None, &lock_args)?;
     client.update(DEFINE, None, &args)?;
     Ok(())
 }

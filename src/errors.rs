@@ -28,6 +28,10 @@ pub enum CallError {
     /// The row changed after the snapshot of a REPEATABLE READ or
     /// SERIALIZABLE transaction (SQLSTATE 40001); the message says how.
     SerializationFailure(&'static str),
+    /// The definition of this name (bytes) changed while the call waited
+    /// for its rows; the call starts again (`definitions::restarting`), and
+    /// reports 40001 only when it keeps changing.
+    DefinitionChanged(Vec<u8>),
 }
 
 impl From<LimitError> for CallError {
@@ -63,6 +67,14 @@ pub fn report(error: CallError) -> ! {
             PgSqlErrorCode::ERRCODE_INTERNAL_ERROR,
             format!("rate limiter storage failed: {error}"),
             None,
+        ),
+        CallError::DefinitionChanged(name) => (
+            PgSqlErrorCode::ERRCODE_T_R_SERIALIZATION_FAILURE,
+            format!(
+                "the definition of rate limit \"{}\" kept changing during the call",
+                names::for_message(&name)
+            ),
+            Some("Retry the transaction.".to_string()),
         ),
         CallError::SerializationFailure(message) => (
             PgSqlErrorCode::ERRCODE_T_R_SERIALIZATION_FAILURE,
@@ -148,35 +160,55 @@ fn palloc_cstring(text: &str) -> *mut c_char {
     }
 }
 
-/// Raises the refusal of a call with `throws => true`: SQLSTATE from
-/// `rate_limiter.sqlstate`, a message naming the limit and key, a JSON
-/// DETAIL and a HINT. Never returns.
-///
-/// Must be the last thing a call does: `errfinish` longjmps past the Rust
-/// frames above, so the caller must hold no value that needs dropping
-/// (this function drops its own before jumping).
-pub fn raise_refused(name: &[u8], key: Option<&[u8]>, retry_after: Micros, remaining: f64) -> ! {
-    let (message, detail, hint) = {
+/// The refusal of a call with `throws => true`, ready to raise: its texts
+/// are in memory PostgreSQL owns (the current memory context), so a caller
+/// can free everything Rust owns before [`Refusal::raise`] jumps.
+pub struct Refusal {
+    message: *mut c_char,
+    detail: *mut c_char,
+    hint: *mut c_char,
+}
+
+impl Refusal {
+    /// The refusal of (name, key): `retry_after` in microseconds,
+    /// `remaining` in tokens.
+    pub fn new(name: &[u8], key: Option<&[u8]>, retry_after: Micros, remaining: f64) -> Refusal {
         let (message, detail, hint) = refusal_texts(name, key, retry_after, remaining);
-        (
-            palloc_cstring(&message),
-            palloc_cstring(&detail),
-            palloc_cstring(&hint),
-        )
-    };
-    let code = settings::sqlstate_code();
-    unsafe {
-        if errstart(PgLogLevel::ERROR as c_int, std::ptr::null()) {
-            errcode(code);
-            errmsg(c"%s".as_ptr(), message);
-            errdetail(c"%s".as_ptr(), detail);
-            errhint(c"%s".as_ptr(), hint);
-            errfinish(
-                c"errors.rs".as_ptr(),
-                line!() as c_int,
-                c"rate_limiter".as_ptr(),
-            );
+        Refusal {
+            message: palloc_cstring(&message),
+            detail: palloc_cstring(&detail),
+            hint: palloc_cstring(&hint),
         }
     }
-    unreachable!("errfinish(ERROR) does not return")
+
+    /// Raises it: SQLSTATE from `rate_limiter.sqlstate`, a message naming
+    /// the limit and key, a JSON DETAIL and a HINT. Never returns.
+    ///
+    /// Must be the last thing a call does: `errfinish` longjmps past the
+    /// Rust frames above, so no value that needs dropping may be alive in
+    /// them (it would never be dropped: memory Rust allocated would leak
+    /// for the life of the backend).
+    pub fn raise(self) -> ! {
+        let code = settings::sqlstate_code();
+        unsafe {
+            if errstart(PgLogLevel::ERROR as c_int, std::ptr::null()) {
+                errcode(code);
+                errmsg(c"%s".as_ptr(), self.message);
+                errdetail(c"%s".as_ptr(), self.detail);
+                errhint(c"%s".as_ptr(), self.hint);
+                errfinish(
+                    c"errors.rs".as_ptr(),
+                    line!() as c_int,
+                    c"rate_limiter".as_ptr(),
+                );
+            }
+        }
+        unreachable!("errfinish(ERROR) does not return")
+    }
+}
+
+/// Raises the refusal of a call with `throws => true` ([`Refusal`]). Never
+/// returns; the caller must hold no value that needs dropping.
+pub fn raise_refused(name: &[u8], key: Option<&[u8]>, retry_after: Micros, remaining: f64) -> ! {
+    Refusal::new(name, key, retry_after, remaining).raise()
 }

@@ -104,11 +104,19 @@ fn answer(decision: ShardedDecision) -> Decision {
 /// the consumption (see `storage`). A sharded limit picks its shards as
 /// `storage/shards.rs` describes.
 fn consume(call: &Call<'_>) -> Result<Decision, CallError> {
+    definitions::restarting(|| consume_once(call))
+}
+
+/// One try of [`consume`]: fails with `DefinitionChanged` when the
+/// definition changed while the call waited for its rows.
+fn consume_once(call: &Call<'_>) -> Result<Decision, CallError> {
     let config = call.config()?;
     // Check the count against the config before touching the row.
     config.validate_count(call.request.count, call.request.reserve)?;
+    let current = || definitions::recheck(call.name, call.config, &config);
     if config.shards > 1 {
         return storage::consume_sharded(call.shards(&config), shard_choice::draw, |candidates| {
+            current()?;
             Ok(evaluate_pair(
                 &config,
                 call.id(),
@@ -120,6 +128,7 @@ fn consume(call: &Call<'_>) -> Result<Decision, CallError> {
         .map(answer);
     }
     storage::consume(call.row(), |stored| {
+        current()?;
         Ok(evaluate(
             &config,
             call.id(),

@@ -43,8 +43,9 @@ fn steps(period: Micros) -> impl Strategy<Value = Vec<Step>> {
 }
 
 /// Runs a scenario; returns (tokens admitted, time of the call that
-/// created the state (a full limit), latest time seen from then on).
-fn run(config: &Config, t0: Micros, steps: &[Step]) -> (f64, Micros, Micros) {
+/// created the state (a full limit), latest time seen from then on, tokens
+/// stored at the end (capacity when no state was written)).
+fn run(config: &Config, t0: Micros, steps: &[Step]) -> (f64, Micros, Micros, f64) {
     let mut state: Option<State> = None;
     let (mut now, mut admitted) = (t0, 0.0);
     let (mut first, mut latest) = (t0, t0);
@@ -70,7 +71,8 @@ fn run(config: &Config, t0: Micros, steps: &[Step]) -> (f64, Micros, Micros) {
             }
         }
     }
-    (admitted, first, latest)
+    let left = state.map_or(config.capacity(), |state| state.value);
+    (admitted, first, latest, left)
 }
 
 proptest! {
@@ -85,9 +87,10 @@ proptest! {
         (config, steps) in config().prop_flat_map(|config| (Just(config), steps(config.period))),
         t0 in -(1i64 << 40)..(1i64 << 40),
     ) {
-        let (admitted, first, latest) = run(&config, t0, &steps);
+        let (admitted, first, latest, left) = run(&config, t0, &steps);
         let any_reserve = steps.iter().any(|step| step.reserve);
-        let bound = common::bound(&config, ID, first, latest, any_reserve);
+        let bound = common::bound(&config, ID, first, latest, any_reserve, left);
+        prop_assert!(bound.is_finite(), "the bound checked must be finite");
         prop_assert!(admitted <= bound + common::slack(bound), "admitted {admitted} > bound {bound}");
     }
 

@@ -113,7 +113,10 @@ proptest! {
                 prop_assert_eq!(decision.new_states, [None, None]);
             }
         }
-        let bound = common::bound(&config, ID, earliest, latest, any_reserve);
+        let shard_capacity = config.shard().capacity();
+        let left: f64 = states.iter().map(|state| state.map_or(shard_capacity, |s| s.value)).sum();
+        let bound = common::bound(&config, ID, earliest, latest, any_reserve, left);
+        prop_assert!(bound.is_finite(), "the bound checked must be finite");
         prop_assert!(admitted <= bound + common::slack(bound), "admitted {admitted} > bound {bound}");
     }
 

@@ -22,19 +22,23 @@
 //!    and went on to lock later rows could find it inserted and locked by
 //!    another call that then waits for one of those later rows (a deadlock
 //!    the concurrency test `all_or_nothing.rs` found).
-//! 2. `decide` runs once every row is held (it reads the clock then).
+//! 2. `decide` runs once every row is held (it reads the clock then). If
+//!    it fails, the placeholders are deleted and nothing is written.
 //! 3. Refused: the placeholders are deleted ([`delete_inserted`]) and
 //!    nothing else is written (under REPEATABLE READ / SERIALIZABLE the
 //!    refusal is then confirmed against the snapshot, as `rate_limit`'s
 //!    is). Admitted: the placeholders of rows that are not written are
 //!    deleted, and every written row is updated to its new state
 //!    (`heap_update`, as `ExecUpdate` would; a placeholder is this
-//!    transaction's own insert, updated by a later command). A placeholder
+//!    transaction's own insert, updated by a later command). Rows decided
+//!    on but not changed (a count of 0, the same window) are confirmed as
+//!    reads under REPEATABLE READ / SERIALIZABLE, as a refusal's rows are,
+//!    so under SERIALIZABLE they carry predicate locks. A placeholder
 //!    is never seen with its placeholder state: other transactions see it
 //!    only once committed, and by then it is updated or deleted.
 
 use super::consume::{
-    acquire, begin_write, confirm_refusal, delete_inserted, end_write, insert_one, write_locked,
+    acquire, begin_write, confirm_unwritten, delete_inserted, end_write, insert_one, write_locked,
     Acquired, LockedRow,
 };
 use super::relations::Relations;
@@ -72,8 +76,8 @@ impl Held {
 /// nothing. Returns `decide`'s answer.
 ///
 /// Errors: as [`super::consume`] (25006 in a read-only transaction, 40001,
-/// timeouts and cancels while waiting), and `decide`'s own (the
-/// transaction's abort then removes the placeholders).
+/// timeouts and cancels while waiting), and `decide`'s own (returned after
+/// the placeholders are deleted: nothing stays written).
 pub fn consume_all_or_nothing<T>(
     rows: &[RowId<'_>],
     decide: impl FnOnce(&[Option<State>]) -> Result<(T, Option<Vec<Option<State>>>), CallError>,
@@ -93,17 +97,25 @@ pub fn consume_all_or_nothing<T>(
                 Held::Placeholder { .. } => None,
             })
             .collect();
-        let (answer, writes) = decide(&stored)?;
+        let placeholders: Vec<_> = held
+            .iter()
+            .filter_map(|held| match held {
+                Held::Placeholder { tid, .. } => Some(*tid),
+                Held::Locked(_) => None,
+            })
+            .collect();
+        let (answer, writes) = match decide(&stored) {
+            Ok(decided) => decided,
+            Err(error) => {
+                // Nothing is written: not even a placeholder (the caller
+                // may start again in the same transaction).
+                delete_inserted(&relations, &placeholders);
+                return Err(error);
+            }
+        };
         let Some(writes) = writes else {
-            let placeholders: Vec<_> = held
-                .iter()
-                .filter_map(|held| match held {
-                    Held::Placeholder { tid, .. } => Some(*tid),
-                    Held::Locked(_) => None,
-                })
-                .collect();
             delete_inserted(&relations, &placeholders);
-            confirm_refusal(&relations, rows.iter().copied().zip(stored))?;
+            confirm_unwritten(&relations, rows.iter().copied().zip(stored))?;
             end_write();
             return Ok(answer);
         };
@@ -118,6 +130,17 @@ pub fn consume_all_or_nothing<T>(
             })
             .collect();
         delete_inserted(&relations, &unwritten);
+        // Rows decided on but left as they were are reads: under
+        // REPEATABLE READ / SERIALIZABLE they are confirmed against the
+        // snapshot (and predicate-locked), as a refusal's are.
+        let read_only: Vec<_> = rows
+            .iter()
+            .zip(&stored)
+            .zip(&writes)
+            .filter(|((_, stored), write)| write.is_none() || **write == **stored)
+            .map(|((row, stored), _)| (*row, *stored))
+            .collect();
+        confirm_unwritten(&relations, read_only)?;
         // A placeholder is updated by a later command than the one that
         // inserted it (heap_update does not see a tuple of its own command).
         let command = if unwritten.len() < held.iter().filter(|h| h.is_placeholder()).count() {

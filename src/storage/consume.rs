@@ -73,7 +73,7 @@ pub fn consume(
                     let decision = decide(Some(locked.state))?;
                     match decision.new_state {
                         Some(state) => write_locked(&relations, &mut locked, state, command)?,
-                        None => confirm_refusal(&relations, [(row, Some(locked.state))])?,
+                        None => confirm_unwritten(&relations, [(row, Some(locked.state))])?,
                     }
                     break decision;
                 }
@@ -125,11 +125,17 @@ pub(super) unsafe fn end_write() {
     pg_sys::CommandCounterIncrement();
 }
 
-/// A state row this call holds the row lock of, with its buffer pinned (the
-/// row's datums point into it).
+/// A state row this call holds the row lock of. It holds no buffer pin:
+/// the row lock is a mark in the tuple (its xmax), kept until the
+/// transaction ends whether or not the page stays pinned, so [`lock`]
+/// releases the buffer at once, as `heapam_tuple_lock` does. A call that
+/// holds thousands of rows (`rate_limit_all`) therefore pins none of
+/// their pages while it waits for the next one. The row's datums point
+/// into a copy of the tuple made under the lock (`copy`, freed on drop).
 pub(super) struct LockedRow {
-    tuple: pg_sys::HeapTupleData,
-    _buffer: Pinned,
+    /// Where the locked version is (`t_self`); the tuple data is not kept.
+    tid: pg_sys::ItemPointerData,
+    copy: pg_sys::HeapTuple,
     datums: Datums,
     /// The stored state, read under the lock.
     pub state: State,
@@ -139,15 +145,21 @@ impl LockedRow {
     /// A row this transaction has just inserted (so no one else can lock
     /// it), at `tid`, with `datums` (complete) and the `state` stored in it.
     pub(super) fn inserted(tid: pg_sys::ItemPointerData, datums: Datums, state: State) -> Self {
-        // SAFETY: an all-zero HeapTupleData is a valid empty header; only
-        // t_self is read (by write_locked).
-        let mut tuple: pg_sys::HeapTupleData = unsafe { std::mem::zeroed() };
-        tuple.t_self = tid;
         LockedRow {
-            tuple,
-            _buffer: Pinned(pg_sys::InvalidBuffer as pg_sys::Buffer),
+            tid,
+            copy: std::ptr::null_mut(),
             datums,
             state,
+        }
+    }
+}
+
+impl Drop for LockedRow {
+    fn drop(&mut self) {
+        if !std::thread::panicking() && !self.copy.is_null() {
+            // SAFETY: the copy was made by heap_copytuple for this row and
+            // nothing points into it once the row is dropped.
+            unsafe { pg_sys::heap_freetuple(self.copy) }
         }
     }
 }
@@ -241,31 +253,60 @@ pub(super) enum Peek {
 /// Step 1 without waiting: the row of `datums` as a dirty snapshot sees
 /// it, and whether a running transaction is writing it.
 ///
+/// A row being updated by a running transaction has two versions in the
+/// index when the update is not HOT: the old one (its xmax running) and
+/// the new one (its xmin running). Every version is looked at, so such a
+/// row is `Busy` with its committed state, never taken for a row being
+/// inserted (`Busy { state: None }`, a full limit). A committed version
+/// nobody is writing wins over a running transaction's speculative insert
+/// of the same key (that insert is about to be withdrawn).
+///
 /// # Safety
 /// `relations` open.
 pub(super) unsafe fn peek(relations: &Relations, datums: &Datums) -> Peek {
     let mut dirty: pg_sys::SnapshotData = std::mem::zeroed();
     dirty.snapshot_type = pg_sys::SnapshotType::SNAPSHOT_DIRTY;
-    match relations.find(datums, &mut dirty, true) {
-        None => Peek::Missing,
-        Some(_) if dirty.xmin != pg_sys::InvalidTransactionId => Peek::Busy { state: None },
-        Some((_, state)) if dirty.xmax != pg_sys::InvalidTransactionId => Peek::Busy { state },
-        Some((tid, state)) => Peek::Free { tid, state },
-    }
+    let snapshot: *mut pg_sys::SnapshotData = &mut dirty;
+    let mut seen = Peek::Missing;
+    relations.each_version(datums, snapshot, |tid, state| {
+        // HeapTupleSatisfiesDirty sets xmin / xmax for the version just
+        // returned.
+        let (xmin, xmax) = ((*snapshot).xmin, (*snapshot).xmax);
+        let this = if xmin != pg_sys::InvalidTransactionId {
+            Peek::Busy { state: None }
+        } else if xmax != pg_sys::InvalidTransactionId {
+            Peek::Busy { state }
+        } else {
+            Peek::Free { tid, state }
+        };
+        let rank = |peek: &Peek| match peek {
+            Peek::Missing => 0,
+            Peek::Busy { state: None } => 1,
+            Peek::Busy { state: Some(_) } => 2,
+            Peek::Free { .. } => 3,
+        };
+        if rank(&this) > rank(&seen) {
+            seen = this;
+        }
+        !matches!(seen, Peek::Free { .. })
+    });
+    seen
 }
 
-/// Under REPEATABLE READ or SERIALIZABLE, a refusal must rest on what the
-/// transaction's snapshot sees: reads each row of `rows` again through the
-/// unique index with the transaction snapshot and raises 40001 when its
-/// state is not the one decided on. Under SERIALIZABLE that read takes the
-/// predicate locks `SELECT ... FOR UPDATE` would (the index page and the
-/// tuple, `PredicateLockPage` / `PredicateLockTID`), so an anomaly that
-/// involves a refusal ends in 40001 too. (An admitted call writes its rows,
-/// which checks for conflicts itself.) Nothing to do under READ COMMITTED.
+/// Under REPEATABLE READ or SERIALIZABLE, a decision about a row the call
+/// does not write (a refusal, or an admission that leaves the row as it
+/// was) must rest on what the transaction's snapshot sees: reads each row
+/// of `rows` again through the unique index with the transaction snapshot
+/// and raises 40001 when its state is not the one decided on. Under
+/// SERIALIZABLE that read takes the predicate locks `SELECT ... FOR
+/// UPDATE` would (the index page and the tuple, `PredicateLockPage` /
+/// `PredicateLockTID`), so an anomaly that involves the decision ends in
+/// 40001 too. (A written row checks for conflicts itself.) Nothing to do
+/// under READ COMMITTED.
 ///
 /// # Safety
 /// `relations` open.
-pub(super) unsafe fn confirm_refusal<'a>(
+pub(super) unsafe fn confirm_unwritten<'a>(
     relations: &Relations,
     rows: impl IntoIterator<Item = (RowId<'a>, Option<State>)>,
 ) -> Result<(), CallError> {
@@ -369,9 +410,12 @@ pub(super) unsafe fn lock(
             return Err(serialization_failure(false));
         }
     }
+    // Copy the locked version and let the page go (see `LockedRow`).
+    let copy = pg_sys::heap_copytuple(&mut tuple);
+    drop(buffer);
     let mut datums = Datums::empty();
     pg_sys::heap_deform_tuple(
-        &mut tuple,
+        copy,
         (*relations.table).rd_att,
         datums.values.as_mut_ptr(),
         datums.nulls.as_mut_ptr(),
@@ -386,8 +430,8 @@ pub(super) unsafe fn lock(
         }
     };
     Ok(Lock::Locked(LockedRow {
-        tuple,
-        _buffer: buffer,
+        tid: tuple.t_self,
+        copy,
         datums,
         state,
     }))
@@ -406,7 +450,7 @@ pub(super) unsafe fn write_locked(
 ) -> Result<(), CallError> {
     let ts = timestamp(state.ts)?;
     // name, key and shard are the stored datums (they point into the
-    // pinned buffer; heap_form_tuple copies them).
+    // row's copy; heap_form_tuple copies them).
     locked.datums.set_state(state.value, ts);
     let descriptor = (*relations.table).rd_att;
     pg_sys::CheckCmdReplicaIdentity(relations.table, pg_sys::CmdType::CMD_UPDATE);
@@ -419,7 +463,7 @@ pub(super) unsafe fn write_locked(
     let mut lock_mode: pg_sys::LockTupleMode::Type = 0;
     let (updated, index_updates) = compat::heap_update(
         relations.table,
-        &mut locked.tuple.t_self,
+        &mut locked.tid,
         new,
         command,
         &mut failure,

@@ -3,9 +3,12 @@
 //! other lockers, as `rate_limit` waits for an unsharded row), then the new
 //! states written. A consuming call never waits while it holds a shard
 //! (`shards.rs`), and credits lock in one order, so no two calls deadlock.
-//! A shard without a row is full: a credit writes nothing there.
+//! A shard without a row is full: a credit writes nothing there. `apply`
+//! runs once every row is locked; if it fails, nothing is written.
 
-use super::consume::{acquire, begin_write, end_write, write_locked, Acquired, LockedRow};
+use super::consume::{
+    acquire, begin_write, confirm_unwritten, end_write, write_locked, Acquired, LockedRow,
+};
 use super::RowId;
 use crate::errors::CallError;
 use rate_limiter_algorithm::State;
@@ -21,7 +24,7 @@ pub fn credit(
     name: &[u8],
     key: Option<&[u8]>,
     shards: i16,
-    apply: impl FnOnce(&[State]) -> Vec<State>,
+    apply: impl FnOnce(&[State]) -> Result<Vec<State>, CallError>,
 ) -> Result<Vec<Option<State>>, CallError> {
     // SAFETY: every step gets the relations opened here and this
     // transaction's command id.
@@ -35,14 +38,27 @@ pub fn credit(
             }
         }
         let stored: Vec<State> = locked.iter().map(|(_, row)| row.state).collect();
-        let credited = apply(&stored);
+        let credited = apply(&stored)?;
         let mut after = vec![None; shards.max(1) as usize];
+        let mut unchanged = Vec::new();
         for ((shard, row), state) in locked.iter_mut().zip(credited) {
             if state != row.state {
                 write_locked(&relations, row, state, command)?;
+            } else {
+                unchanged.push((
+                    RowId {
+                        name,
+                        key,
+                        shard: *shard as i16,
+                    },
+                    Some(row.state),
+                ));
             }
             after[*shard] = Some(state);
         }
+        // A row left as it was (already full) was read: confirmed and
+        // predicate-locked under REPEATABLE READ / SERIALIZABLE.
+        confirm_unwritten(&relations, unchanged)?;
         end_write();
         Ok(after)
     }

@@ -3,7 +3,7 @@
 //! writes assume, the lookup of a row through the unique index, and adding
 //! index entries for a written tuple.
 
-use super::{Datums, COLUMNS, KEY, KEY_COLUMNS, SHARD, TS, VALUE};
+use super::{Datums, COLUMNS, KEY, KEY_COLUMNS, NAME, SHARD, TS, VALUE};
 use crate::compat;
 use pgrx::pg_sys;
 use pgrx::prelude::*;
@@ -28,6 +28,9 @@ pub struct Relations {
     /// opened for reading.
     infos: Vec<Cell<*mut pg_sys::IndexInfo>>,
 }
+
+/// `heap` (`pg_am`): the only table access method the direct writes handle.
+const HEAP_TABLE_ACCESS_METHOD: u32 = 2;
 
 /// Column types of `rate_limiter.rate_limits`, in order.
 const COLUMN_TYPES: [u32; COLUMNS] = [
@@ -69,6 +72,34 @@ unsafe fn is_arbiter(index: pg_sys::Relation, table: pg_sys::Oid) -> bool {
         && pg_sys::RelationGetIndexPredicate(index).is_null()
 }
 
+/// Whether the unique (name, key, shard) index `index` compares keys as
+/// their bytes, as the direct writes and lookups assume: a btree whose
+/// text columns use the default text operators (`text_ops`) with a
+/// deterministic collation, and whose shard column uses the integer ones.
+/// Another collation or operator class could make two distinct keys equal
+/// (a nondeterministic ICU collation does), so a speculative insert would
+/// be withdrawn over and over.
+///
+/// # Safety
+/// `index` open.
+unsafe fn has_bytewise_equality(index: pg_sys::Relation) -> bool {
+    const TEXT_BTREE_FAMILY: u32 = 1994; // text_ops
+    const INTEGER_BTREE_FAMILY: u32 = 1976; // integer_ops (int2, int4, int8)
+    const BTREE: u32 = 403;
+    if (*(*index).rd_rel).relam.to_u32() != BTREE {
+        return false;
+    }
+    let families = std::slice::from_raw_parts((*index).rd_opfamily, KEY_COLUMNS);
+    let collations = std::slice::from_raw_parts((*index).rd_indcollation, KEY_COLUMNS);
+    families[NAME].to_u32() == TEXT_BTREE_FAMILY
+        && families[KEY].to_u32() == TEXT_BTREE_FAMILY
+        && families[SHARD].to_u32() == INTEGER_BTREE_FAMILY
+        && [NAME, KEY].iter().all(|&column| {
+            collations[column] != pg_sys::InvalidOid
+                && pg_sys::get_collation_isdeterministic(collations[column])
+        })
+}
+
 impl Relations {
     /// Opens the table and its unique index with `lock`: PostgreSQL's
     /// look-up, lock, re-check pattern. The OIDs are cached per backend
@@ -105,6 +136,9 @@ impl Relations {
                     && (*form).indisvalid
                     && (*form).indisready
                 {
+                    if !has_bytewise_equality(relations.index) {
+                        altered("its unique index rate_limits_name_key_shard_key does not compare name, key and shard as bytes (another collation, operator class or access method)");
+                    }
                     break (objects, relations);
                 }
                 // REINDEX CONCURRENTLY may have swapped the index after the
@@ -168,6 +202,12 @@ impl Relations {
             if (*(*table).rd_rel).relrowsecurity {
                 altered("row-level security is enabled, which rate_limit() would not apply");
             }
+            if (*(*table).rd_rel).relam.to_u32() != HEAP_TABLE_ACCESS_METHOD {
+                altered("its table access method is not heap, and rate_limit() writes heap pages");
+            }
+            if (*(*table).rd_rel).relispartition {
+                altered("it is a partition of a partitioned table, whose partition constraint rate_limit() would not check");
+            }
             let list = pg_sys::RelationGetIndexList(table);
             for n in 0..pg_sys::list_length(list) {
                 let oid = pg_sys::list_nth_oid(list, n);
@@ -178,6 +218,9 @@ impl Relations {
                 relations.others.push(index);
                 let form = (*index).rd_index;
                 if is_arbiter(index, (*table).rd_id) {
+                    if !has_bytewise_equality(index) {
+                        altered("it has a unique (name, key, shard) index that does not compare them as bytes (another collation, operator class or access method)");
+                    }
                     continue;
                 }
                 if (*form).indisunique || (*form).indisexclusion {
@@ -255,6 +298,24 @@ impl Relations {
             false
         });
         found
+    }
+
+    /// Calls `visit` with the TID and `(value, ts)` of each version of the
+    /// row of `datums` that `snapshot` sees (a dirty snapshot can see two:
+    /// the old and new versions of a row being updated), until it returns
+    /// false.
+    ///
+    /// # Safety
+    /// `snapshot` must be valid for the whole scan.
+    pub unsafe fn each_version(
+        &self,
+        datums: &Datums,
+        snapshot: pg_sys::Snapshot,
+        mut visit: impl FnMut(pg_sys::ItemPointerData, Option<State>) -> bool,
+    ) {
+        self.scan(datums, KEY_COLUMNS, snapshot, |slot| {
+            visit((*slot).tts_tid, slot_state(slot))
+        });
     }
 
     /// The state of every shard of (name, key) of `datums` visible to

@@ -18,21 +18,36 @@
 //! the next free shard takes its place. Once they are locked the call
 //! decides again on the locked states, with the clock read after the
 //! locks (the decision on the peeked states only chose the shards). A
-//! refusal writes and locks nothing.
+//! refusal writes nothing; it locks nothing either, unless the decision on
+//! the locked rows is the refusal (another transaction consumed between
+//! the peek and the lock): then, as with `rate_limit`'s unsharded row, the
+//! rows stay locked until the transaction ends (PostgreSQL cannot give a
+//! row lock back).
 //!
 //! When fewer than two shards are free, the first busy one stands in as a
 //! read-only partner: the call may consume only from the free one, but the
-//! busy one counts for `retry_after`. When every shard is busy, the call
-//! waits for the first one it drew, as `rate_limit` waits for an unsharded
-//! row, holding no lock of its own while it waits. So a call waits at most
-//! once, never while it holds a shard, and two calls cannot deadlock.
+//! busy one counts for `retry_after`. If the call is refused but would be
+//! admitted were that busy partner free, the call waits for it (as
+//! `rate_limit` waits for an unsharded row) and decides again, instead of
+//! answering a `retry_after` of a microsecond that would only make
+//! `rate_wait` poll. When every shard is busy, the call waits for the
+//! first one it drew.
+//!
+//! **No deadlock.** A call waits for a shard only while every shard it
+//! holds (locked, or inserted by it) has a lower number: the rows of all
+//! calls are taken in one order, (name, key, shard), as `rate_limit_all`,
+//! `rate_credit` and `define` take them. When that is not so (the call
+//! locked a higher shard, then lost an insert race or found its locked
+//! shard emptied), it does not wait: it answers with the refusal of the
+//! pair it looked at.
 //!
 //! New rows are inserted speculatively, one after the other; if another
 //! transaction inserted one of them first, that one is withdrawn, the ones
-//! before it are deleted again, and the call starts again.
+//! before it are deleted again (other transactions still wait for them
+//! until this one ends: they count as held), and the call starts again.
 
 use super::consume::{
-    acquire, begin_write, confirm_refusal, end_write, insert_new, lock, peek, write_locked,
+    acquire, begin_write, confirm_unwritten, end_write, insert_new, lock, peek, write_locked,
     Acquired, Lock, LockedRow, Peek,
 };
 use super::relations::Relations;
@@ -118,17 +133,51 @@ pub fn consume_sharded(
     // transaction's command id.
     unsafe {
         let (relations, _) = begin_write(c"rate_limit()");
+        // The highest shard this call holds, over every attempt.
+        let mut held: Option<i16> = None;
         let decision = loop {
             // A failed attempt's undo ends commands: each attempt writes
             // with the current one.
             let command = pg_sys::GetCurrentCommandId(true);
-            if let Some(decision) = attempt(&relations, limit, random(), command, &mut decide)? {
+            if let Some(decision) =
+                attempt(&relations, limit, random(), command, &mut held, &mut decide)?
+            {
                 break decision;
             }
         };
         end_write();
         Ok(decision)
     }
+}
+
+/// Whether the call may wait for shard `number`: it holds no shard, or
+/// only lower ones (see the module documentation).
+fn may_wait_for(held: Option<i16>, number: i16) -> bool {
+    held.is_none_or(|highest| highest < number)
+}
+
+/// Records that the call holds shard `number`.
+fn hold(held: &mut Option<i16>, number: i16) {
+    *held = Some(held.map_or(number, |highest| highest.max(number)));
+}
+
+/// Waits for shard `number` (busy) and returns it locked, or new when it
+/// turned out to be missing.
+unsafe fn wait_for(
+    relations: &Relations,
+    limit: LimitRows<'_>,
+    number: i16,
+    command: pg_sys::CommandId,
+    held: &mut Option<i16>,
+) -> Result<Shard, CallError> {
+    let slot = match acquire(relations, limit.row(number), command)? {
+        Acquired::Locked(row) => {
+            hold(held, number);
+            Slot::Locked(row)
+        }
+        Acquired::New => Slot::New,
+    };
+    Ok(Shard { number, slot })
 }
 
 /// One attempt; `None` when a new row it inserted lost a race and the call
@@ -138,10 +187,11 @@ unsafe fn attempt(
     limit: LimitRows<'_>,
     random: [u32; 3],
     command: pg_sys::CommandId,
+    held: &mut Option<i16>,
     decide: &mut impl FnMut([Candidate; 2]) -> Result<ShardedDecision, CallError>,
 ) -> Result<Option<ShardedDecision>, CallError> {
     let mut order = shard_order(limit.shards, random);
-    // Free shards (at most two, the pair) and the first busy ones seen.
+    // Free shards (at most two, the pair) and the busy ones seen.
     let mut free: Vec<Shard> = Vec::with_capacity(2);
     let mut busy: Vec<Shard> = Vec::with_capacity(2);
     loop {
@@ -155,14 +205,28 @@ unsafe fn attempt(
             }
         }
         if free.is_empty() {
-            // Every shard is busy: wait for the first one drawn, holding
-            // nothing of this call.
-            let number = busy.remove(0).number;
-            let slot = match acquire(relations, limit.row(number), command)? {
-                Acquired::Locked(row) => Slot::Locked(row),
-                Acquired::New => Slot::New,
+            // Every shard is busy: wait for the first one drawn that the
+            // call may wait for (free is empty, so it holds none of this
+            // attempt's; earlier attempts' may remain).
+            let Some(index) = busy
+                .iter()
+                .position(|shard| may_wait_for(*held, shard.number))
+            else {
+                // Waiting could deadlock: answer for the first two drawn.
+                let candidates = [busy[0].candidate(), busy[1].candidate()];
+                let decision = decide(candidates.map(|candidate| Candidate {
+                    writable: false,
+                    ..candidate
+                }))?;
+                confirm_unwritten(
+                    relations,
+                    [&busy[0], &busy[1]]
+                        .map(|shard| (limit.row(shard.number), shard.candidate().stored)),
+                )?;
+                return Ok(Some(decision));
             };
-            free.push(Shard { number, slot });
+            let number = busy.remove(index).number;
+            free.push(wait_for(relations, limit, number, command, held)?);
             continue;
         }
         let partner = if free.len() == 2 {
@@ -176,7 +240,21 @@ unsafe fn attempt(
         let candidates = [free[0].candidate(), partner.candidate()];
         let decision = decide(candidates)?;
         if !decision.ok {
-            confirm_refusal(
+            // Refused with a busy partner: if the partner is what stands
+            // in the way (the call would be admitted were it free), wait
+            // for it and decide again.
+            if free.len() == 1 && may_wait_for(*held, partner.number) {
+                let writable = Candidate {
+                    writable: true,
+                    ..candidates[1]
+                };
+                if decide([candidates[0], writable])?.ok {
+                    let number = busy.remove(0).number;
+                    free.push(wait_for(relations, limit, number, command, held)?);
+                    continue;
+                }
+            }
+            confirm_unwritten(
                 relations,
                 [&free[0], partner]
                     .map(|shard| (limit.row(shard.number), shard.candidate().stored)),
@@ -203,6 +281,7 @@ unsafe fn attempt(
                     // Decide again on the locked state, with the clock read
                     // now that the lock is held (as rate_limit always does).
                     again = true;
+                    hold(held, free[index].number);
                     free[index].slot = Slot::Locked(row);
                 }
                 Lock::WouldBlock => {
@@ -232,11 +311,19 @@ unsafe fn attempt(
             if let (Slot::New, Some(state)) = (&shard.slot, state) {
                 let mut datums = Datums::of(limit.row(shard.number));
                 datums.set_state(state.value, timestamp(state.ts)?);
-                new_rows.push(datums);
+                new_rows.push((shard.number, datums));
             }
         }
-        if !new_rows.is_empty() && !insert_new(relations, &mut new_rows, command) {
-            return Ok(None);
+        if !new_rows.is_empty() {
+            // Inserted rows are held until the transaction ends, also
+            // those deleted again after a lost race.
+            for (number, _) in &new_rows {
+                hold(held, *number);
+            }
+            let mut datums: Vec<Datums> = new_rows.into_iter().map(|(_, datums)| datums).collect();
+            if !insert_new(relations, &mut datums, command) {
+                return Ok(None);
+            }
         }
         for (shard, state) in free.iter_mut().zip(decision.new_states) {
             if let (Slot::Locked(row), Some(state)) = (&mut shard.slot, state) {

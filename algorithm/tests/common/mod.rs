@@ -13,21 +13,29 @@ pub fn slack(bound: f64) -> f64 {
 }
 
 /// The most tokens a limit may admit between its first call at `first`
-/// (when it was full) and `latest`: capacity, plus max_reserved when any
-/// call reserved, plus what the rate granted: `rate * elapsed / period`
-/// (token bucket) or `rate * windows started` (fixed window).
+/// (when it was full) and `latest`, when `left` tokens are stored at the
+/// end (summed over shards; a shard never written counts as full):
+/// capacity, plus what the rate granted (`rate * elapsed / period` for a
+/// token bucket, `rate * windows started` for a fixed window), plus the
+/// debt the calls may have run up, which is at most `-left` (every token
+/// admitted came from the full start or a refill, or is still owed) and,
+/// when any call reserved, at most `max_reserved`; without reservations no
+/// debt. Always finite, also with unlimited reservations (`max_reserved`
+/// NULL), so every generated case checks a real bound.
 pub fn bound(
     config: &Config,
     id: LimitId<'_>,
     first: Micros,
     latest: Micros,
     reserved: bool,
+    left: f64,
 ) -> f64 {
-    let debt = if reserved {
+    let allowed = if reserved {
         config.max_reserved.unwrap_or(f64::INFINITY)
     } else {
         0.0
     };
+    let debt = (-left).min(allowed);
     let granted = match config.kind {
         Kind::TokenBucket => config.rate * (latest - first) as f64 / config.period as f64,
         Kind::FixedWindow => {

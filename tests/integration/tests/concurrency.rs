@@ -18,36 +18,29 @@ fn hammer(name: &str, config_sql: &str, isolation: IsolationLevel) -> Tally {
     rate_limiter_integration_tests::hammer(CONNECTIONS, HAMMER_FOR, &sql, name, isolation)
 }
 
-/// Token bucket: capacity 20, 50 per second. Admitted <= 20 + 50 * elapsed.
-fn token_bucket_bound_holds(isolation: IsolationLevel) -> Tally {
-    let mut client = connect();
+/// A long period: over a run of a few seconds the limit refills by less
+/// than a thousandth of a token, so exactly `CAPACITY` calls are admitted,
+/// never more (over-admission) and never fewer (a refusal with tokens left).
+const CAPACITY: u64 = 200;
+const LONG_PERIOD: &str = "10 days";
+
+/// Token bucket: `CAPACITY` tokens, refilling over `LONG_PERIOD`.
+fn token_bucket_admits_exactly_capacity(isolation: IsolationLevel) -> Tally {
     let name = unique_name("hammer_bucket");
-    let config = "rate_limiter.token_bucket(50, '1 second', capacity => 20)";
-    let start = server_now(&mut client);
-    let tally = hammer(&name, config, isolation);
-    let end = server_now(&mut client);
-    let bound = 20.0 + 50.0 * (end - start);
-    println!(
-        "{isolation:?}: {tally:?}, bound {bound:.1} over {:.2} s",
-        end - start
+    let config = format!("rate_limiter.token_bucket({CAPACITY}, '{LONG_PERIOD}')");
+    let tally = hammer(&name, &config, isolation);
+    println!("{isolation:?}: {tally:?}");
+    assert_eq!(
+        tally.admitted, CAPACITY,
+        "admitted must equal the capacity exactly: {tally:?}"
     );
-    assert!(
-        tally.admitted as f64 <= bound,
-        "over-admission: {tally:?} > {bound}"
-    );
-    // The limiter was saturated (calls were refused) and kept admitting as
-    // tokens arrived, so the bound is close, not vacuous.
     assert!(tally.refused + tally.conflicts > 0, "{tally:?}");
-    assert!(
-        tally.admitted as f64 >= 0.5 * bound,
-        "suspiciously few admitted: {tally:?} of {bound}"
-    );
     tally
 }
 
 #[test]
 fn read_committed_token_bucket_never_over_admits() {
-    let tally = token_bucket_bound_holds(IsolationLevel::ReadCommitted);
+    let tally = token_bucket_admits_exactly_capacity(IsolationLevel::ReadCommitted);
     assert_eq!(
         tally.conflicts, 0,
         "READ COMMITTED callers serialize on the row: no 40001"
@@ -56,7 +49,7 @@ fn read_committed_token_bucket_never_over_admits() {
 
 #[test]
 fn repeatable_read_conflicts_are_40001_never_over_admission() {
-    let tally = token_bucket_bound_holds(IsolationLevel::RepeatableRead);
+    let tally = token_bucket_admits_exactly_capacity(IsolationLevel::RepeatableRead);
     assert!(
         tally.conflicts > 0,
         "8 connections on one row must conflict: {tally:?}"
@@ -65,7 +58,7 @@ fn repeatable_read_conflicts_are_40001_never_over_admission() {
 
 #[test]
 fn serializable_conflicts_are_40001_never_over_admission() {
-    let tally = token_bucket_bound_holds(IsolationLevel::Serializable);
+    let tally = token_bucket_admits_exactly_capacity(IsolationLevel::Serializable);
     assert!(
         tally.conflicts > 0,
         "8 connections on one row must conflict: {tally:?}"
@@ -93,6 +86,27 @@ fn read_committed_fixed_window_never_over_admits() {
     // (connecting happens after the first reading); every other window is
     // wholly inside the hammering and hands out all its 30 tokens.
     assert!(tally.admitted as f64 >= 30.0 * (windows - 2.0), "{tally:?}");
+}
+
+/// Fixed window: one window that spans the whole run (it opened an hour
+/// before it): exactly `CAPACITY` admitted, at every isolation level.
+#[test]
+fn fixed_window_admits_exactly_its_window_at_every_isolation_level() {
+    let mut client = connect();
+    for isolation in [
+        IsolationLevel::ReadCommitted,
+        IsolationLevel::RepeatableRead,
+        IsolationLevel::Serializable,
+    ] {
+        let name = unique_name("hammer_one_window");
+        let opened = server_now(&mut client) - 3600.0;
+        let config = format!(
+            "rate_limiter.fixed_window({CAPACITY}, '{LONG_PERIOD}', start => to_timestamp({opened}))"
+        );
+        let tally = hammer(&name, &config, isolation);
+        println!("fixed window, {isolation:?}: {tally:?}");
+        assert_eq!(tally.admitted, CAPACITY, "{isolation:?}: {tally:?}");
+    }
 }
 
 /// Two sessions create the state of the same new key at once, many times:

@@ -1,6 +1,8 @@
 //! `rate_limiter.rate_wait()` on the real clock, with a fast limit (10
-//! tokens per second, capacity 1). Only lower bounds on elapsed time are
-//! asserted, never upper ones.
+//! tokens per second, capacity 1). It never returns early (lower bounds on
+//! elapsed time) and does not oversleep: upper bounds are generous (a
+//! second or more beyond the wait), so a slow machine cannot fail them but
+//! a call that sleeps its whole timeout, or far past retry_after, does.
 
 use postgres::error::SqlState;
 use rate_limiter_integration_tests::{connect, unique_name};
@@ -49,10 +51,16 @@ fn returns_ok_once_tokens_arrive() {
     let (ok, remaining): (bool, f64) = (row.get(0), row.get(1));
     assert!(ok);
     assert!(remaining < 1.0);
-    // One token takes 100 ms to arrive; rate_wait may not return earlier.
+    // One token takes 100 ms to arrive; rate_wait may not return earlier,
+    // and must not sleep on towards its 10-second timeout.
     assert!(
         started.elapsed() >= Duration::from_millis(90),
         "{:?}",
+        started.elapsed()
+    );
+    assert!(
+        started.elapsed() < Duration::from_secs(3),
+        "overslept: {:?}",
         started.elapsed()
     );
 }
@@ -65,6 +73,7 @@ fn gives_up_with_ok_false_when_the_timeout_comes_first() {
         "wait_slow",
         "rate_limiter.token_bucket(1, '1 hour')",
     );
+    let started = Instant::now();
     let row = client
         .query_one(
             "SELECT ok, extract(epoch FROM retry_after)::float8 FROM rate_limiter.rate_wait($1, 'k', 1, timeout => '200 milliseconds')",
@@ -73,6 +82,12 @@ fn gives_up_with_ok_false_when_the_timeout_comes_first() {
         .unwrap();
     let (ok, retry_after): (bool, f64) = (row.get(0), row.get(1));
     assert!(!ok);
+    // The token is an hour away: it gives up at once, without sleeping.
+    assert!(
+        started.elapsed() < Duration::from_secs(2),
+        "slept although the timeout could not be met: {:?}",
+        started.elapsed()
+    );
     assert!(retry_after > 3500.0, "{retry_after}");
     // Nothing consumed.
     let value: f64 = client
@@ -181,4 +196,72 @@ fn another_session_consumes_the_same_key_while_it_sleeps() {
     // At least 500 ms have passed: 0.25 tokens had arrived for it.
     assert!(ok);
     assert!(sleeper.join().unwrap());
+}
+
+/// A sharded limit whose only shard with tokens is held by an open
+/// transaction: rate_wait waits on that shard's row lock, as it does on an
+/// unsharded row, and is admitted as soon as the holder commits. It does
+/// not poll: a refusal with a retry_after of a microsecond would make it
+/// try again about once a millisecond, each try a subtransaction with its
+/// own transaction id. Counted with the server's transaction ids.
+#[test]
+fn waits_on_a_busy_shard_instead_of_polling() {
+    let mut client = connect();
+    let name = unique_name("wait_sharded");
+    client
+        .execute(
+            "SELECT rate_limiter.define($1, rate_limiter.token_bucket(20, '1 hour', shards => 2))",
+            &[&name],
+        )
+        .unwrap();
+    client
+        .execute(
+            "INSERT INTO rate_limiter.rate_limits (name, key, shard, value, ts)
+             VALUES ($1, NULL, 0, 0, now()), ($1, NULL, 1, 5, now())",
+            &[&name],
+        )
+        .unwrap();
+    // The holder takes a token from shard 1, the only one with tokens.
+    let mut holder = connect();
+    holder.batch_execute("BEGIN").unwrap();
+    let ok: bool = holder
+        .query_one("SELECT ok FROM rate_limiter.rate_limit($1)", &[&name])
+        .unwrap()
+        .get(0);
+    assert!(ok);
+    let xid_before: i64 = client
+        .query_one("SELECT txid_current()", &[])
+        .unwrap()
+        .get(0);
+    let waiter = {
+        let name = name.clone();
+        thread::spawn(move || {
+            let mut client = connect();
+            let started = Instant::now();
+            let row = client
+                .query_one(
+                    "SELECT ok, remaining FROM rate_limiter.rate_wait($1, timeout => '20 seconds')",
+                    &[&name],
+                )
+                .unwrap();
+            (row.get::<_, bool>(0), started.elapsed())
+        })
+    };
+    thread::sleep(Duration::from_millis(1000));
+    holder.batch_execute("COMMIT").unwrap();
+    let (ok, elapsed) = waiter.join().unwrap();
+    let xid_after: i64 = client
+        .query_one("SELECT txid_current()", &[])
+        .unwrap()
+        .get(0);
+    assert!(ok, "admitted from the shard the holder left");
+    assert!(elapsed >= Duration::from_millis(900), "{elapsed:?}");
+    assert!(elapsed < Duration::from_secs(5), "overslept: {elapsed:?}");
+    // The holder's commit, the two txid_current() calls and a few tries:
+    // a poll once a millisecond for a second would be about a thousand.
+    assert!(
+        xid_after - xid_before < 20,
+        "{} transaction ids used while waiting: rate_wait polled",
+        xid_after - xid_before
+    );
 }

@@ -104,3 +104,53 @@ fn fixed_window_shards_never_over_admit_under_read_committed() {
 fn fixed_window_shards_never_over_admit_under_repeatable_read() {
     every_shard_count(Kind::FixedWindow, IsolationLevel::RepeatableRead);
 }
+
+/// Exactness: 16 connections on a limit of 200 tokens split over 8 shards
+/// (25 each), with no refill during the run (a period of 10 days; the fixed
+/// window opened an hour before the run): admitted equals the capacity
+/// exactly, never more and never fewer, for both kinds and at every
+/// isolation level, and every shard is left empty in the stored state.
+#[test]
+fn sharded_limits_admit_exactly_their_capacity() {
+    const EXACT_CAPACITY: u64 = 200;
+    let mut client = connect();
+    for kind in [Kind::TokenBucket, Kind::FixedWindow] {
+        for isolation in [
+            IsolationLevel::ReadCommitted,
+            IsolationLevel::RepeatableRead,
+            IsolationLevel::Serializable,
+        ] {
+            let name = unique_name("sharded_exact");
+            let opened = server_now(&mut client) - 3600.0;
+            let config = match kind {
+                Kind::TokenBucket => {
+                    format!("rate_limiter.token_bucket({EXACT_CAPACITY}, '10 days', shards => 8)")
+                }
+                Kind::FixedWindow => format!(
+                    "rate_limiter.fixed_window({EXACT_CAPACITY}, '10 days', shards => 8, start => to_timestamp({opened}))"
+                ),
+            };
+            let sql = format!("SELECT ok FROM rate_limiter.rate_limit($1, config => {config})");
+            let tally = hammer(CONNECTIONS, Duration::from_secs(3), &sql, &name, isolation);
+            let (rows, stored): (i64, f64) = {
+                let row = client
+                    .query_one(
+                        "SELECT count(*), coalesce(sum(value), 0) FROM rate_limiter.rate_limits WHERE name = $1",
+                        &[&name],
+                    )
+                    .unwrap();
+                (row.get(0), row.get(1))
+            };
+            println!("{kind:?}, {isolation:?}: {tally:?}, {rows} rows holding {stored}");
+            assert_eq!(
+                tally.admitted, EXACT_CAPACITY,
+                "{kind:?}, {isolation:?}: {tally:?}"
+            );
+            assert_eq!(rows, 8, "every shard was used");
+            assert!(
+                stored.abs() < 0.01,
+                "tokens left in the stored state: {stored}"
+            );
+        }
+    }
+}

@@ -88,7 +88,12 @@ ROLLBACK;
 -- write would not makes rate_limit fail closed with 55000, naming the
 -- cause, and write nothing: triggers (foreign keys are triggers too),
 -- rules, CHECK constraints, NOT NULL on key, row-level security, unique or
--- exclusion indexes on other columns.
+-- exclusion indexes on other columns, a unique (name, key, shard) index
+-- whose equality is not bytewise (a nondeterministic collation would make
+-- every new row's speculative insert withdraw and the call spin; another
+-- operator class), a table access method other than heap (the writes are
+-- heap page writes), and being a partition (its partition constraint would
+-- go unchecked).
 CREATE TABLE store_audit (name text, key text);
 CREATE FUNCTION store_audit() RETURNS trigger LANGUAGE plpgsql AS $$
 BEGIN INSERT INTO store_audit VALUES (NEW.name, NEW.key); RETURN NEW; END $$;
@@ -118,7 +123,14 @@ SELECT alteration, pg_temp.fails_closed(alteration) AS outcome FROM (VALUES
     ('ALTER TABLE rate_limiter.rate_limits ENABLE ROW LEVEL SECURITY'),
     ('CREATE UNIQUE INDEX ON rate_limiter.rate_limits (name, key, shard, ts) NULLS NOT DISTINCT'),
     ('CREATE UNIQUE INDEX ON rate_limiter.rate_limits (name, key, shard)'),
-    ('ALTER TABLE rate_limiter.rate_limits ADD EXCLUDE USING btree (name WITH =, key WITH =, shard WITH =)')
+    ('ALTER TABLE rate_limiter.rate_limits ADD EXCLUDE USING btree (name WITH =, key WITH =, shard WITH =)'),
+    ('CREATE COLLATION store_nondeterministic (provider = icu, locale = ''und-u-ks-level2'', deterministic = false); '
+     'CREATE UNIQUE INDEX ON rate_limiter.rate_limits (name, key COLLATE store_nondeterministic, shard) NULLS NOT DISTINCT'),
+    ('CREATE UNIQUE INDEX ON rate_limiter.rate_limits (name, key text_pattern_ops, shard) NULLS NOT DISTINCT'),
+    ('CREATE ACCESS METHOD store_heap_copy TYPE TABLE HANDLER heap_tableam_handler; '
+     'ALTER TABLE rate_limiter.rate_limits SET ACCESS METHOD store_heap_copy'),
+    ('CREATE TABLE store_parent (LIKE rate_limiter.rate_limits) PARTITION BY LIST (name); '
+     'ALTER TABLE store_parent ATTACH PARTITION rate_limiter.rate_limits DEFAULT')
 ) AS a(alteration);
 SELECT count(*) AS audited FROM store_audit;
 
