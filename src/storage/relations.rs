@@ -167,9 +167,12 @@ impl Relations {
     /// does everything PostgreSQL's executor would (raises 55000 naming the
     /// cause if not): the expected columns, no trigger (foreign keys and
     /// constraint triggers included), no rule, no CHECK constraint, no NOT
-    /// NULL on `key`, no row-level security, and only indexes the writes
-    /// can maintain: plain column indexes, and further unique
-    /// (name, key, shard) indexes, which arbitrate like the main one.
+    /// NULL on `key`, no row-level security, the `heap` table access method
+    /// (the writes are heap page writes), not a partition (its partition
+    /// constraint would go unchecked), and only indexes the writes can
+    /// maintain: plain column indexes, and further unique (name, key,
+    /// shard) indexes that compare them as bytes, which arbitrate like the
+    /// main one.
     pub fn open_for_write() -> Self {
         let mut relations = Relations::open(pg_sys::RowExclusiveLock);
         // SAFETY: the table is open and locked; its descriptor and index
