@@ -77,9 +77,9 @@ AS 'MODULE_PATHNAME', 'rate_limit_wrapper';
 COMMENT ON FUNCTION rate_limiter.rate_limit(text, text, float8, boolean, boolean, rate_limiter.config) IS
 'Consumes count tokens of limit (name, key) inside the current transaction, locking its row. '
 'Returns one row: ok, retry_after (interval, rounded up to the microsecond; NULL when admitted without debt), remaining (tokens). '
-'key NULL = the global limit; config inline wins over a definition. '
+'key NULL = the global limit; config inline is for names without a definition (for a defined name only a role that may call define may pass one). '
 'A sharded limit consumes from one or two of its shards, passing over shards other transactions hold; remaining is then an estimate for the whole limit. '
-'Errors: 22004 NULL name/count/reserve/throws; 42704 no config and no definition; 22023 invalid count or config; '
+'Errors: 22004 NULL name/count/reserve/throws; 42704 no config and no definition; 42501 an inline config for a defined limit from a role that may not call define; 54000 an inline config with more than rate_limiter.max_inline_shards shards; 22023 invalid count or config; '
 'the rate_limiter.sqlstate SQLSTATE (default RL429, JSON DETAIL) when refused with throws => true.';
 
 CREATE FUNCTION rate_limiter.rate_check(
@@ -123,19 +123,26 @@ COMMENT ON FUNCTION rate_limiter.rate_credit(text, text, float8, rate_limiter.co
 'Gives count tokens back to the limit (name, key), e.g. the unused part of a reservation: refills to now, adds count, never above capacity '
 '(a sharded limit fills its emptiest shards first, each up to its capacity); a limit without state is full and nothing is written. '
 'Locks the rows like rate_limit. Returns the value afterwards (tokens, summed over shards). '
-'Errors: 22004 NULL name/count; 42704 no config and no definition; 22023 invalid count or config; 25006 in a read-only transaction.';
+'Errors: 22004 NULL name/count; 42704 no config and no definition; 42501 an inline config for a defined limit from a role that may not call define; 54000 an inline config with more than rate_limiter.max_inline_shards shards; 22023 invalid count or config; 25006 in a read-only transaction.';
 
 -- Guarding a table ---------------------------------------------------------
 
 CREATE FUNCTION rate_limiter.guard()
 RETURNS trigger
 LANGUAGE plpgsql
+-- The key's text form must be one per value: timestamptz keys are written
+-- in UTC, floats with the shortest exact digits, whatever the session says.
 SET search_path = pg_catalog, pg_temp
+SET timezone = 'UTC'
+SET extra_float_digits = 1
 AS $guard$
 DECLARE
     limit_key text;
     limit_count float8 := 1;
     new_row jsonb;
+    key_type oid;
+    key_collation oid;
+    base_type oid;
 BEGIN
     IF TG_WHEN <> 'BEFORE' OR TG_LEVEL <> 'ROW' OR TG_OP NOT IN ('INSERT', 'UPDATE') THEN
         RAISE EXCEPTION USING ERRCODE = '39P01',
@@ -148,11 +155,49 @@ BEGIN
     -- The row as jsonb: its columns by name, without dynamic SQL.
     new_row := pg_catalog.to_jsonb(NEW);
     IF TG_NARGS >= 2 THEN
-        IF NOT new_row ? TG_ARGV[1] THEN
+        SELECT a.atttypid, a.attcollation INTO key_type, key_collation
+        FROM pg_catalog.pg_attribute AS a
+        WHERE a.attrelid = TG_RELID AND a.attname = TG_ARGV[1] AND a.attnum > 0 AND NOT a.attisdropped;
+        IF NOT FOUND THEN
             RAISE EXCEPTION USING ERRCODE = '42703',
                 MESSAGE = pg_catalog.format('rate_limiter.guard(): %s has no column %s', TG_TABLE_NAME, TG_ARGV[1]);
         END IF;
+        -- A domain's values compare as its base type's.
+        LOOP
+            SELECT t.typbasetype INTO base_type FROM pg_catalog.pg_type AS t
+            WHERE t.oid = key_type AND t.typtype = 'd';
+            EXIT WHEN NOT FOUND;
+            key_type := base_type;
+        END LOOP;
+        -- Values that compare equal must be one key: refuse a column whose
+        -- equality is not that of its text form.
+        IF key_collation <> 0 AND NOT (SELECT c.collisdeterministic FROM pg_catalog.pg_collation AS c
+                                       WHERE c.oid = key_collation) THEN
+            RAISE EXCEPTION USING ERRCODE = '22023',
+                MESSAGE = pg_catalog.format('rate_limiter.guard(): key column %s of %s has a nondeterministic collation: values it calls equal would be different keys', TG_ARGV[1], TG_TABLE_NAME),
+                HINT = 'Key on a column holding one text per value, e.g. ALTER TABLE ... ADD COLUMN limit_key text GENERATED ALWAYS AS (lower(column)) STORED.';
+        END IF;
+        IF key_type <> ALL (ARRAY['pg_catalog.text', 'pg_catalog.varchar', 'pg_catalog.bpchar', 'pg_catalog.name',
+                                  'pg_catalog.int2', 'pg_catalog.int4', 'pg_catalog.int8', 'pg_catalog.oid',
+                                  'pg_catalog.numeric', 'pg_catalog.float4', 'pg_catalog.float8', 'pg_catalog.bool',
+                                  'pg_catalog.uuid', 'pg_catalog.date', 'pg_catalog.timestamp', 'pg_catalog.timestamptz',
+                                  'pg_catalog.inet', 'pg_catalog.cidr', 'pg_catalog.macaddr', 'pg_catalog.macaddr8']::pg_catalog.regtype[]::pg_catalog.oid[]) THEN
+            RAISE EXCEPTION USING ERRCODE = '22023',
+                MESSAGE = pg_catalog.format('rate_limiter.guard(): key column %s of %s has type %s, whose equal values can have different text forms', TG_ARGV[1], TG_TABLE_NAME, key_type::pg_catalog.regtype),
+                HINT = 'Key on a column holding one text per value, e.g. ALTER TABLE ... ADD COLUMN limit_key text GENERATED ALWAYS AS (lower(column::text)) STORED.';
+        END IF;
         limit_key := new_row ->> TG_ARGV[1];
+        IF limit_key IS NULL THEN
+            RAISE EXCEPTION USING ERRCODE = '22004',
+                MESSAGE = pg_catalog.format('rate_limiter.guard(): key column %s of %s is NULL (a NULL key is never the global limit)', TG_ARGV[1], TG_TABLE_NAME);
+        END IF;
+        -- One text per value: 42.0 and 42 are the key '42'; -0 is '0'.
+        IF key_type = 'pg_catalog.numeric'::pg_catalog.regtype THEN
+            limit_key := pg_catalog.trim_scale(limit_key::pg_catalog.numeric)::pg_catalog.text;
+        ELSIF key_type IN ('pg_catalog.float4'::pg_catalog.regtype, 'pg_catalog.float8'::pg_catalog.regtype) THEN
+            limit_key := CASE WHEN limit_key::pg_catalog.float8 = 0 THEN '0'
+                              ELSE limit_key::pg_catalog.float8::pg_catalog.text END;
+        END IF;
     END IF;
     IF TG_NARGS = 3 THEN
         IF NOT new_row ? TG_ARGV[2] THEN
@@ -168,9 +213,10 @@ $guard$;
 
 COMMENT ON FUNCTION rate_limiter.guard() IS
 'Trigger function: CREATE TRIGGER ... BEFORE INSERT OR UPDATE ON t FOR EACH ROW EXECUTE FUNCTION rate_limiter.guard(limit_name [, key_column [, count_column]]). '
-'Each row consumes count_column (default 1) tokens of the limit, keyed by key_column (none or NULL = the global limit); a refusal raises the rate_limiter.sqlstate error (default RL429) '
-'and the statement is rolled back. The role writing the rows needs USAGE on the schema and EXECUTE on rate_limit. '
-'Errors: 39P01 not a BEFORE ... FOR EACH ROW trigger; 22023 wrong number of arguments; 42703 unknown column; and those of rate_limit.';
+'Each row consumes count_column (default 1) tokens of the limit, keyed by key_column (none = the global limit) in a canonical text form: values that compare equal are one key (numeric 42.0 is 42, timestamptz in UTC); '
+'a refusal raises the rate_limiter.sqlstate error (default RL429) and the statement is rolled back. The role writing the rows needs USAGE on the schema and EXECUTE on rate_limit. '
+'Errors: 39P01 not a BEFORE ... FOR EACH ROW trigger; 22023 wrong number of arguments, or a key column whose equal values may have different text forms (a nondeterministic collation, citext, jsonb, ...); '
+'22004 a NULL key value; 42703 unknown column; and those of rate_limit.';
 
 -- Reading a limit without consuming ---------------------------------------
 -- (work in read-only transactions and on hot standbys)
@@ -186,7 +232,7 @@ AS 'MODULE_PATHNAME', 'status_wrapper';
 COMMENT ON FUNCTION rate_limiter.status(text, text, rate_limiter.config) IS
 'Where the limit (name, key) stands now, without consuming or locking: value (tokens available now, summed over shards; negative in debt), '
 'capacity (all shards together), full_at (when it is full again if nothing consumes; now when full), shards. '
-'Errors: 22004 NULL name; 42704 no config and no definition; 22023 invalid config.';
+'Errors: 22004 NULL name; 42704 no config and no definition; 42501 an inline config for a defined limit from a role that may not call define; 54000 an inline config with more than rate_limiter.max_inline_shards shards; 22023 invalid config.';
 
 CREATE FUNCTION rate_limiter.http_headers(
     name        text,
@@ -203,7 +249,7 @@ COMMENT ON FUNCTION rate_limiter.http_headers(text, text, boolean, interval, flo
 'HTTP response fields for a call of (name, key), per draft-ietf-httpapi-ratelimit-headers-10: '
 'a jsonb object with RateLimit-Policy ("<name>";q=<rate>;w=<period seconds>), RateLimit ("<name>";r=<whole tokens left>;t=<seconds until full, or until retry_after when refused>) '
 'and, only when ok is false, Retry-After (<seconds>). Seconds are whole, rounded up. ok, retry_after, remaining are a rate_limit result; NULL remaining means the current value. '
-'The name is sent as given; keys never are. Errors: 22004 NULL name, or NULL retry_after with ok false; 42704 no config and no definition; 22023 a name that is not printable ASCII, a negative retry_after.';
+'The name is sent as given; keys never are. Errors: 22004 NULL name, or NULL retry_after with ok false; 42704 no config and no definition; 42501 an inline config for a defined limit from a role that may not call define; 54000 an inline config with more than rate_limiter.max_inline_shards shards; 22023 a name that is not printable ASCII, a negative retry_after.';
 
 -- Several limits at once ------------------------------------------------------
 
@@ -221,6 +267,7 @@ COMMENT ON FUNCTION rate_limiter.rate_limit_all(rate_limiter.request[], boolean,
 'Returns one row per request, in order: name, key, ok, retry_after, remaining (as rate_limit). If any row is not ok, nothing is consumed. '
 'A NULL count means 1; a NULL config means the definition. '
 'Errors: 22004 NULL requests/element/name/reserve/throws; 42704 a name without config or definition; 22023 invalid count or config, or one limit named with two configs; '
+'54000 more than rate_limiter.max_requests requests, or an inline config with more than rate_limiter.max_inline_shards shards; 42501 an inline config for a defined limit from a role that may not call define; '
 '25006 in a read-only transaction; the rate_limiter.sqlstate SQLSTATE (default RL429) for the first refused request with throws => true.';
 
 -- Waiting for capacity ------------------------------------------------------
@@ -237,6 +284,7 @@ SET search_path = pg_catalog, pg_temp
 AS $rate_wait$
 DECLARE
     deadline timestamptz;
+    probe record;
     attempt record;
 BEGIN
     IF timeout IS NULL THEN
@@ -245,23 +293,40 @@ BEGIN
     IF timeout < interval '0' THEN
         RAISE EXCEPTION USING ERRCODE = '22023', MESSAGE = 'timeout must not be negative';
     END IF;
+    IF pg_catalog.current_setting('transaction_read_only')::boolean THEN
+        RAISE EXCEPTION USING ERRCODE = '25006', MESSAGE = 'cannot execute rate_wait() in a read-only transaction';
+    END IF;
     deadline := pg_catalog.clock_timestamp() + timeout;
     LOOP
-        BEGIN
-            SELECT * INTO attempt FROM rate_limiter.rate_limit(name, key, count, config => config);
-            IF NOT attempt.ok THEN
-                -- Roll the refused attempt back: that releases its row lock,
-                -- so others can use the limit while this call sleeps.
-                RAISE EXCEPTION USING ERRCODE = 'RLW00';
+        -- Look first (no lock, no transaction id); try to consume only when
+        -- the limit would admit, so a long wait does not use up a
+        -- subtransaction and a transaction id per refused try.
+        SELECT * INTO probe FROM rate_limiter.rate_check(name, key, count, config => config);
+        IF probe.ok THEN
+            BEGIN
+                SELECT * INTO attempt FROM rate_limiter.rate_limit(name, key, count, config => config);
+                IF NOT attempt.ok THEN
+                    -- Roll the refused try back: that releases its row lock,
+                    -- so others can use the limit while this call sleeps.
+                    RAISE EXCEPTION USING ERRCODE = 'RLW00';
+                END IF;
+            EXCEPTION WHEN SQLSTATE 'RLW00' THEN
+                NULL;
+            END;
+            IF attempt.ok THEN
+                RETURN QUERY SELECT attempt.ok, attempt.retry_after, attempt.remaining;
+                RETURN;
             END IF;
-        EXCEPTION WHEN SQLSTATE 'RLW00' THEN
-            NULL;
-        END;
-        IF attempt.ok OR pg_catalog.clock_timestamp() + attempt.retry_after > deadline THEN
-            RETURN QUERY SELECT attempt.ok, attempt.retry_after, attempt.remaining;
+            -- Another transaction took the tokens between the look and the
+            -- try: wait as the try says, at least a millisecond.
+            probe := attempt;
+            probe.retry_after := greatest(attempt.retry_after, interval '1 millisecond');
+        END IF;
+        IF pg_catalog.clock_timestamp() + probe.retry_after > deadline THEN
+            RETURN QUERY SELECT false, probe.retry_after, probe.remaining;
             RETURN;
         END IF;
-        PERFORM pg_catalog.pg_sleep(EXTRACT(epoch FROM attempt.retry_after)::float8);
+        PERFORM pg_catalog.pg_sleep(EXTRACT(epoch FROM probe.retry_after)::float8);
     END LOOP;
 END
 $rate_wait$;
@@ -269,8 +334,9 @@ $rate_wait$;
 COMMENT ON FUNCTION rate_limiter.rate_wait(text, text, float8, interval, rate_limiter.config) IS
 'As rate_limit, but a refused call sleeps until retry_after and tries again, until it is admitted or the next try would come after timeout '
 '(then it returns ok = false at once, with retry_after, and consumes nothing). While it sleeps it holds no row lock (the refused try is rolled back). '
+'Each try first looks (rate_check: no lock, no transaction id) and consumes only when the limit would admit, so waiting uses no subtransaction per refusal. '
 'Sleeps on the real clock; can be cancelled (57014); statement_timeout applies. '
-'Errors: as rate_limit (22004, 42704, 22023, 25006 in a read-only transaction); 22004 NULL timeout; 22023 negative timeout.';
+'Errors: as rate_limit (22004, 42704, 42501, 54000, 22023, 25006 in a read-only transaction); 22004 NULL timeout; 22023 negative timeout.';
 
 -- Housekeeping -----------------------------------------------------------------
 
@@ -355,7 +421,7 @@ COMMENT ON FUNCTION rate_limiter._invalidate_definitions(oid) IS
 CREATE FUNCTION rate_limiter._definitions_changed()
 RETURNS trigger
 LANGUAGE plpgsql
-SET search_path = pg_catalog, rate_limiter, pg_temp
+SET search_path = pg_catalog, pg_temp
 AS $$
 BEGIN
     PERFORM rate_limiter._invalidate_definitions(TG_RELID);

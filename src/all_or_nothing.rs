@@ -79,6 +79,12 @@ fn read_requests(array: pg_sys::Datum) -> Result<Vec<RequestArgument>, CallError
             &mut count,
         );
         let count = count.max(0) as usize;
+        let most = crate::settings::max_requests();
+        if count > most {
+            return Err(CallError::TooMuchWork(format!(
+                "rate_limit_all() takes at most {most} requests (rate_limiter.max_requests), not {count}"
+            )));
+        }
         if count == 0 {
             Vec::new()
         } else {
@@ -211,7 +217,24 @@ fn consume(requests: &[RequestArgument], reserve: bool) -> Result<Vec<Answer>, C
                 .collect()
         })
         .collect();
-    storage::consume_all_or_nothing(&rows, |stored: &[Option<State>]| {
+    // Missing shards each limit may consume from (see
+    // storage::consume_all_or_nothing): two per request naming it.
+    let mut missing_held: HashMap<LimitId<'_>, usize> = HashMap::with_capacity(limits.len());
+    for member in &members {
+        let limit = &limits[member.limit];
+        let held = missing_held.entry(limit.id).or_insert(0);
+        *held = (*held + 2).min(limit.stored.len());
+    }
+    let missing_held = |row: RowId<'_>| {
+        missing_held
+            .get(&LimitId {
+                name: row.name,
+                key: row.key,
+            })
+            .copied()
+            .unwrap_or(0)
+    };
+    storage::consume_all_or_nothing(&rows, missing_held, |stored: &[Option<State>]| {
         // Every definition used is still the one in force (a define may
         // have committed while the call waited for a row).
         for request in requests {

@@ -18,6 +18,9 @@ pub struct Objects {
     pub index: pg_sys::Oid,
     /// The owner of the table: the role the functions act as.
     pub owner: pg_sys::Oid,
+    /// `rate_limiter.define(text, rate_limiter.config)`: who may call it may
+    /// also override a definition with an inline config.
+    pub define: pg_sys::Oid,
     /// Whether Citus lists the table in `pg_catalog.pg_dist_partition`
     /// (`create_distributed_table`): then calls must fail closed.
     pub distributed: bool,
@@ -62,6 +65,26 @@ fn distributed(table: pg_sys::Oid) -> bool {
     .ok()
     .flatten()
     .unwrap_or(true)
+}
+
+/// The OID of `rate_limiter.define(text, rate_limiter.config)`; invalid
+/// when it is missing (then nobody may override a definition).
+/// A read-only statement (`Spi::connect` + `select`): `Spi::get_one` would
+/// assign a transaction id, which a hot standby cannot do.
+fn define_function() -> pg_sys::Oid {
+    Spi::connect(|client| {
+        client
+            .select(
+                "SELECT pg_catalog.to_regprocedure('rate_limiter.define(pg_catalog.text, rate_limiter.config)')::pg_catalog.oid",
+                Some(1),
+                &[],
+            )?
+            .first()
+            .get_one::<pg_sys::Oid>()
+    })
+    .ok()
+    .flatten()
+    .unwrap_or(pg_sys::InvalidOid)
 }
 
 /// Lookups before giving up when the catalog keeps changing under them.
@@ -113,6 +136,7 @@ pub fn objects() -> Objects {
         table,
         index,
         owner,
+        define: define_function(),
         distributed: distributed(table),
     };
     OBJECTS.with(|cell| cell.set(Some(objects)));

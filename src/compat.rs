@@ -9,6 +9,7 @@
 //! | `heap_update` | decides HOT; the new tuple says whether it is heap-only | also reports which indexes need entries (`TU_UpdateIndexes`: none, all, or only summarizing ones such as BRIN) | as 16 |
 //! | `index_beginscan` | `(heap, index, snapshot, nkeys, norderbys)` | as 15 | takes an `IndexScanInstrumentation` pointer too |
 //! | a tuple descriptor's attributes | the array `attrs` | as 15 | after `compact_attrs` (`TupleDescAttr`) |
+//! | may a role execute a function | `pg_proc_aclcheck` | `object_aclcheck(ProcedureRelationId, ...)` | as 16 |
 //! | after inserting index entries | nothing to release | 16: as 15; 17: `index_insert_cleanup` (BRIN keeps buffers pinned in the `IndexInfo`) | as 17 |
 
 use pgrx::pg_sys;
@@ -178,4 +179,18 @@ pub unsafe fn attribute(
             (*descriptor).compact_attrs.as_ptr().add(natts) as *const pg_sys::FormData_pg_attribute;
         first.add(column)
     }
+}
+
+/// Whether `role` may execute the function `function` (EXECUTE granted to
+/// it, to a role it is a member of, or to PUBLIC; or it is a superuser).
+///
+/// # Safety
+/// Inside a transaction.
+pub unsafe fn may_execute(function: pg_sys::Oid, role: pg_sys::Oid) -> bool {
+    let mode = pg_sys::ACL_EXECUTE as pg_sys::AclMode;
+    #[cfg(feature = "pg15")]
+    let result = pg_sys::pg_proc_aclcheck(function, role, mode);
+    #[cfg(any(feature = "pg16", feature = "pg17", feature = "pg18"))]
+    let result = pg_sys::object_aclcheck(pg_sys::ProcedureRelationId, function, role, mode);
+    result == pg_sys::AclResult::ACLCHECK_OK
 }

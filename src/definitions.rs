@@ -19,7 +19,7 @@ use pgrx::spi::SpiClient;
 use pgrx::PgOid;
 use pgrx::PgSqlErrorCode;
 use rate_limiter_algorithm::{Config, Kind, LimitError};
-use std::cell::RefCell;
+use std::cell::{Cell, RefCell};
 use std::collections::HashMap;
 
 const TEXT: PgOid = PgOid::BuiltIn(pg_sys::PgBuiltInOids::TEXTOID);
@@ -30,6 +30,30 @@ const LOOKUP: &str = "SELECT kind::text, rate, period, capacity, max_reserved, s
 thread_local! {
     /// Definitions looked up in this backend, by name (`None`: undefined).
     static CACHE: RefCell<HashMap<Vec<u8>, Option<Config>>> = RefCell::new(HashMap::new());
+    /// The bytes of the names in `CACHE`.
+    static CACHED_BYTES: Cell<usize> = const { Cell::new(0) };
+}
+
+/// The most names the cache holds, and the most bytes of names: a backend
+/// that looks up many names (or long ones: a name may be 2 kB) drops the
+/// whole cache when it is full, so its memory stays bounded (about 1 MiB
+/// of names plus the map) however many names it is asked about.
+const MAX_CACHED_NAMES: usize = 10_000;
+const MAX_CACHED_BYTES: usize = 1 << 20;
+
+/// Caches `found` for `name`, first emptying the cache if it is full.
+fn remember(name: &[u8], found: Option<Config>) {
+    CACHE.with(|cache| {
+        let mut cache = cache.borrow_mut();
+        let bytes = CACHED_BYTES.with(Cell::get);
+        if cache.len() >= MAX_CACHED_NAMES || bytes + name.len() > MAX_CACHED_BYTES {
+            *cache = HashMap::new();
+            CACHED_BYTES.with(|cached| cached.set(0));
+        }
+        if cache.insert(name.to_vec(), found).is_none() {
+            CACHED_BYTES.with(|cached| cached.set(cached.get() + name.len()));
+        }
+    });
 }
 
 /// Registers the cache's invalidation callback; called from `_PG_init`.
@@ -47,7 +71,9 @@ pub fn register_cache_invalidation() {
 unsafe extern "C-unwind" fn forget_definitions(_arg: pg_sys::Datum, _relid: pg_sys::Oid) {
     CACHE.with(|cache| {
         if let Ok(mut cache) = cache.try_borrow_mut() {
-            cache.clear();
+            // A new map: clear() would keep the old one's capacity.
+            *cache = HashMap::new();
+            CACHED_BYTES.with(|cached| cached.set(0));
         }
     });
     crate::catalog::forget();
@@ -64,11 +90,41 @@ fn _invalidate_definitions(relid: pg_sys::Oid) {
 /// The config a call of `name` uses: `inline` when given, else the
 /// definition of `name`, else a 42704 error naming the limit (a misspelled
 /// name is never a silent new limit).
+///
+/// An inline config is for names without a definition. For a defined name
+/// it would override the definition, which is managing the limit (it could
+/// refill a drained limit, or put a key deep into debt): only a role that
+/// may call `define` may do that (the caller's role, `GetUserId()`: calls
+/// resolve before acting as the owner). An inline config has at most
+/// `rate_limiter.max_inline_shards` shards.
+///
+/// Errors: 42704 (neither); 42501 (an inline config for a defined name
+/// from a role that may not call `define`); 54000 (too many shards).
 pub fn resolve(name: &[u8], inline: Option<Config>) -> Result<Config, CallError> {
     match inline {
-        Some(config) => Ok(config),
+        Some(config) => {
+            let most = crate::settings::max_inline_shards();
+            if config.shards > most {
+                return Err(CallError::TooMuchWork(format!(
+                    "an inline config may have at most {most} shards (rate_limiter.max_inline_shards), not {}",
+                    config.shards
+                )));
+            }
+            if lookup(name)?.is_some() && !may_define() {
+                return Err(CallError::OverrideNotAllowed(name.to_vec()));
+            }
+            Ok(config)
+        }
         None => lookup(name)?.ok_or_else(|| CallError::Undefined(name.to_vec())),
     }
+}
+
+/// Whether the calling role may call `rate_limiter.define()`.
+fn may_define() -> bool {
+    let define = crate::catalog::objects().define;
+    // SAFETY: an ACL check inside the caller's transaction.
+    define != pg_sys::InvalidOid
+        && unsafe { crate::compat::may_execute(define, pg_sys::GetUserId()) }
 }
 
 /// Called by a consuming call once it holds its rows, before it decides:
@@ -125,7 +181,7 @@ pub fn lookup(name: &[u8]) -> Result<Option<Config>, CallError> {
         let generation = crate::catalog::generation();
         let found = read_latest(name)?;
         if crate::catalog::generation() == generation {
-            CACHE.with(|cache| cache.borrow_mut().insert(name.to_vec(), found));
+            remember(name, found);
             return Ok(found);
         }
     }

@@ -32,6 +32,12 @@ pub enum CallError {
     /// for its rows; the call starts again (`definitions::restarting`), and
     /// reports 40001 only when it keeps changing.
     DefinitionChanged(Vec<u8>),
+    /// An inline config for a defined name (bytes) from a role that may not
+    /// call `define` (SQLSTATE 42501).
+    OverrideNotAllowed(Vec<u8>),
+    /// More work than a setting allows (SQLSTATE 54000); the message says
+    /// which.
+    TooMuchWork(String),
 }
 
 impl From<LimitError> for CallError {
@@ -66,6 +72,19 @@ pub fn report(error: CallError) -> ! {
         CallError::Spi(error) => (
             PgSqlErrorCode::ERRCODE_INTERNAL_ERROR,
             format!("rate limiter storage failed: {error}"),
+            None,
+        ),
+        CallError::OverrideNotAllowed(name) => (
+            PgSqlErrorCode::ERRCODE_INSUFFICIENT_PRIVILEGE,
+            format!(
+                "permission denied to override the definition of rate limit \"{}\" with an inline config",
+                names::for_message(&name)
+            ),
+            Some("The limit is defined: call it without config => ..., or ask a role that may call rate_limiter.define() to change the definition.".to_string()),
+        ),
+        CallError::TooMuchWork(message) => (
+            PgSqlErrorCode::ERRCODE_PROGRAM_LIMIT_EXCEEDED,
+            message,
             None,
         ),
         CallError::DefinitionChanged(name) => (

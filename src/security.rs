@@ -9,10 +9,12 @@
 //! call) and nothing else: inside, statements run as the owner of
 //! `rate_limiter.rate_limits` (the role that installed the extension, or the
 //! bootstrap superuser for a trusted install) with the search path
-//! `pg_catalog, rate_limiter, pg_temp` (`pg_temp` last, so it is not
-//! searched first), so objects in the caller's schemas cannot change what
-//! the statements mean. Every statement is also
-//! schema-qualified.
+//! `pg_catalog, pg_temp` (`pg_temp` last, so it is not searched first), so
+//! objects in the caller's schemas cannot change what the statements mean.
+//! Not even the extension's own schema is on it: in a trusted install that
+//! schema belongs to the installing database owner, who could plant a
+//! function or operator there; every reference to the extension's objects
+//! is schema-qualified instead.
 //!
 //! If a statement fails, PostgreSQL's transaction (or subtransaction) abort
 //! restores the user and the search path, as it does for
@@ -21,10 +23,9 @@
 use crate::catalog;
 use pgrx::pg_sys;
 
-/// The search path the extension's statements run with: the catalog, the
-/// extension's schema, and `pg_temp` last (named, so that it is not
-/// searched first).
-const SEARCH_PATH: &std::ffi::CStr = c"pg_catalog, rate_limiter, pg_temp";
+/// The search path the extension's statements run with: the catalog, and
+/// `pg_temp` last (named, so that it is not searched first).
+const SEARCH_PATH: &std::ffi::CStr = c"pg_catalog, pg_temp";
 
 /// Restores the caller's user and search path when dropped normally. When
 /// unwinding from an error it does nothing: the abort that follows restores
@@ -49,7 +50,7 @@ impl Drop for Restore {
 }
 
 /// Runs `body` as the extension's owner with the search path
-/// `pg_catalog, rate_limiter, pg_temp`, as `SECURITY DEFINER SET
+/// `pg_catalog, pg_temp`, as `SECURITY DEFINER SET
 /// search_path = ...` would (`fmgr_security_definer`: a new GUC nesting
 /// level, undone afterwards).
 pub fn as_owner<R>(body: impl FnOnce() -> R) -> R {

@@ -10,6 +10,12 @@
 //!   choice of shards, so that a session's sequence of choices repeats
 //!   (for deterministic tests); empty means real randomness.
 //!
+//! - `rate_limiter.max_requests` (superuser only, default 1,000): the most
+//!   requests one `rate_limit_all` call takes (`54000` beyond).
+//! - `rate_limiter.max_inline_shards` (superuser only, default 64): the
+//!   most shards an inline config may have (`54000` beyond): a definition
+//!   may have more, since only a role that may `define` makes one.
+//!
 //! All are validated by check hooks and decoded once into per-backend
 //! caches by assign hooks, so reading them on every call costs nothing.
 
@@ -24,6 +30,8 @@ pub const DEFAULT_SQLSTATE: &CStr = c"RL429";
 
 static NOW_OVERRIDE: GucSetting<Option<CString>> = GucSetting::<Option<CString>>::new(None);
 static RANDOM_SEED: GucSetting<Option<CString>> = GucSetting::<Option<CString>>::new(None);
+static MAX_REQUESTS: GucSetting<i32> = GucSetting::<i32>::new(1000);
+static MAX_INLINE_SHARDS: GucSetting<i32> = GucSetting::<i32>::new(64);
 static SQLSTATE: GucSetting<Option<CString>> =
     GucSetting::<Option<CString>>::new(Some(DEFAULT_SQLSTATE));
 
@@ -72,8 +80,38 @@ pub fn register() {
             Some(assign_random_seed),
             None,
         );
+        GucRegistry::define_int_guc(
+            c"rate_limiter.max_requests",
+            c"The most requests one rate_limit_all() call takes (superuser only).",
+            c"A call with more fails with SQLSTATE 54000 and consumes nothing.",
+            &MAX_REQUESTS,
+            1,
+            i32::MAX,
+            GucContext::Suset,
+            GucFlags::default(),
+        );
+        GucRegistry::define_int_guc(
+            c"rate_limiter.max_inline_shards",
+            c"The most shards an inline config may have (superuser only).",
+            c"A call whose inline config has more fails with SQLSTATE 54000; definitions are not limited.",
+            &MAX_INLINE_SHARDS,
+            1,
+            i32::from(i16::MAX),
+            GucContext::Suset,
+            GucFlags::default(),
+        );
         pg_sys::MarkGUCPrefixReserved(c"rate_limiter".as_ptr());
     }
+}
+
+/// `rate_limiter.max_requests`: the most requests of one `rate_limit_all`.
+pub fn max_requests() -> usize {
+    MAX_REQUESTS.get().max(1) as usize
+}
+
+/// `rate_limiter.max_inline_shards`: the most shards of an inline config.
+pub fn max_inline_shards() -> i32 {
+    MAX_INLINE_SHARDS.get()
 }
 
 /// The overridden current time, in microseconds since 2000-01-01, if set.

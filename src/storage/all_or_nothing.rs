@@ -16,8 +16,12 @@
 //!
 //!    So a call waits only for a row that sorts after every row it holds,
 //!    and two such calls with overlapping limits never wait for each other
-//!    in a cycle, whatever order their requests are given in. Every shard
-//!    of a sharded limit is held (the call may consume from any of them).
+//!    in a cycle, whatever order their requests are given in. Every
+//!    existing shard of a sharded limit is held (the call may consume from
+//!    any of them), and of its missing (full) shards the first `2 m`, for a
+//!    limit named by `m` requests: the math takes the fullest shards with
+//!    the lowest numbers, so the others are never used, and get no
+//!    placeholder.
 //!    A missing row must be held too: a call that only noted it as missing
 //!    and went on to lock later rows could find it inserted and locked by
 //!    another call that then waits for one of those later rows (a deadlock
@@ -51,7 +55,7 @@ use rate_limiter_algorithm::State;
 /// it is updated or deleted before anyone else can see it).
 const PLACEHOLDER: State = State { value: 0.0, ts: 0 };
 
-/// A row this call holds.
+/// A row this call holds (or, when missing and not needed, only looked at).
 enum Held {
     /// It exists and this call holds its lock.
     Locked(LockedRow),
@@ -61,6 +65,9 @@ enum Held {
         tid: pg_sys::ItemPointerData,
         datums: Datums,
     },
+    /// It was missing and the call does not need it: a full shard it will
+    /// not consume from (see `missing_held`), neither held nor written.
+    Skipped,
 }
 
 impl Held {
@@ -75,11 +82,20 @@ impl Held {
 /// `None` = leave alone) means admitted, `None` means refused, write
 /// nothing. Returns `decide`'s answer.
 ///
+/// `missing_held(row)` is how many missing rows of `row`'s limit (name,
+/// key) the call must hold: missing shards are full, and the math takes
+/// the fullest shards with the lowest numbers first, so a limit named by
+/// `m` requests consumes from at most the first `2 m` missing shards. The
+/// later missing shards are neither held nor written (no placeholder row
+/// for a shard the call cannot use); `decide` writing one is an internal
+/// error, never a silent write.
+///
 /// Errors: as [`super::consume`] (25006 in a read-only transaction, 40001,
 /// timeouts and cancels while waiting), and `decide`'s own (returned after
 /// the placeholders are deleted: nothing stays written).
 pub fn consume_all_or_nothing<T>(
     rows: &[RowId<'_>],
+    missing_held: impl Fn(RowId<'_>) -> usize,
     decide: impl FnOnce(&[Option<State>]) -> Result<(T, Option<Vec<Option<State>>>), CallError>,
 ) -> Result<T, CallError> {
     // SAFETY: every step gets the relations opened here and this
@@ -87,21 +103,34 @@ pub fn consume_all_or_nothing<T>(
     unsafe {
         let (relations, command) = begin_write(c"rate_limit_all()");
         let mut held = Vec::with_capacity(rows.len());
-        for row in rows {
-            held.push(hold(&relations, *row, command)?);
+        // Placeholders held for the limit of the previous row (rows of one
+        // limit are next to each other in the sorted order).
+        let mut placeholders = 0;
+        for (index, row) in rows.iter().enumerate() {
+            let same_limit =
+                index > 0 && (rows[index - 1].name, rows[index - 1].key) == (row.name, row.key);
+            if !same_limit {
+                placeholders = 0;
+            }
+            let may_hold_missing = placeholders < missing_held(*row);
+            let this = hold(&relations, *row, command, may_hold_missing)?;
+            if this.is_placeholder() {
+                placeholders += 1;
+            }
+            held.push(this);
         }
         let stored: Vec<Option<State>> = held
             .iter()
             .map(|held| match held {
                 Held::Locked(locked) => Some(locked.state),
-                Held::Placeholder { .. } => None,
+                Held::Placeholder { .. } | Held::Skipped => None,
             })
             .collect();
         let placeholders: Vec<_> = held
             .iter()
             .filter_map(|held| match held {
                 Held::Placeholder { tid, .. } => Some(*tid),
-                Held::Locked(_) => None,
+                Held::Locked(_) | Held::Skipped => None,
             })
             .collect();
         let (answer, writes) = match decide(&stored) {
@@ -154,6 +183,11 @@ pub fn consume_all_or_nothing<T>(
             let mut locked = match held {
                 Held::Locked(locked) => locked,
                 Held::Placeholder { tid, datums } => LockedRow::inserted(tid, datums, PLACEHOLDER),
+                Held::Skipped => {
+                    pgrx::error!(
+                        "rate_limiter: rate_limit_all() would write a shard it does not hold"
+                    )
+                }
             };
             if state != locked.state {
                 write_locked(&relations, &mut locked, state, command)?;
@@ -165,8 +199,8 @@ pub fn consume_all_or_nothing<T>(
 }
 
 /// Step 1 for one row: lock it, or hold it with a placeholder when it is
-/// missing, looking again (and waiting) when another transaction inserted
-/// it first.
+/// missing (or, when `may_hold_missing` is false, leave it: `Skipped`),
+/// looking again (and waiting) when another transaction inserted it first.
 ///
 /// # Safety
 /// `relations` opened by [`begin_write`], `command` its command id.
@@ -174,10 +208,14 @@ unsafe fn hold(
     relations: &Relations,
     row: RowId<'_>,
     command: pg_sys::CommandId,
+    may_hold_missing: bool,
 ) -> Result<Held, CallError> {
     loop {
         if let Acquired::Locked(locked) = acquire(relations, row, command)? {
             return Ok(Held::Locked(locked));
+        }
+        if !may_hold_missing {
+            return Ok(Held::Skipped);
         }
         let mut datums = Datums::of(row);
         datums.set_state(PLACEHOLDER.value, timestamp(PLACEHOLDER.ts)?);

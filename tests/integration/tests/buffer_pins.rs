@@ -92,6 +92,10 @@ fn rate_limit_all_pins_no_page_while_it_waits() {
     let mut holder = hold_row(&name, &last);
     let caller_name = name.clone();
     let mut caller = connect();
+    // More requests than the default rate_limiter.max_requests (1,000).
+    caller
+        .batch_execute("SET rate_limiter.max_requests = 100000")
+        .unwrap();
     let caller_pid = pid(&mut caller);
     let call = thread::spawn(move || {
         caller

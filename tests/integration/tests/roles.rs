@@ -103,6 +103,17 @@ fn each_readme_role_works_with_exactly_its_grants() {
         "SELECT * FROM rate_limiter.rate_limits".to_string(),
         "UPDATE rate_limiter.rate_limits SET value = 100".to_string(),
         "SET rate_limiter.now_override = '2030-01-01'".to_string(),
+        // An inline config for a defined limit overrides the definition:
+        // managing the limit (a refill, or a deep debt), refused to a role
+        // that may not call define().
+        "SELECT * FROM rate_limiter.rate_limit('signup', 'k', 0, config => rate_limiter.token_bucket(1e12, '1 microsecond'))".to_string(),
+        format!("SELECT * FROM rate_limiter.rate_limit('signup', 'victim', 1e8, reserve => true, config => {bucket})"),
+        format!("SELECT * FROM rate_limiter.rate_check('signup', 'k', config => {bucket})"),
+        format!("SELECT * FROM rate_limiter.rate_limit_all(ARRAY[('signup', 'k', 1, {bucket})]::rate_limiter.request[])"),
+        format!("SELECT * FROM rate_limiter.rate_wait('signup', 'k', 1, '0', {bucket})"),
+        format!("SELECT * FROM rate_limiter.status('signup', 'k', {bucket})"),
+        format!("SELECT rate_limiter.http_headers('signup', 'k', config => {bucket})"),
+        "SET rate_limiter.max_requests = 100000".to_string(),
     ] {
         expect(&mut app, "app", &sql, denied.clone());
     }
@@ -127,6 +138,14 @@ fn each_readme_role_works_with_exactly_its_grants() {
         .expect("the app's consumption")
         .get(0);
     assert_eq!(value, 4.0);
+    // The admin may override a definition inline (it could redefine the
+    // limit anyway).
+    expect(
+        &mut admin,
+        "admin",
+        &format!("SELECT rate_limiter.rate_credit('signup', 'k', 0, {bucket})"),
+        None,
+    );
     drop((admin, app, web, owner));
     let mut superuser = Client::connect(&base_url(), NoTls).expect("connect as superuser");
     superuser

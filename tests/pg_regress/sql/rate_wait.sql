@@ -12,6 +12,12 @@ SELECT * FROM rate_limiter.rate_wait('wait_hourly', 'k', timeout => '0');
 -- with ok = false and retry_after, and consumes nothing.
 SELECT * FROM rate_limiter.rate_wait('wait_hourly', 'k', timeout => '10 minutes');
 SELECT value FROM rate_limiter.rate_limits WHERE name = 'wait_hourly';
+-- A refused try looks first (rate_check) and takes no transaction id: a
+-- long wait does not use up a subtransaction and an id per try.
+BEGIN;
+SELECT ok FROM rate_limiter.rate_wait('wait_hourly', 'k', timeout => '10 minutes');
+SELECT pg_current_xact_id_if_assigned() IS NULL AS no_transaction_id;
+ROLLBACK;
 -- Inline configs work as in rate_limit.
 SELECT * FROM rate_limiter.rate_wait('wait_inline', 'k', 3, config => rate_limiter.fixed_window(5, '1 day'));
 
