@@ -49,7 +49,9 @@ RL_STANDBY_PORT=${RL_STANDBY_PORT:-$((RL_PORT + 1))}
 # download`, which a minimal Debian 12 lacks (it has python3 without pip).
 # Only `download` is used, never `install`, so a system pip that refuses
 # to install packages (PEP 668, "externally managed") works as it is.
-APT_PACKAGES=(postgresql-15 postgresql-server-dev-15 postgresql-15-cron libclang-dev clang sudo pgbouncer redis-server gnuplot-nox python3-pip)
+# pkg-config, libssl-dev: `cargo install cargo-pgrx` builds openssl-sys,
+# which a minimal Debian 12 cannot without them.
+APT_PACKAGES=(postgresql-15 postgresql-server-dev-15 postgresql-15-cron libclang-dev clang sudo pgbouncer redis-server gnuplot-nox python3-pip pkg-config libssl-dev)
 
 log() { printf '\n== %s\n' "$*" >&2; }
 
