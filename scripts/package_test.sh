@@ -12,10 +12,21 @@ export RL_PG=15
 source scripts/lib.sh
 
 if ! command -v debootstrap >/dev/null; then
-    apt-get update -qq
-    DEBIAN_FRONTEND=noninteractive apt-get install -y -qq debootstrap >/dev/null
+    retry apt-get update -qq
+    retry env DEBIAN_FRONTEND=noninteractive apt-get install -y -qq debootstrap >/dev/null
 fi
-deb=${1:-$(bash scripts/package.sh | tail -n 1)}
+deb=${1:-}
+if [ -z "$deb" ]; then
+    built=$(mktemp)
+    if ! bash scripts/package.sh >"$built" 2>&1; then
+        tail -n 40 "$built"
+        rm -f "$built"
+        echo "package: 0 passed, 1 failed"
+        exit 1
+    fi
+    deb=$(tail -n 1 "$built")
+    rm -f "$built"
+fi
 mirror=${RL_DEBIAN_MIRROR:-http://deb.debian.org/debian}
 
 root=$(mktemp -d /tmp/rate_limiter_clean_system.XXXXXX)
@@ -42,7 +53,7 @@ mkdir -p "$root/etc/postgresql-common/createcluster.d"
 echo "create_main_cluster = false" >"$root/etc/postgresql-common/createcluster.d/no-main-cluster.conf"
 
 log "installing postgresql-15, then the package"
-chroot "$root" env DEBIAN_FRONTEND=noninteractive apt-get install -y -qq --no-install-recommends postgresql-15 >/dev/null
+retry chroot "$root" env DEBIAN_FRONTEND=noninteractive apt-get install -y -qq --no-install-recommends postgresql-15 >/dev/null
 cp "$deb" "$root/tmp/rate_limiter.deb"
 cat >"$root/tmp/check.sql" <<'SQL'
 CREATE EXTENSION rate_limiter;

@@ -26,12 +26,15 @@ if [ -z "${RL_PG:-}" ]; then
         # The steps whose runner failed (a build, a server that would not
         # start, a runner's own error), as the version's run names them.
         steps=$(grep -E '^steps that failed: ' "$log" | tail -n 1 | sed -E 's/^steps that failed: //' || true)
-        rm -f "$log"
         if [ -z "$line" ]; then
-            summary+=("PostgreSQL $version: no summary (the run broke before its tests)")
+            # Say why at the end, where a truncated CI log still shows it.
+            summary+=("PostgreSQL $version: no summary (the run broke before its tests); its last lines:")
+            while IFS= read -r last; do summary+=("    $last"); done < <(tail -n 25 "$log")
+            rm -f "$log"
             status=1
             continue
         fi
+        rm -f "$log"
         read -r p f < <(sed -E 's/^tests: ([0-9]+) passed, ([0-9]+) failed$/\1 \2/' <<<"$line")
         passed=$((passed + p)) failed=$((failed + f))
         summary+=("PostgreSQL $version: $p passed, $f failed ($((SECONDS - started)) s)${steps:+; steps that failed: $steps}")
