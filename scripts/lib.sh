@@ -51,7 +51,7 @@ RL_STANDBY_PORT=${RL_STANDBY_PORT:-$((RL_PORT + 1))}
 # to install packages (PEP 668, "externally managed") works as it is.
 # pkg-config, libssl-dev: `cargo install cargo-pgrx` builds openssl-sys,
 # which a minimal Debian 12 cannot without them.
-APT_PACKAGES=(postgresql-15 postgresql-server-dev-15 postgresql-15-cron libclang-dev clang sudo pgbouncer redis-server gnuplot-nox python3-pip pkg-config libssl-dev)
+APT_PACKAGES=(postgresql-15 postgresql-server-dev-15 postgresql-15-cron libclang-dev clang sudo pgbouncer redis-server gnuplot-nox python3-pip pkg-config libssl-dev prometheus-postgres-exporter)
 
 log() { printf '\n== %s\n' "$*" >&2; }
 
@@ -160,11 +160,18 @@ start_cluster() {
     local options="-p $RL_PORT -k $dir -c listen_addresses=127.0.0.1 -c max_connections=200"
     # RL_WAL_LEVEL=logical (scripts/test.sh) lets the tests decode the WAL.
     options+=" -c wal_level=${RL_WAL_LEVEL:-replica}"
+    # The library is preloaded, for rate_limiter.stats (RL_PRELOAD=0: not).
     # PostgreSQL 15 (Debian's) also runs pg_cron, for the test of the
     # README's cron.schedule line; its jobs connect through the socket.
+    local preload=()
+    [ "${RL_PRELOAD:-1}" = 1 ] && preload+=(rate_limiter)
     if [ "$RL_PG" = 15 ] && [ -f "$("$PG_CONFIG" --pkglibdir)/pg_cron.so" ]; then
-        options+=" -c shared_preload_libraries=pg_cron -c cron.database_name=postgres -c cron.host=$dir"
+        preload+=(pg_cron)
+        options+=" -c cron.database_name=postgres -c cron.host=$dir"
         export RATE_LIMITER_TEST_CRON=1
+    fi
+    if [ ${#preload[@]} -gt 0 ]; then
+        options+=" -c shared_preload_libraries=$(IFS=,; echo "${preload[*]}")"
     fi
     sudo -u postgres env -u RUST_BACKTRACE "$PG_BIN/pg_ctl" -D "$dir/data" -l "$dir/server.log" -w \
         -o "$options" start >/dev/null

@@ -43,15 +43,16 @@ COMMENT ON FUNCTION rate_limiter.fixed_window(float8, interval, float8, float8, 
 
 -- Definitions --------------------------------------------------------------
 
-CREATE FUNCTION rate_limiter.define(name text, config rate_limiter.config)
+CREATE FUNCTION rate_limiter.define(name text, config rate_limiter.config, enforce boolean DEFAULT true)
 RETURNS void
 LANGUAGE c VOLATILE
-AS 'MODULE_PATHNAME', 'define_wrapper';
+AS 'MODULE_PATHNAME', 'define_enforcing_wrapper';
 
-COMMENT ON FUNCTION rate_limiter.define(text, rate_limiter.config) IS
-'Creates or replaces the named limit. Changing kind, period or shards discards its state; other changes keep it (capped at the new capacity). '
+COMMENT ON FUNCTION rate_limiter.define(text, rate_limiter.config, boolean) IS
+'Creates or replaces the named limit. Changing kind, period or shards discards its state; other changes keep it (capped at the new capacity), switching enforce too. '
+'enforce => false is shadow mode: calls decide and write state as an enforcing limit does, but answer ok = true, never raise, and count the refusal in rate_limiter.stats.shadow_refused. '
 'WARNING when each shard of a sharded limit would hold fewer than 5 tokens. '
-'Errors: 22004 NULL name/config or required field; 22023 invalid config.';
+'Errors: 22004 NULL name/config/enforce or required field; 22023 invalid config.';
 
 CREATE FUNCTION rate_limiter.undefine(name text)
 RETURNS boolean
@@ -279,64 +280,45 @@ CREATE FUNCTION rate_limiter.rate_wait(
     timeout interval            DEFAULT '30 seconds',
     config  rate_limiter.config DEFAULT NULL)
 RETURNS TABLE (ok boolean, retry_after interval, remaining float8)
-LANGUAGE plpgsql VOLATILE ROWS 1
-SET search_path = pg_catalog, pg_temp
-AS $rate_wait$
-DECLARE
-    deadline timestamptz;
-    probe record;
-    attempt record;
-BEGIN
-    IF timeout IS NULL THEN
-        RAISE EXCEPTION USING ERRCODE = '22004', MESSAGE = 'timeout must not be NULL';
-    END IF;
-    IF timeout < interval '0' THEN
-        RAISE EXCEPTION USING ERRCODE = '22023', MESSAGE = 'timeout must not be negative';
-    END IF;
-    IF pg_catalog.current_setting('transaction_read_only')::boolean THEN
-        RAISE EXCEPTION USING ERRCODE = '25006', MESSAGE = 'cannot execute rate_wait() in a read-only transaction';
-    END IF;
-    deadline := pg_catalog.clock_timestamp() + timeout;
-    LOOP
-        -- Look first (no lock, no transaction id); try to consume only when
-        -- the limit would admit, so a long wait does not use up a
-        -- subtransaction and a transaction id per refused try.
-        SELECT * INTO probe FROM rate_limiter.rate_check(name, key, count, config => config);
-        IF probe.ok THEN
-            BEGIN
-                SELECT * INTO attempt FROM rate_limiter.rate_limit(name, key, count, config => config);
-                IF NOT attempt.ok THEN
-                    -- Roll the refused try back: that releases its row lock,
-                    -- so others can use the limit while this call sleeps.
-                    RAISE EXCEPTION USING ERRCODE = 'RLW00';
-                END IF;
-            EXCEPTION WHEN SQLSTATE 'RLW00' THEN
-                NULL;
-            END;
-            IF attempt.ok THEN
-                RETURN QUERY SELECT attempt.ok, attempt.retry_after, attempt.remaining;
-                RETURN;
-            END IF;
-            -- Another transaction took the tokens between the look and the
-            -- try: wait as the try says, at least a millisecond.
-            probe := attempt;
-            probe.retry_after := greatest(attempt.retry_after, interval '1 millisecond');
-        END IF;
-        IF pg_catalog.clock_timestamp() + probe.retry_after > deadline THEN
-            RETURN QUERY SELECT false, probe.retry_after, probe.remaining;
-            RETURN;
-        END IF;
-        PERFORM pg_catalog.pg_sleep(EXTRACT(epoch FROM probe.retry_after)::float8);
-    END LOOP;
-END
-$rate_wait$;
+LANGUAGE c VOLATILE ROWS 1
+AS 'MODULE_PATHNAME', 'rate_wait_wrapper';
 
 COMMENT ON FUNCTION rate_limiter.rate_wait(text, text, float8, interval, rate_limiter.config) IS
 'As rate_limit, but a refused call sleeps until retry_after and tries again, until it is admitted or the next try would come after timeout '
 '(then it returns ok = false at once, with retry_after, and consumes nothing). While it sleeps it holds no row lock (the refused try is rolled back). '
 'Each try first looks (rate_check: no lock, no transaction id) and consumes only when the limit would admit, so waiting uses no subtransaction per refusal. '
+'Only the final answer is counted in rate_limiter.stats. '
 'Sleeps on the real clock; can be cancelled (57014); statement_timeout applies. '
 'Errors: as rate_limit (22004, 42704, 42501, 54000, 22023, 25006 in a read-only transaction); 22004 NULL timeout; 22023 negative timeout.';
+
+-- Statistics (need shared_preload_libraries = 'rate_limiter') ---------------
+
+CREATE FUNCTION rate_limiter._stats()
+RETURNS TABLE (name text, calls bigint, admitted bigint, refused bigint, reserved bigint,
+               tokens float8, credited float8, near_limit bigint, shadow_refused bigint,
+               contended bigint, stats_reset timestamptz)
+LANGUAGE c VOLATILE
+AS 'MODULE_PATHNAME', 'stats_wrapper';
+
+COMMENT ON FUNCTION rate_limiter._stats() IS
+'The rows of the view rate_limiter.stats. Errors: 55000 when rate_limiter is not in shared_preload_libraries.';
+
+CREATE VIEW rate_limiter.stats AS SELECT * FROM rate_limiter._stats();
+
+COMMENT ON VIEW rate_limiter.stats IS
+'One row per limit name of this database that was called since the server started: counters summed over every backend since stats_reset. '
+'calls = admitted + refused + shadow_refused; reserved = admitted with retry_after > 0; tokens = counts admitted; credited = tokens given back; '
+'near_limit = admitted calls that left less than 20% of capacity; contended = sharded calls that passed over or waited for a locked shard. '
+'Not transactional (a decision is counted when made). Needs shared_preload_libraries = ''rate_limiter'' (55000 otherwise); at most rate_limiter.stats_max names.';
+
+CREATE FUNCTION rate_limiter.stats_reset(name text DEFAULT NULL)
+RETURNS void
+LANGUAGE c VOLATILE
+AS 'MODULE_PATHNAME', 'stats_reset_wrapper';
+
+COMMENT ON FUNCTION rate_limiter.stats_reset(text) IS
+'Zeroes the counters of the named limit in rate_limiter.stats (NULL: of every limit of this database) and sets its stats_reset to now. '
+'Errors: 55000 when rate_limiter is not in shared_preload_libraries.';
 
 -- Housekeeping -----------------------------------------------------------------
 

@@ -42,7 +42,9 @@ CREATE TABLE rate_limiter.definitions (
     capacity     float8,
     max_reserved float8,
     shards       int4 NOT NULL DEFAULT 1,
-    start        timestamptz
+    start        timestamptz,
+    -- false: shadow mode (decides and writes state, answers as admitted).
+    enforce      boolean NOT NULL DEFAULT true
 );
 COMMENT ON TABLE rate_limiter.definitions IS
     'Named rate limits; write it with rate_limiter.define() and rate_limiter.undefine()';

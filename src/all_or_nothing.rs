@@ -12,8 +12,9 @@
 
 use crate::clock;
 use crate::config::{inline_config, required};
-use crate::definitions;
+use crate::definitions::{self, Definition};
 use crate::errors::{report, CallError, Refusal};
+use crate::stats::{self, Counted};
 use crate::result_row;
 use crate::storage::{self, RowId};
 use pgrx::fcinfo::{pg_getarg, pg_getarg_datum};
@@ -22,8 +23,8 @@ use pgrx::pg_sys;
 use pgrx::prelude::*;
 use pgrx::AllocatedByRust;
 use rate_limiter_algorithm::{
-    evaluate_all_or_nothing, Answer, Config, ErrorKind, Limit, LimitError, LimitId, Member,
-    Request, State,
+    evaluate_all_or_nothing, near_limit, Answer, Config, ErrorKind, Limit, LimitError, LimitId,
+    Member, Request, State, Verdict,
 };
 use std::collections::HashMap;
 
@@ -37,6 +38,8 @@ struct RequestArgument {
     inline: Option<Config>,
     /// The config in force: `inline`, else the definition.
     config: Config,
+    /// Whether its limit enforces (`false`: shadow mode).
+    enforce: bool,
 }
 
 /// A NULL where a value is required, naming the array element.
@@ -129,13 +132,14 @@ fn read_requests(array: pg_sys::Datum) -> Result<Vec<RequestArgument>, CallError
     requests
         .into_iter()
         .map(|(name, key, count, inline)| {
-            let config = definitions::resolve(&name, inline)?;
+            let definition = definitions::resolve(&name, inline)?;
             Ok(RequestArgument {
                 name,
                 key,
                 count: count.unwrap_or(1.0),
                 inline,
-                config,
+                config: definition.config,
+                enforce: definition.enforce,
             })
         })
         .collect()
@@ -158,7 +162,10 @@ fn group(
             key: request.key.as_deref(),
         };
         let limit = match seen.get(&id).copied() {
-            Some(limit) if limits[limit].config != request.config => {
+            Some(limit)
+                if limits[limit].config != request.config
+                    || limits[limit].enforce != request.enforce =>
+            {
                 return Err(CallError::Limit(LimitError::invalid(
                     "requests",
                     format!(
@@ -173,6 +180,7 @@ fn group(
                     id,
                     config: request.config,
                     stored: vec![None; request.config.shards.max(1) as usize],
+                    enforce: request.enforce,
                 });
                 seen.insert(id, limits.len() - 1);
                 limits.len() - 1
@@ -238,7 +246,11 @@ fn consume(requests: &[RequestArgument], reserve: bool) -> Result<Vec<Answer>, C
         // Every definition used is still the one in force (a define may
         // have committed while the call waited for a row).
         for request in requests {
-            definitions::recheck(&request.name, request.inline, &request.config)?;
+            let used = Definition {
+                config: request.config,
+                enforce: request.enforce,
+            };
+            definitions::recheck(&request.name, request.inline, &used)?;
         }
         for (limit, positions) in limits.iter_mut().zip(&positions) {
             for (slot, position) in limit.stored.iter_mut().zip(positions) {
@@ -276,12 +288,30 @@ fn run(
         // A restart resolves every definition again.
         if !std::mem::take(&mut first) {
             for request in requests.iter_mut() {
-                request.config = definitions::resolve(&request.name, request.inline)?;
+                let definition = definitions::resolve(&request.name, request.inline)?;
+                request.config = definition.config;
+                request.enforce = definition.enforce;
             }
         }
         consume(&requests, reserve)
     })?;
     Ok((requests, answers, throws))
+}
+
+/// How the answer to `request` is counted in `rate_limiter.stats`: as
+/// answered (in a call refused as a whole, a request that answers
+/// `ok = true` counts as admitted, though nothing was consumed).
+/// `rate_limit_all` holds every shard, waiting for busy ones: it counts no
+/// contention.
+fn counted(request: &RequestArgument, answer: &Answer) -> Counted {
+    let admitted = answer.verdict == Verdict::Admitted;
+    Counted {
+        verdict: answer.verdict,
+        count: request.count,
+        reserved: admitted && answer.retry_after.is_some_and(|micros| micros > 0),
+        near_limit: admitted && near_limit(&request.config, answer.remaining),
+        contended: false,
+    }
 }
 
 /// PostgreSQL's "version 1 calling convention" record (what
@@ -306,6 +336,9 @@ pub unsafe extern "C-unwind" fn rate_limit_all_wrapper(
         Ok(result) => result,
         Err(error) => report(error),
     };
+    for (request, answer) in requests.iter().zip(&answers) {
+        stats::count(&request.name, counted(request, answer));
+    }
     if throws {
         let refusal = requests
             .iter()

@@ -18,9 +18,14 @@ pub struct Objects {
     pub index: pg_sys::Oid,
     /// The owner of the table: the role the functions act as.
     pub owner: pg_sys::Oid,
-    /// `rate_limiter.define(text, rate_limiter.config)`: who may call it may
+    /// `rate_limiter.define(text, rate_limiter.config, boolean)` (before
+    /// 0.4.0: `define(text, rate_limiter.config)`): who may call it may
     /// also override a definition with an inline config.
     pub define: pg_sys::Oid,
+    /// Whether `rate_limiter.definitions` has the column `enforce` (0.4.0
+    /// and later): until `ALTER EXTENSION rate_limiter UPDATE`, the library
+    /// works with an older version's tables, where every limit enforces.
+    pub enforce_column: bool,
     /// Whether Citus lists the table in `pg_catalog.pg_dist_partition`
     /// (`create_distributed_table`): then calls must fail closed.
     pub distributed: bool,
@@ -67,15 +72,18 @@ fn distributed(table: pg_sys::Oid) -> bool {
     .unwrap_or(true)
 }
 
-/// The OID of `rate_limiter.define(text, rate_limiter.config)`; invalid
-/// when it is missing (then nobody may override a definition).
+/// The OID of `rate_limiter.define(text, rate_limiter.config, boolean)`, or
+/// of an older version's `define(text, rate_limiter.config)`; invalid when
+/// both are missing (then nobody may override a definition).
 /// A read-only statement (`Spi::connect` + `select`): `Spi::get_one` would
 /// assign a transaction id, which a hot standby cannot do.
 fn define_function() -> pg_sys::Oid {
     Spi::connect(|client| {
         client
             .select(
-                "SELECT pg_catalog.to_regprocedure('rate_limiter.define(pg_catalog.text, rate_limiter.config)')::pg_catalog.oid",
+                "SELECT COALESCE(\
+                     pg_catalog.to_regprocedure('rate_limiter.define(pg_catalog.text, rate_limiter.config, pg_catalog.bool)'), \
+                     pg_catalog.to_regprocedure('rate_limiter.define(pg_catalog.text, rate_limiter.config)'))::pg_catalog.oid",
                 Some(1),
                 &[],
             )?
@@ -120,10 +128,13 @@ pub fn objects() -> Objects {
             }
             let owner = (*(pg_sys::GETSTRUCT(tuple) as pg_sys::Form_pg_class)).relowner;
             pg_sys::ReleaseSysCache(tuple);
-            Some((table, index, owner))
+            let definitions = pg_sys::get_relname_relid(c"definitions".as_ptr(), schema);
+            let enforce_column = definitions != pg_sys::InvalidOid
+                && pg_sys::get_attnum(definitions, c"enforce".as_ptr()) > 0;
+            Some((table, index, owner, enforce_column))
         })
     };
-    let Some((table, index, owner)) = found else {
+    let Some((table, index, owner, enforce_column)) = found else {
         ereport!(
             PgLogLevel::ERROR,
             PgSqlErrorCode::ERRCODE_UNDEFINED_TABLE,
@@ -137,6 +148,7 @@ pub fn objects() -> Objects {
         index,
         owner,
         define: define_function(),
+        enforce_column,
         distributed: distributed(table),
     };
     OBJECTS.with(|cell| cell.set(Some(objects)));

@@ -8,6 +8,7 @@ use crate::clock;
 use crate::config::{inline_config, required};
 use crate::definitions;
 use crate::errors::{report, CallError};
+use crate::stats;
 use crate::storage;
 use pgrx::prelude::*;
 use rate_limiter_algorithm::validate_credit;
@@ -38,10 +39,11 @@ fn credit(
     let inline = inline_config(config)?;
     validate_credit(count)?;
     definitions::restarting(|| {
-        let config = definitions::resolve(name, inline)?;
+        let definition = definitions::resolve(name, inline)?;
+        let config = definition.config;
         let shard = config.shard();
         let after = storage::credit(name, key, config.shards as i16, |stored| {
-            definitions::recheck(name, inline, &config)?;
+            definitions::recheck(name, inline, &definition)?;
             Ok(rate_limiter_algorithm::credit(
                 &shard,
                 stored,
@@ -54,4 +56,5 @@ fn credit(
             .map(|state| state.map_or(shard.capacity(), |state| state.value))
             .sum())
     })
+    .inspect(|_| stats::credited(name, count))
 }

@@ -17,6 +17,8 @@ use pgrx::pg_sys::panic::ErrorReport;
 use pgrx::prelude::*;
 use pgrx::spi::SpiClient;
 use pgrx::PgOid;
+use pgrx::heap_tuple::PgHeapTuple;
+use pgrx::AllocatedByRust;
 use pgrx::PgSqlErrorCode;
 use rate_limiter_algorithm::{Config, Kind, LimitError};
 use std::cell::{Cell, RefCell};
@@ -24,12 +26,26 @@ use std::collections::HashMap;
 
 const TEXT: PgOid = PgOid::BuiltIn(pg_sys::PgBuiltInOids::TEXTOID);
 
-const LOOKUP: &str = "SELECT kind::text, rate, period, capacity, max_reserved, shards, start \
+const LOOKUP: &str = "SELECT kind::text, rate, period, capacity, max_reserved, shards, start, enforce \
      FROM rate_limiter.definitions WHERE name = $1";
+
+/// [`LOOKUP`] on the tables of a version before 0.4.0 (no column
+/// `enforce`: every limit enforces), until `ALTER EXTENSION ... UPDATE`.
+const LOOKUP_BEFORE_0_4: &str = "SELECT kind::text, rate, period, capacity, max_reserved, shards, start, true \
+     FROM rate_limiter.definitions WHERE name = $1";
+
+/// What a call of a limit uses: its config, and whether it enforces
+/// (`false`: shadow mode, see `rate_limiter_algorithm::verdict`). An inline
+/// config always enforces.
+#[derive(Debug, Clone, Copy, PartialEq)]
+pub struct Definition {
+    pub config: Config,
+    pub enforce: bool,
+}
 
 thread_local! {
     /// Definitions looked up in this backend, by name (`None`: undefined).
-    static CACHE: RefCell<HashMap<Vec<u8>, Option<Config>>> = RefCell::new(HashMap::new());
+    static CACHE: RefCell<HashMap<Vec<u8>, Option<Definition>>> = RefCell::new(HashMap::new());
     /// The bytes of the names in `CACHE`.
     static CACHED_BYTES: Cell<usize> = const { Cell::new(0) };
 }
@@ -42,7 +58,7 @@ const MAX_CACHED_NAMES: usize = 10_000;
 const MAX_CACHED_BYTES: usize = 1 << 20;
 
 /// Caches `found` for `name`, first emptying the cache if it is full.
-fn remember(name: &[u8], found: Option<Config>) {
+fn remember(name: &[u8], found: Option<Definition>) {
     CACHE.with(|cache| {
         let mut cache = cache.borrow_mut();
         let bytes = CACHED_BYTES.with(Cell::get);
@@ -87,9 +103,9 @@ fn _invalidate_definitions(relid: pg_sys::Oid) {
     unsafe { pg_sys::CacheInvalidateRelcacheByRelid(relid) };
 }
 
-/// The config a call of `name` uses: `inline` when given, else the
-/// definition of `name`, else a 42704 error naming the limit (a misspelled
-/// name is never a silent new limit).
+/// The config a call of `name` uses: `inline` when given (enforcing), else
+/// the definition of `name`, else a 42704 error naming the limit (a
+/// misspelled name is never a silent new limit).
 ///
 /// An inline config is for names without a definition. For a defined name
 /// it would override the definition, which is managing the limit (it could
@@ -100,7 +116,7 @@ fn _invalidate_definitions(relid: pg_sys::Oid) {
 ///
 /// Errors: 42704 (neither); 42501 (an inline config for a defined name
 /// from a role that may not call `define`); 54000 (too many shards).
-pub fn resolve(name: &[u8], inline: Option<Config>) -> Result<Config, CallError> {
+pub fn resolve(name: &[u8], inline: Option<Config>) -> Result<Definition, CallError> {
     match inline {
         Some(config) => {
             let most = crate::settings::max_inline_shards();
@@ -113,7 +129,10 @@ pub fn resolve(name: &[u8], inline: Option<Config>) -> Result<Config, CallError>
             if lookup(name)?.is_some() && !may_define() {
                 return Err(CallError::OverrideNotAllowed(name.to_vec()));
             }
-            Ok(config)
+            Ok(Definition {
+                config,
+                enforce: true,
+            })
         }
         None => lookup(name)?.ok_or_else(|| CallError::Undefined(name.to_vec())),
     }
@@ -128,15 +147,16 @@ fn may_define() -> bool {
 }
 
 /// Called by a consuming call once it holds its rows, before it decides:
-/// whether `used`, the config it resolved for `name` (`inline` = the
-/// caller's inline config), is still the one in force. A `define` that
+/// whether `used`, the definition it resolved for `name` (`inline` = the
+/// caller's inline config), is still the one in force (config and
+/// enforcement). A `define` that
 /// committed while the call waited for a row has sent an invalidation,
 /// processed here; then the definition is read again.
 ///
 /// Errors: [`CallError::DefinitionChanged`] when the definition changed
 /// (the call starts again, so it never writes state under a replaced
 /// definition); as [`lookup`].
-pub fn recheck(name: &[u8], inline: Option<Config>, used: &Config) -> Result<(), CallError> {
+pub fn recheck(name: &[u8], inline: Option<Config>, used: &Definition) -> Result<(), CallError> {
     if inline.is_some() {
         return Ok(());
     }
@@ -163,9 +183,9 @@ pub fn restarting<T>(mut call: impl FnMut() -> Result<T, CallError>) -> Result<T
     }
 }
 
-/// The validated config of the limit `name`, or `None` when there is no
-/// definition of that name; cached (see the module documentation).
-pub fn lookup(name: &[u8]) -> Result<Option<Config>, CallError> {
+/// The validated definition of the limit `name`, or `None` when there is
+/// no definition of that name; cached (see the module documentation).
+pub fn lookup(name: &[u8]) -> Result<Option<Definition>, CallError> {
     // Process pending invalidations (cheap when there are none).
     unsafe { pg_sys::AcceptInvalidationMessages() };
     if let Some(cached) = CACHE.with(|cache| cache.borrow().get(name).copied()) {
@@ -194,7 +214,7 @@ pub fn lookup(name: &[u8]) -> Result<Option<Config>, CallError> {
 const MAX_READS: usize = 8;
 
 /// Reads the definition of `name` with the latest snapshot, as the owner.
-fn read_latest(name: &[u8]) -> Result<Option<Config>, CallError> {
+fn read_latest(name: &[u8]) -> Result<Option<Definition>, CallError> {
     crate::security::as_owner(|| {
         // SAFETY: pushed and popped around the read; an error pops it in
         // the abort.
@@ -207,8 +227,16 @@ fn read_latest(name: &[u8]) -> Result<Option<Config>, CallError> {
 
 /// Reads the definition from the table. A stored definition is validated
 /// again (a superuser may have written the table by hand).
-fn lookup_uncached(client: &SpiClient<'_>, name: &[u8]) -> Result<Option<Config>, CallError> {
-    let plan = kept_plan(client, LOOKUP, &[TEXT], false)?;
+fn lookup_uncached(
+    client: &SpiClient<'_>,
+    name: &[u8],
+) -> Result<Option<Definition>, CallError> {
+    let lookup = if crate::catalog::objects().enforce_column {
+        LOOKUP
+    } else {
+        LOOKUP_BEFORE_0_4
+    };
+    let plan = kept_plan(client, lookup, &[TEXT], false)?;
     let table = client.select(plan, Some(1), &[text_argument(name)])?;
     if table.is_empty() {
         return Ok(None);
@@ -226,7 +254,10 @@ fn lookup_uncached(client: &SpiClient<'_>, name: &[u8]) -> Result<Option<Config>
         shards: required(row.get(6)?, "shards")?,
         start: row.get(7)?,
     };
-    Ok(Some(values.to_config()?))
+    Ok(Some(Definition {
+        config: values.to_config()?,
+        enforce: required(row.get(8)?, "enforce")?,
+    }))
 }
 
 /// Inserts or replaces a definition. When the `kind`, `period` or `shards`
@@ -263,6 +294,26 @@ const DEFINE: &str = "
         SELECT kind, period, shards FROM rate_limiter.definitions WHERE name = $1 FOR UPDATE
     ), upsert AS (
         INSERT INTO rate_limiter.definitions AS d
+            (name, kind, rate, period, capacity, max_reserved, shards, start, enforce)
+        VALUES ($1, $2::rate_limiter.kind, $3, $4, $5, $6, $7, $8, $9)
+        ON CONFLICT (name) DO UPDATE SET
+            kind = excluded.kind, rate = excluded.rate, period = excluded.period,
+            capacity = excluded.capacity, max_reserved = excluded.max_reserved,
+            shards = excluded.shards, start = excluded.start, enforce = excluded.enforce
+        RETURNING 1
+    )
+    DELETE FROM rate_limiter.rate_limits AS r
+    USING previous AS p
+    WHERE r.name = $1
+      AND (p.kind::text, p.period, p.shards) IS DISTINCT FROM ($2, $4, $7)";
+
+/// [`DEFINE`] on the tables of a version before 0.4.0 (no column
+/// `enforce`), until `ALTER EXTENSION ... UPDATE`.
+const DEFINE_BEFORE_0_4: &str = "
+    WITH previous AS (
+        SELECT kind, period, shards FROM rate_limiter.definitions WHERE name = $1 FOR UPDATE
+    ), upsert AS (
+        INSERT INTO rate_limiter.definitions AS d
             (name, kind, rate, period, capacity, max_reserved, shards, start)
         VALUES ($1, $2::rate_limiter.kind, $3, $4, $5, $6, $7, $8)
         ON CONFLICT (name) DO UPDATE SET
@@ -282,6 +333,7 @@ fn define_config(
     client: &mut SpiClient<'_>,
     name: &[u8],
     values: ConfigValues,
+    enforce: bool,
 ) -> Result<(), CallError> {
     let args = [
         text_argument(name),
@@ -292,6 +344,7 @@ fn define_config(
         values.max_reserved.into(),
         values.shards.into(),
         values.start.into(),
+        enforce.into(),
     ];
     let lock_args = [
         text_argument(name),
@@ -300,7 +353,11 @@ fn define_config(
         values.shards.into(),
     ];
     client.update(LOCK_DISCARDED, None, &lock_args)?;
-    client.update(DEFINE, None, &args)?;
+    if crate::catalog::objects().enforce_column {
+        client.update(DEFINE, None, &args)?;
+    } else {
+        client.update(DEFINE_BEFORE_0_4, None, &args[..8])?;
+    }
     Ok(())
 }
 
@@ -333,21 +390,50 @@ fn warn_small_shards(name: &[u8], values: &ConfigValues) {
     }
 }
 
-/// `rate_limiter.define(name, config)`. See sql/functions.sql.
+/// `rate_limiter.define(name, config, enforce)` (symbol
+/// `define_enforcing_wrapper`). See sql/functions.sql. `enforce => false`
+/// puts the limit in shadow mode; switching keeps the state (only a change
+/// of kind, period or shards discards it).
+#[pg_extern(sql = false)]
+fn define_enforcing(
+    name: Option<&[u8]>,
+    config: Option<pgrx::composite_type!("rate_limiter.config")>,
+    enforce: Option<bool>,
+) {
+    define_limit(name, config, required(enforce, "enforce"))
+}
+
+/// `rate_limiter.define(name, config)` of versions before 0.4.0 (symbol
+/// `define_wrapper`), which the library serves until `ALTER EXTENSION
+/// rate_limiter UPDATE`: an enforcing limit.
 #[pg_extern(sql = false)]
 fn define(name: Option<&[u8]>, config: Option<pgrx::composite_type!("rate_limiter.config")>) {
+    define_limit(name, config, Ok(true))
+}
+
+/// Checks the arguments of `define` (22004, 22023), warns about small
+/// shards, and writes the definition.
+fn define_limit(
+    name: Option<&[u8]>,
+    config: Option<PgHeapTuple<'_, AllocatedByRust>>,
+    enforce: Result<bool, LimitError>,
+) {
     let checked = (|| {
         let name = required(name, "name")?;
         let values = ConfigValues::from_tuple(required(config, "config")?)?;
+        let enforce = enforce?;
         values.to_config()?;
-        Ok::<_, LimitError>((name, values))
+        Ok::<_, LimitError>((name, values, enforce))
     })();
-    if let Ok((name, values)) = &checked {
+    if let Ok((name, values, _)) = &checked {
         warn_small_shards(name, values);
     }
     let result = match checked {
-        Ok((name, values)) => crate::security::write_as_owner(c"define()", |client| {
-            define_config(client, name, values)
+        Ok((_, _, false)) if !crate::catalog::objects().enforce_column => {
+            Err(CallError::NeedsUpdate("shadow mode (enforce => false)"))
+        }
+        Ok((name, values, enforce)) => crate::security::write_as_owner(c"define()", |client| {
+            define_config(client, name, values, enforce)
         }),
         Err(error) => Err(CallError::Limit(error)),
     };

@@ -38,6 +38,12 @@ pub enum CallError {
     /// More work than a setting allows (SQLSTATE 54000); the message says
     /// which.
     TooMuchWork(String),
+    /// Statistics were asked for, but the library was not preloaded
+    /// (SQLSTATE 55000).
+    StatisticsOff,
+    /// A feature (named) needs the tables of the library's version: the
+    /// database still has an older version's (SQLSTATE 55000).
+    NeedsUpdate(&'static str),
 }
 
 impl From<LimitError> for CallError {
@@ -99,6 +105,16 @@ pub fn report(error: CallError) -> ! {
             PgSqlErrorCode::ERRCODE_T_R_SERIALIZATION_FAILURE,
             message.to_string(),
             None,
+        ),
+        CallError::NeedsUpdate(feature) => (
+            PgSqlErrorCode::ERRCODE_OBJECT_NOT_IN_PREREQUISITE_STATE,
+            format!("{feature} needs the extension's current version in this database"),
+            Some("Run ALTER EXTENSION rate_limiter UPDATE.".to_string()),
+        ),
+        CallError::StatisticsOff => (
+            PgSqlErrorCode::ERRCODE_OBJECT_NOT_IN_PREREQUISITE_STATE,
+            "rate_limiter statistics are off: the library was not loaded at server start".to_string(),
+            Some("Add rate_limiter to shared_preload_libraries in postgresql.conf and restart the server.".to_string()),
         ),
     };
     let mut report = ErrorReport::new(code, message, "rate_limiter");

@@ -13,6 +13,8 @@
 //! - [`limit`]: the SQL functions `rate_limit`, `rate_check`, `rate_reset`;
 //! - [`all_or_nothing`]: `rate_limit_all`, several limits at once, all or nothing;
 //! - [`credit`]: `rate_credit`, giving tokens back;
+//! - [`wait`]: `rate_wait`, sleeping until the limit admits;
+//! - [`stats`]: the shared-memory counters behind `rate_limiter.stats`;
 //! - [`prune`]: `prune`, deleting the state rows that change no later answer;
 //! - [`status`]: `status`, where a limit stands without consuming;
 //! - [`http`]: `http_headers`, the IETF RateLimit fields;
@@ -51,8 +53,10 @@ pub mod result_row;
 pub mod security;
 pub mod settings;
 pub mod shard_choice;
+pub mod stats;
 pub mod status;
 pub mod storage;
+pub mod wait;
 
 pgrx::pg_module_magic!();
 
@@ -64,9 +68,12 @@ extension_sql_file!(
 );
 extension_sql_file!("../sql/privileges.sql", name = "privileges", finalize);
 
-/// Called once when a backend loads the library: registers the GUCs.
+/// Called once when a backend (or, preloaded, the postmaster) loads the
+/// library: registers the GUCs, and the statistics' shared memory when
+/// preloaded.
 #[pg_guard]
 pub extern "C-unwind" fn _PG_init() {
     settings::register();
     definitions::register_cache_invalidation();
+    stats::init();
 }

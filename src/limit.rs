@@ -10,8 +10,9 @@
 
 use crate::clock;
 use crate::config::{inline_config, required};
-use crate::definitions;
+use crate::definitions::{self, Definition};
 use crate::errors::{raise_refused, report, CallError};
+use crate::stats::{self, Counted};
 use crate::result_row::{self, ResultRow};
 use crate::security::write_as_owner;
 use crate::shard_choice;
@@ -22,22 +23,25 @@ use pgrx::pg_sys;
 use pgrx::prelude::*;
 use pgrx::AllocatedByRust;
 use rate_limiter_algorithm::{
-    evaluate, evaluate_all, evaluate_pair, Config, Decision, LimitError, LimitId, Request,
-    ShardedDecision,
+    evaluate, evaluate_all, evaluate_pair, near_limit, verdict, Config, Decision, LimitError,
+    LimitId, Request, ShardedDecision, Verdict,
 };
 
 /// The checked arguments of `rate_limit` / `rate_check`. Names and keys
 /// are opaque bytes (see `names`).
-struct Call<'a> {
-    name: &'a [u8],
-    key: Option<&'a [u8]>,
-    request: Request,
-    throws: bool,
-    config: Option<Config>,
+pub struct Call<'a> {
+    pub name: &'a [u8],
+    pub key: Option<&'a [u8]>,
+    pub request: Request,
+    pub throws: bool,
+    /// The inline config, if any.
+    pub config: Option<Config>,
 }
 
 impl<'a> Call<'a> {
-    fn new(
+    /// Checks the arguments (22004 for a NULL name, count, reserve or
+    /// throws; 22023 for an invalid inline config).
+    pub fn new(
         name: Option<&'a [u8]>,
         key: Option<&'a [u8]>,
         count: Option<f64>,
@@ -85,7 +89,7 @@ impl<'a> Call<'a> {
 
     /// The inline config, else the definition, else 42704. (`evaluate`
     /// validates the count against it.)
-    fn config(&self) -> Result<Config, CallError> {
+    fn definition(&self) -> Result<Definition, CallError> {
         definitions::resolve(self.name, self.config)
     }
 }
@@ -100,34 +104,63 @@ fn answer(decision: ShardedDecision) -> Decision {
     }
 }
 
+/// What a consuming call of `definition` answers for `decision` (shadow
+/// mode answers a refusal as admitted), and how it is counted in
+/// `rate_limiter.stats`. `count` is the tokens asked for; `contended`
+/// whether a sharded call passed over or waited for a locked shard.
+pub fn answered(
+    definition: &Definition,
+    count: f64,
+    decision: Decision,
+    contended: bool,
+) -> (Decision, Counted) {
+    let (decision, verdict) = verdict::answer(decision, definition.enforce);
+    let admitted = verdict == Verdict::Admitted;
+    let counted = Counted {
+        verdict,
+        count,
+        reserved: admitted && decision.retry_after.is_some_and(|micros| micros > 0),
+        near_limit: admitted && near_limit(&definition.config, decision.remaining),
+        contended,
+    };
+    (decision, counted)
+}
+
 /// Locks the row, evaluates with the clock read after the lock, and records
 /// the consumption (see `storage`). A sharded limit picks its shards as
-/// `storage/shards.rs` describes.
-fn consume(call: &Call<'_>) -> Result<Decision, CallError> {
-    definitions::restarting(|| consume_once(call))
+/// `storage/shards.rs` describes. The decision as the call answers it,
+/// and as it is counted (by the caller: `rate_wait` counts only its last
+/// try).
+pub fn consume(call: &Call<'_>) -> Result<(Decision, Counted), CallError> {
+    let (decision, definition, contended) = definitions::restarting(|| consume_once(call))?;
+    Ok(answered(&definition, call.request.count, decision, contended))
 }
 
 /// One try of [`consume`]: fails with `DefinitionChanged` when the
-/// definition changed while the call waited for its rows.
-fn consume_once(call: &Call<'_>) -> Result<Decision, CallError> {
-    let config = call.config()?;
+/// definition changed while the call waited for its rows. The decision as
+/// made, the definition it was made under, and whether a sharded call met
+/// a locked shard.
+fn consume_once(call: &Call<'_>) -> Result<(Decision, Definition, bool), CallError> {
+    let definition = call.definition()?;
+    let config = definition.config;
     // Check the count against the config before touching the row.
     config.validate_count(call.request.count, call.request.reserve)?;
-    let current = || definitions::recheck(call.name, call.config, &config);
+    let current = || definitions::recheck(call.name, call.config, &definition);
     if config.shards > 1 {
-        return storage::consume_sharded(call.shards(&config), shard_choice::draw, |candidates| {
-            current()?;
-            Ok(evaluate_pair(
-                &config,
-                call.id(),
-                candidates,
-                clock::now(),
-                call.request,
-            )?)
-        })
-        .map(answer);
+        let (decision, contended) =
+            storage::consume_sharded(call.shards(&config), shard_choice::draw, |candidates| {
+                current()?;
+                Ok(evaluate_pair(
+                    &config,
+                    call.id(),
+                    candidates,
+                    clock::now(),
+                    call.request,
+                )?)
+            })?;
+        return Ok((answer(decision), definition, contended));
     }
-    storage::consume(call.row(), |stored| {
+    let decision = storage::consume(call.row(), |stored| {
         current()?;
         Ok(evaluate(
             &config,
@@ -136,13 +169,16 @@ fn consume_once(call: &Call<'_>) -> Result<Decision, CallError> {
             clock::now(),
             call.request,
         )?)
-    })
+    })?;
+    Ok((decision, definition, false))
 }
 
-/// Evaluates without locking or writing. A sharded limit reads every shard
-/// and answers for the two fullest (see `evaluate_all`).
-fn check(call: &Call<'_>) -> Result<Decision, CallError> {
-    let config = call.config()?;
+/// Evaluates without locking or writing, and answers as `rate_limit` would
+/// (shadow mode included). A sharded limit reads every shard and answers
+/// for the two fullest (see `evaluate_all`).
+pub fn check(call: &Call<'_>) -> Result<Decision, CallError> {
+    let definition = call.definition()?;
+    let config = definition.config;
     if config.shards > 1 {
         let limit = call.shards(&config);
         let stored = storage::read_shards(limit.name, limit.key, limit.shards);
@@ -150,7 +186,7 @@ fn check(call: &Call<'_>) -> Result<Decision, CallError> {
         for state in decision.new_states.iter().flatten() {
             storage::timestamp(state.ts)?;
         }
-        return Ok(answer(decision));
+        return Ok(verdict::answer(answer(decision), definition.enforce).0);
     }
     let stored = storage::read(call.row());
     let decision = evaluate(&config, call.id(), stored, clock::now(), call.request)?;
@@ -158,6 +194,13 @@ fn check(call: &Call<'_>) -> Result<Decision, CallError> {
     if let Some(state) = decision.new_state {
         storage::timestamp(state.ts)?;
     }
+    Ok(verdict::answer(decision, definition.enforce).0)
+}
+
+/// `rate_limit`'s body: consume, and count the decision.
+fn consume_counted(call: &Call<'_>) -> Result<Decision, CallError> {
+    let (decision, counted) = consume(call)?;
+    stats::count(call.name, counted);
     Ok(decision)
 }
 
@@ -221,7 +264,7 @@ const CALLING_CONVENTION: pg_sys::Pg_finfo_record = pg_sys::Pg_finfo_record { ap
 pub unsafe extern "C-unwind" fn rate_limit_wrapper(
     fcinfo: pg_sys::FunctionCallInfo,
 ) -> pg_sys::Datum {
-    run(fcinfo, consume)
+    run(fcinfo, consume_counted)
 }
 
 #[no_mangle]

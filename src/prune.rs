@@ -129,7 +129,7 @@ fn doomed(
         let config = match configs.get(&row.name) {
             Some(config) => *config,
             None => {
-                let config = definitions::lookup(&row.name)?;
+                let config = definitions::lookup(&row.name)?.map(|definition| definition.config);
                 configs.insert(row.name.clone(), config);
                 config
             }

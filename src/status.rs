@@ -42,7 +42,7 @@ pub fn arguments<'a>(
 ) -> Result<(&'a [u8], Config), CallError> {
     let name = required(name, "name")?;
     let inline = inline_config(config)?;
-    Ok((name, definitions::resolve(name, inline)?))
+    Ok((name, definitions::resolve(name, inline)?.config))
 }
 
 /// `rate_limiter.status(name, key, config)`. See sql/functions.sql.

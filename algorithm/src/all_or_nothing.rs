@@ -8,12 +8,17 @@
 //! fullest shards) would give it on that state. If any request is refused,
 //! no state changes; the answers of the others still say whether they alone
 //! could have been admitted.
+//!
+//! A limit in shadow mode (`enforce = false`, see [`crate::verdict`]) never
+//! makes the call fail: its refused requests consume nothing and answer as
+//! admitted, and the other requests go on as if it had not been named.
 
 use crate::config::Config;
 use crate::decision::{evaluate, LimitId, Request, State};
 use crate::error::LimitError;
 use crate::shards::evaluate_fullest;
 use crate::time::Micros;
+use crate::verdict::{shadow, Verdict};
 
 /// One distinct limit of the call, with its stored state.
 #[derive(Debug, Clone, PartialEq)]
@@ -25,6 +30,8 @@ pub struct Limit<'a> {
     /// The stored state of each shard (`stored[i]` is shard `i`; one element
     /// for an unsharded limit; `None` = no row = full).
     pub stored: Vec<Option<State>>,
+    /// Whether the limit's refusals refuse (`false`: shadow mode).
+    pub enforce: bool,
 }
 
 /// One request: `request` against `limits[limit]`.
@@ -43,6 +50,8 @@ pub struct Answer {
     /// Tokens left in the limit after this request (when admitted) or
     /// before it (when refused); for a sharded limit, summed over shards.
     pub remaining: f64,
+    /// What the request counts as: a shadow refusal answers `ok = true`.
+    pub verdict: Verdict,
 }
 
 /// The outcome of an all-or-nothing call.
@@ -92,11 +101,7 @@ pub fn evaluate_all_or_nothing(
                     }
                 }
             }
-            Answer {
-                ok: decision.ok,
-                retry_after: decision.retry_after,
-                remaining: decision.remaining,
-            }
+            (decision.ok, decision.retry_after, decision.remaining)
         } else {
             let stored = states.first().copied().flatten();
             let decision = evaluate(&limit.config, limit.id, stored, now, member.request)?;
@@ -106,14 +111,17 @@ pub fn evaluate_all_or_nothing(
                     *flag = true;
                 }
             }
-            Answer {
-                ok: decision.ok,
-                retry_after: decision.retry_after,
-                remaining: decision.remaining,
-            }
+            (decision.ok, decision.retry_after, decision.remaining)
         };
-        all_ok &= answer.ok;
-        answers.push(answer);
+        let (decided_ok, retry_after, remaining) = answer;
+        let (ok, retry_after, verdict) = shadow(decided_ok, retry_after, limit.enforce);
+        all_ok &= ok;
+        answers.push(Answer {
+            ok,
+            retry_after,
+            remaining,
+            verdict,
+        });
     }
     let new_states = all_ok.then(|| {
         current
@@ -154,6 +162,7 @@ mod tests {
                 start: None,
             },
             stored: vec![value.map(|value| State { value, ts: 0 })],
+            enforce: true,
         }
     }
 
@@ -200,6 +209,41 @@ mod tests {
         assert!(outcome.answers[0].ok);
         assert!(!outcome.answers[1].ok);
         assert_eq!(outcome.answers[1].remaining, 4.0);
+        assert_eq!(outcome.new_states, None);
+    }
+
+    #[test]
+    fn a_shadow_refusal_does_not_fail_the_call() {
+        let shadow = Limit {
+            enforce: false,
+            ..limit(b"b", 5.0, Some(1.0))
+        };
+        let limits = [limit(b"a", 10.0, None), shadow];
+        let outcome =
+            evaluate_all_or_nothing(&limits, &[member(0, 4.0), member(1, 2.0)], 0).unwrap();
+        assert_eq!(outcome.answers[0].verdict, Verdict::Admitted);
+        let answer = outcome.answers[1];
+        assert_eq!(
+            (answer.ok, answer.retry_after, answer.remaining, answer.verdict),
+            (true, None, 1.0, Verdict::ShadowRefused)
+        );
+        // The enforcing limit consumes; the shadow limit's refusal consumes nothing.
+        let states = outcome.new_states.unwrap();
+        assert_eq!(states[0], vec![Some(State { value: 6.0, ts: 0 })]);
+        assert_eq!(states[1], vec![None]);
+    }
+
+    #[test]
+    fn an_enforced_refusal_still_fails_a_call_with_shadow_limits() {
+        let shadow = Limit {
+            enforce: false,
+            ..limit(b"a", 10.0, None)
+        };
+        let limits = [shadow, limit(b"b", 5.0, Some(1.0))];
+        let outcome =
+            evaluate_all_or_nothing(&limits, &[member(0, 4.0), member(1, 2.0)], 0).unwrap();
+        assert!(outcome.answers[0].ok);
+        assert_eq!(outcome.answers[1].verdict, Verdict::Refused);
         assert_eq!(outcome.new_states, None);
     }
 

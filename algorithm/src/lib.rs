@@ -25,6 +25,7 @@ pub mod shards;
 mod status;
 mod time;
 pub mod token_bucket;
+pub mod verdict;
 
 pub use all_or_nothing::{evaluate_all_or_nothing, Answer, Limit, Member, Outcome};
 pub use config::{Config, Kind, MAX_SHARDS};
@@ -37,3 +38,4 @@ pub use shards::{
 };
 pub use status::{status, Status};
 pub use time::{period_micros, Micros, MICROS_PER_MILLISECOND};
+pub use verdict::{near_limit, Verdict};

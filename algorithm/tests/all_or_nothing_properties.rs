@@ -5,7 +5,7 @@
 use proptest::prelude::*;
 use rate_limiter_algorithm::{
     evaluate, evaluate_all, evaluate_all_or_nothing, Config, Kind, Limit, LimitId, Member, Micros,
-    Request, State,
+    Request, State, Verdict,
 };
 
 const SECOND: Micros = 1_000_000;
@@ -34,7 +34,7 @@ prop_compose! {
             .take(shards as usize)
             .map(|f| f.map(|(fraction, ts)| State { value: fraction * shard_capacity, ts: if fixed { 0 } else { ts } }))
             .collect();
-        Limit { id: LimitId { name: NAMES[index], key: None }, config, stored }
+        Limit { id: LimitId { name: NAMES[index], key: None }, config, stored, enforce: true }
     }
 }
 
@@ -149,5 +149,40 @@ proptest! {
                 }
             }
         }
+    }
+
+    /// Shadow mode: limits in shadow mode never fail the call, and a
+    /// shadow-refused request changes nothing: the call answers and writes
+    /// exactly as the same call of enforcing limits without those requests.
+    #[test]
+    fn shadow_refusals_are_as_if_the_request_was_not_made(
+        limits in limits(),
+        members in members(),
+        shadows in proptest::collection::vec(proptest::bool::ANY, 3),
+        now in 0i64..3 * SECOND,
+    ) {
+        let members = scaled(&limits, &members);
+        let mut shadowed = limits.clone();
+        for (limit, shadow) in shadowed.iter_mut().zip(&shadows) {
+            limit.enforce = !shadow;
+        }
+        let outcome = evaluate_all_or_nothing(&shadowed, &members, now).unwrap();
+        let mut kept = Vec::new();
+        let mut kept_answers = Vec::new();
+        for (member, answer) in members.iter().zip(&outcome.answers) {
+            if shadows[member.limit] {
+                prop_assert!(answer.ok);
+                prop_assert_ne!(answer.verdict, Verdict::Refused);
+            }
+            if answer.verdict == Verdict::ShadowRefused {
+                prop_assert_eq!(answer.retry_after, None);
+            } else {
+                kept.push(*member);
+                kept_answers.push(*answer);
+            }
+        }
+        let plain = evaluate_all_or_nothing(&limits, &kept, now).unwrap();
+        prop_assert_eq!(plain.new_states, outcome.new_states);
+        prop_assert_eq!(plain.answers, kept_answers);
     }
 }

@@ -123,30 +123,38 @@ impl Shard {
 /// be called more than once; only its last decision is written and
 /// returned.
 ///
+/// Also says whether the call was *contended*: it passed over or waited
+/// for a shard another transaction held (`rate_limiter.stats`).
+///
 /// Errors: as [`super::consume`].
 pub fn consume_sharded(
     limit: LimitRows<'_>,
     mut random: impl FnMut() -> [u32; 3],
     mut decide: impl FnMut([Candidate; 2]) -> Result<ShardedDecision, CallError>,
-) -> Result<ShardedDecision, CallError> {
+) -> Result<(ShardedDecision, bool), CallError> {
     // SAFETY: every step gets the relations opened here and this
     // transaction's command id.
     unsafe {
         let (relations, _) = begin_write(c"rate_limit()");
         // The highest shard this call holds, over every attempt.
         let mut held: Option<i16> = None;
+        let mut contended = false;
         let decision = loop {
             // A failed attempt's undo ends commands: each attempt writes
             // with the current one.
             let command = pg_sys::GetCurrentCommandId(true);
+            let mut state = Attempt {
+                held: &mut held,
+                contended: &mut contended,
+            };
             if let Some(decision) =
-                attempt(&relations, limit, random(), command, &mut held, &mut decide)?
+                attempt(&relations, limit, random(), command, &mut state, &mut decide)?
             {
                 break decision;
             }
         };
         end_write();
-        Ok(decision)
+        Ok((decision, contended))
     }
 }
 
@@ -180,6 +188,14 @@ unsafe fn wait_for(
     Ok(Shard { number, slot })
 }
 
+/// What a call tracks over its attempts.
+struct Attempt<'a> {
+    /// The highest shard the call holds.
+    held: &'a mut Option<i16>,
+    /// Whether it met a shard another transaction held.
+    contended: &'a mut bool,
+}
+
 /// One attempt; `None` when a new row it inserted lost a race and the call
 /// must start again.
 unsafe fn attempt(
@@ -187,9 +203,10 @@ unsafe fn attempt(
     limit: LimitRows<'_>,
     random: [u32; 3],
     command: pg_sys::CommandId,
-    held: &mut Option<i16>,
+    state: &mut Attempt<'_>,
     decide: &mut impl FnMut([Candidate; 2]) -> Result<ShardedDecision, CallError>,
 ) -> Result<Option<ShardedDecision>, CallError> {
+    let held = &mut *state.held;
     let mut order = shard_order(limit.shards, random);
     // Free shards (at most two, the pair) and the busy ones seen.
     let mut free: Vec<Shard> = Vec::with_capacity(2);
@@ -200,7 +217,10 @@ unsafe fn attempt(
             let Some(number) = order.next() else { break };
             let shard = peeked(relations, limit, number);
             match shard.slot {
-                Slot::ReadOnly(_) => busy.push(shard),
+                Slot::ReadOnly(_) => {
+                    *state.contended = true;
+                    busy.push(shard)
+                }
                 _ => free.push(shard),
             }
         }
@@ -285,6 +305,7 @@ unsafe fn attempt(
                     free[index].slot = Slot::Locked(row);
                 }
                 Lock::WouldBlock => {
+                    *state.contended = true;
                     busy.insert(0, free.remove(index).into_read_only());
                     again = true;
                     break;
@@ -293,7 +314,10 @@ unsafe fn attempt(
                     let number = free.remove(index).number;
                     let shard = peeked(relations, limit, number);
                     match shard.slot {
-                        Slot::ReadOnly(_) => busy.insert(0, shard),
+                        Slot::ReadOnly(_) => {
+                            *state.contended = true;
+                            busy.insert(0, shard)
+                        }
                         _ => free.insert(index, shard),
                     }
                     again = true;

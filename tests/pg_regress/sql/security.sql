@@ -20,7 +20,7 @@ GRANT EXECUTE ON FUNCTION
     rate_limiter.http_headers(text, text, boolean, interval, float8, rate_limiter.config),
     rate_limiter.token_bucket(float8, interval, float8, float8, int4)
     TO rl_user, rl_manager;
-GRANT EXECUTE ON FUNCTION rate_limiter.define(text, rate_limiter.config) TO rl_manager;
+GRANT EXECUTE ON FUNCTION rate_limiter.define(text, rate_limiter.config, boolean) TO rl_manager;
 SELECT rate_limiter.define('login', rate_limiter.token_bucket(5, '1 hour', max_reserved => 0));
 SELECT ok FROM rate_limiter.rate_limit('login', 'victim', 5);
 

@@ -78,11 +78,11 @@ SET rate_limiter.now_override = 'infinity';
 SET rate_limiter.now_override = '';
 SHOW rate_limiter.now_override;
 
--- Before the library is loaded in a session, PostgreSQL cannot check a
--- rate_limiter.* setting: SET keeps any value as a placeholder. Loading the
--- library (the session's first call of any rate_limiter function, or at
--- connection with session_preload_libraries) checks it: a bad value gives a
--- WARNING and the default applies. From then on SET refuses bad values.
+-- The test server preloads the library (shared_preload_libraries, for
+-- rate_limiter.stats), so every session checks a rate_limiter.* setting
+-- when it is SET: a bad value is refused at once. (Without preloading,
+-- SET before the session's first call keeps any value as a placeholder;
+-- loading the library then gives a WARNING and the default applies.)
 \c
 SET rate_limiter.sqlstate = 'toolong';
 SELECT ok FROM rate_limiter.rate_check('placeholder', config => rate_limiter.token_bucket(1, '1 minute'));

@@ -89,3 +89,45 @@ SELECT count(*) AS answers FROM pg_temp.answers();
 
 \c :regression_database
 DROP DATABASE rl_upgrade;
+
+-- 0.3.0 -> 0.4.0 replaces define(text, config) by define(text, config,
+-- enforce boolean DEFAULT true): every grant on it is carried over, made
+-- by the role that made it (so that role can still revoke it), and every
+-- existing limit keeps enforcing.
+CREATE DATABASE rl_upgrade_grants;
+\c rl_upgrade_grants
+CREATE ROLE rl_upgrade_admin;
+CREATE ROLE rl_upgrade_deputy;
+CREATE EXTENSION rate_limiter VERSION '0.3.0';
+GRANT USAGE ON SCHEMA rate_limiter TO rl_upgrade_admin, rl_upgrade_deputy;
+GRANT EXECUTE ON FUNCTION rate_limiter.token_bucket(float8, interval, float8, float8, int4)
+    TO rl_upgrade_admin, rl_upgrade_deputy;
+GRANT EXECUTE ON FUNCTION rate_limiter.define(text, rate_limiter.config) TO rl_upgrade_admin WITH GRANT OPTION;
+SET ROLE rl_upgrade_admin;
+GRANT EXECUTE ON FUNCTION rate_limiter.define(text, rate_limiter.config) TO rl_upgrade_deputy;
+RESET ROLE;
+-- The 0.4.0 library serves 0.3.0's define until the update.
+SELECT rate_limiter.define('kept', rate_limiter.token_bucket(1, '1 minute'));
+CREATE FUNCTION pg_temp.define_grants() RETURNS TABLE (grantee text, grantor text, grantable boolean)
+LANGUAGE sql AS $$
+    SELECT coalesce(nullif(a.grantee::regrole::text, '-'), 'PUBLIC'), a.grantor::regrole::text, a.is_grantable
+    FROM pg_proc p, aclexplode(p.proacl) a
+    WHERE p.pronamespace = 'rate_limiter'::regnamespace AND p.proname = 'define'
+    ORDER BY 1, 2
+$$;
+SELECT * FROM pg_temp.define_grants();
+ALTER EXTENSION rate_limiter UPDATE;
+SELECT oid::regprocedure FROM pg_proc WHERE pronamespace = 'rate_limiter'::regnamespace AND proname = 'define';
+SELECT * FROM pg_temp.define_grants();
+SELECT name, enforce FROM rate_limiter.definitions;
+SET ROLE rl_upgrade_deputy;
+SELECT rate_limiter.define('tried', rate_limiter.token_bucket(1, '1 minute'), enforce => false);
+RESET ROLE;
+SET ROLE rl_upgrade_admin;
+REVOKE EXECUTE ON FUNCTION rate_limiter.define(text, rate_limiter.config, boolean) FROM rl_upgrade_deputy;
+RESET ROLE;
+SELECT * FROM pg_temp.define_grants();
+SELECT name, enforce FROM rate_limiter.definitions ORDER BY name;
+\c :regression_database
+DROP DATABASE rl_upgrade_grants;
+DROP ROLE rl_upgrade_admin, rl_upgrade_deputy;
