@@ -73,7 +73,10 @@ extension_sql_file!("../sql/privileges.sql", name = "privileges", finalize);
 /// preloaded.
 #[pg_guard]
 pub extern "C-unwind" fn _PG_init() {
+    // Statistics first: settings::register() ends by reserving the
+    // "rate_limiter." prefix, which drops any rate_limiter.* setting not
+    // defined by then (rate_limiter.stats_max from postgresql.conf).
+    stats::init();
     settings::register();
     definitions::register_cache_invalidation();
-    stats::init();
 }

@@ -45,7 +45,9 @@ fn each_readme_role_works_with_exactly_its_grants() {
     owner
         .batch_execute(
             "DROP ROLE IF EXISTS app; DROP ROLE IF EXISTS admin; DROP ROLE IF EXISTS web_anon;
-             CREATE ROLE app LOGIN; CREATE ROLE admin LOGIN; CREATE ROLE web_anon LOGIN;",
+             DROP ROLE IF EXISTS monitor;
+             CREATE ROLE app LOGIN; CREATE ROLE admin LOGIN; CREATE ROLE web_anon LOGIN;
+             CREATE ROLE monitor LOGIN;",
         )
         .expect("create the roles");
     owner
@@ -63,6 +65,8 @@ fn each_readme_role_works_with_exactly_its_grants() {
         "SELECT rate_limiter.rate_credit('signup', 'k', 1)".to_string(),
         "SELECT rate_limiter.prune()".to_string(),
         "SELECT rate_limiter.undefine('signup')".to_string(),
+        format!("SELECT rate_limiter.define('shadow', {bucket}, enforce => false)"),
+        "SELECT rate_limiter.stats_reset('shadow')".to_string(),
         format!("SELECT rate_limiter.define('signup', {bucket})"),
     ] {
         expect(&mut admin, "admin", &sql, None);
@@ -72,8 +76,26 @@ fn each_readme_role_works_with_exactly_its_grants() {
         "SELECT * FROM rate_limiter.rate_limits",
         "SELECT * FROM rate_limiter.definitions",
         "DELETE FROM rate_limiter.definitions",
+        "SELECT * FROM rate_limiter.stats",
     ] {
         expect(&mut admin, "admin", sql, denied.clone());
+    }
+
+    // The monitoring role reads the statistics, and does nothing else.
+    let mut monitor = connect_as("monitor");
+    expect(
+        &mut monitor,
+        "monitor",
+        "SELECT * FROM rate_limiter.stats",
+        None,
+    );
+    for sql in [
+        "SELECT rate_limiter.stats_reset()",
+        "SELECT * FROM rate_limiter.rate_check('signup', 'k')",
+        "SELECT * FROM rate_limiter.rate_limits",
+        "SELECT rate_limiter.undefine('signup')",
+    ] {
+        expect(&mut monitor, "monitor", sql, denied.clone());
     }
 
     // The application role uses limits, by name and inline...
@@ -114,6 +136,9 @@ fn each_readme_role_works_with_exactly_its_grants() {
         format!("SELECT * FROM rate_limiter.status('signup', 'k', {bucket})"),
         format!("SELECT rate_limiter.http_headers('signup', 'k', config => {bucket})"),
         "SET rate_limiter.max_requests = 100000".to_string(),
+        "SELECT * FROM rate_limiter.stats".to_string(),
+        "SELECT rate_limiter.stats_reset()".to_string(),
+        format!("SELECT rate_limiter.define('signup', {bucket}, enforce => false)"),
     ] {
         expect(&mut app, "app", &sql, denied.clone());
     }
@@ -146,12 +171,12 @@ fn each_readme_role_works_with_exactly_its_grants() {
         &format!("SELECT rate_limiter.rate_credit('signup', 'k', 0, {bucket})"),
         None,
     );
-    drop((admin, app, web, owner));
+    drop((admin, app, web, monitor, owner));
     let mut superuser = Client::connect(&base_url(), NoTls).expect("connect as superuser");
     superuser
         .batch_execute(&format!("DROP DATABASE {DATABASE}"))
         .expect("drop the database");
     superuser
-        .batch_execute("DROP ROLE app; DROP ROLE admin; DROP ROLE web_anon;")
+        .batch_execute("DROP ROLE app; DROP ROLE admin; DROP ROLE web_anon; DROP ROLE monitor;")
         .expect("drop the roles");
 }
