@@ -3,7 +3,8 @@
 # and bench/report/chart.png. Starts a throwaway PostgreSQL cluster (as
 # `postgres`, in a temporary directory, port $RL_BENCH_PORT) and a throwaway
 # redis-server on 127.0.0.1:$RL_REDIS_PORT, and removes both afterwards.
-# QUICK=1 shrinks every scenario for a smoke run.
+# QUICK=1 shrinks every scenario for a smoke run; SCENARIOS=1,6 runs only
+# those (the report then holds only them).
 set -euo pipefail
 cd "$(dirname "$0")/.."
 source scripts/lib.sh
@@ -35,7 +36,11 @@ export RATE_LIMITER_BENCH_URL="host=127.0.0.1 port=$RL_PORT user=postgres dbname
 export RATE_LIMITER_BENCH_PGBENCH="-h 127.0.0.1 -p $RL_PORT -U postgres bench"
 export RATE_LIMITER_BENCH_REDIS="redis://127.0.0.1:$REDIS_PORT/"
 export RATE_LIMITER_BENCH_OUT=bench/report
+# Scenario 6 restarts the server with and without the library preloaded.
+export RATE_LIMITER_BENCH_PG_BIN=$PG_BIN RATE_LIMITER_BENCH_PGDATA=$work/pg/data
+export RATE_LIMITER_BENCH_PG_OPTIONS=$RATE_LIMITER_TEST_PG_OPTIONS
 [ -n "${QUICK:-}" ] && export RATE_LIMITER_BENCH_QUICK=1
+[ -n "${SCENARIOS:-}" ] && export RATE_LIMITER_BENCH_SCENARIOS=$SCENARIOS
 ./target/release/rate_limiter_bench
 gnuplot -e "IN='bench/report/ratios.tsv'; OUT='bench/report/chart.png'" bench/chart.gp
 cat bench/report/report.md

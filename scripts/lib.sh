@@ -50,7 +50,8 @@ RL_STANDBY_PORT=${RL_STANDBY_PORT:-$((RL_PORT + 1))}
 # Only `download` is used, never `install`, so a system pip that refuses
 # to install packages (PEP 668, "externally managed") works as it is.
 # pkg-config, libssl-dev: `cargo install cargo-pgrx` builds openssl-sys,
-# which a minimal Debian 12 cannot without them.
+# which a minimal Debian 12 cannot without them. prometheus-postgres-exporter:
+# the test of the shipped query file runs the real exporter.
 APT_PACKAGES=(postgresql-15 postgresql-server-dev-15 postgresql-15-cron libclang-dev clang sudo pgbouncer redis-server gnuplot-nox python3-pip pkg-config libssl-dev prometheus-postgres-exporter)
 
 log() { printf '\n== %s\n' "$*" >&2; }
@@ -144,6 +145,9 @@ install_extension() {
     # cargo pgrx installs the current version's script and the upgrade
     # scripts; the released versions' install scripts come from sql/released/.
     cp sql/released/rate_limiter--*.sql "$("$PG_CONFIG" --sharedir)/extension/"
+    # The query file for Prometheus's postgres_exporter (README, Monitoring).
+    mkdir -p "$("$PG_CONFIG" --sharedir)/rate_limiter"
+    cp monitoring/postgres_exporter.yml "$("$PG_CONFIG" --sharedir)/rate_limiter/"
 }
 
 start_cluster() {

@@ -4,7 +4,8 @@
 # extension packages are: target/packages/postgresql-<major>-rate-limiter_<version>-1_amd64.deb.
 # It installs into Debian's (and apt.postgresql.org's) layout:
 # /usr/lib/postgresql/<major>/lib and /usr/share/postgresql/<major>/extension,
-# with the install scripts of the released versions, and depends on
+# with the install scripts of the released versions (and the query file for
+# postgres_exporter in /usr/share/postgresql/<major>/rate_limiter), and depends on
 # postgresql-<major>.
 #
 #   bash scripts/package.sh            # PostgreSQL 15
@@ -30,11 +31,13 @@ chmod 755 "$staging"
 trap 'rm -rf "$staging"' EXIT
 lib=$staging/usr/lib/postgresql/$RL_PG/lib
 extension=$staging/usr/share/postgresql/$RL_PG/extension
-mkdir -p "$lib" "$extension" "$staging/DEBIAN"
+monitoring=$staging/usr/share/postgresql/$RL_PG/rate_limiter
+mkdir -p "$lib" "$extension" "$monitoring" "$staging/DEBIAN"
 cp "$built$("$PG_CONFIG" --pkglibdir)/rate_limiter.so" "$lib/"
 cp "$built$("$PG_CONFIG" --sharedir)"/extension/rate_limiter* "$extension/"
 cp sql/released/rate_limiter--*.sql "$extension/"
-chmod 644 "$extension"/* "$lib"/rate_limiter.so
+cp monitoring/postgres_exporter.yml "$monitoring/"
+chmod 644 "$extension"/* "$monitoring"/* "$lib"/rate_limiter.so
 cat >"$staging/DEBIAN/control" <<CONTROL
 Package: $package
 Version: $version-1

@@ -75,7 +75,8 @@ if chroot "$root" dpkg -i /tmp/rate_limiter.deb >/dev/null &&
         $bin/pg_ctl -D /tmp/data -l /tmp/server.log -o "-k /tmp -c listen_addresses=" -w start >/dev/null
         $bin/psql -X -q -At -h /tmp -U postgres -d postgres -v ON_ERROR_STOP=1 -f /tmp/check.sql >/tmp/answers
         $bin/pg_ctl -D /tmp/data -m fast -w stop >/dev/null' &&
-    [ "$(tr '\n' ' ' <"$root/tmp/answers")" = "$version t f $version " ]; then
+    [ "$(tr '\n' ' ' <"$root/tmp/answers")" = "$version t f $version " ] &&
+    [ -f "$root/usr/share/postgresql/15/rate_limiter/postgres_exporter.yml" ]; then
     ok=1
 fi
 [ -f "$root/tmp/answers" ] && sed 's/^/  /' "$root/tmp/answers"

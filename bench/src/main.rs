@@ -4,7 +4,7 @@
 //! upsert "floor" (`baselines/floor.sql`), (c) Redis with a Lua token
 //! bucket (`baselines/token_bucket.lua`). Scenario 5 measures the
 //! extension alone: one global limit under 16 clients, with and without
-//! shards.
+//! shards; scenario 6 the cost of statistics (the library preloaded or not).
 //!
 //! Run through `bench/run.sh`, which starts a throwaway PostgreSQL cluster
 //! and redis-server and passes their addresses in the environment:
@@ -17,6 +17,7 @@ mod hot_limit;
 mod latency;
 mod per_call;
 mod report;
+mod stats_overhead;
 mod storage;
 mod throughput;
 
@@ -109,16 +110,27 @@ fn main() {
         .expect("install the extension and the baselines");
     let mut report = Report::new(&mut client);
 
-    eprintln!("scenario 1: per-call server cost");
-    per_call::run(&bench, &mut report);
-    eprintln!("scenario 2: throughput with pgbench");
-    throughput::run(&bench, &mut report);
-    eprintln!("scenario 3: client-observed latency");
-    latency::run(&bench, &mut report);
-    eprintln!("scenario 4: storage");
-    storage::run(&bench, &mut report);
-    eprintln!("scenario 5: one hot limit");
-    hot_limit::run(&bench, &mut report);
+    // RATE_LIMITER_BENCH_SCENARIOS=1,6 runs only those (default: all).
+    let chosen = std::env::var("RATE_LIMITER_BENCH_SCENARIOS").ok();
+    let wanted = |number: &str| {
+        chosen
+            .as_deref()
+            .is_none_or(|list| list.split(',').any(|n| n.trim() == number))
+    };
+    let scenarios: [(&str, &str, fn(&Bench, &mut Report)); 6] = [
+        ("1", "per-call server cost", per_call::run),
+        ("2", "throughput with pgbench", throughput::run),
+        ("3", "client-observed latency", latency::run),
+        ("4", "storage", storage::run),
+        ("5", "one hot limit", hot_limit::run),
+        ("6", "the cost of statistics", stats_overhead::run),
+    ];
+    for (number, title, run) in scenarios {
+        if wanted(number) {
+            eprintln!("scenario {number}: {title}");
+            run(&bench, &mut report);
+        }
+    }
 
     report.write(&out);
     eprintln!("report written to {out}/report.md");

@@ -91,7 +91,7 @@ impl Report {
             let sign = if r.lower_is_better { "≤" } else { "≥" };
             writeln!(
                 md,
-                "| {} | {:.2}x | {sign} {:.1}x | {} |",
+                "| {} | {:.2}x | {sign} {:.2}x | {} |",
                 r.label,
                 r.ratio,
                 r.target,

@@ -431,17 +431,35 @@ fn main() {
     let bound = 20.0 + 100.0 * (end - start);
     println!("   {} calls: {admitted} admitted, {refused} refused; the bound 20 + 100 x {:.2} s = {bound:.1}", admitted + refused, end - start);
     println!(
-        "   {}\n",
+        "   {}",
         if admitted as f64 <= bound {
             "never exceeded"
         } else {
             "EXCEEDED"
         }
     );
+    // What the server counted (rate_limiter.stats: the library is preloaded).
+    let counted = client.query_one(
+        "SELECT calls, admitted, refused FROM rate_limiter.stats WHERE name = 'signup-live'",
+        &[],
+    );
+    let stats_agree = match counted {
+        Ok(row) => {
+            let (calls, server_admitted, server_refused): (i64, i64, i64) =
+                (row.get(0), row.get(1), row.get(2));
+            println!("   rate_limiter.stats counted {calls} calls: {server_admitted} admitted, {server_refused} refused");
+            server_admitted as u64 == admitted && server_refused as u64 == refused
+        }
+        Err(error) => {
+            println!("   (rate_limiter.stats: {error})");
+            true
+        }
+    };
+    println!();
 
     println!("Every answer in parts 1-4 was checked against the formulas (the pure model):");
     println!("{} of {} agree.\n", model.agreed, model.checked);
-    if model.agreed != model.checked || admitted as f64 > bound {
+    if model.agreed != model.checked || admitted as f64 > bound || !stats_agree {
         std::process::exit(1);
     }
 }
