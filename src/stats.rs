@@ -20,18 +20,23 @@
 //! is full it first evicts the least-used 5% of the entries (fewest calls,
 //! of any database), as `pg_stat_statements` does.
 //!
-//! **Never in the way.** Counting cannot fail: no allocation from
-//! PostgreSQL, no error, no wait but for the LWLock (held for a hash lookup,
-//! or for an eviction of a few thousand entries at most). Counting is not
-//! transactional: a decision is counted when it is made, also if its
-//! transaction then rolls back. Counters start from zero when the server
-//! starts (also after a crash restart).
+//! **Never in the way.** A call adds its decision to counts kept in the
+//! backend; they are added to the shared counters when the transaction
+//! ends (committed or rolled back: counting is not transactional, a
+//! rolled-back decision counts), when the backend reads the view, and
+//! whenever 1,024 decisions or 64 names are pending, so a long transaction
+//! shows its counts as it goes. Adding cannot fail: no allocation from
+//! PostgreSQL, no error, no wait but for the LWLock (held for a hash
+//! lookup, or for an eviction of a few thousand entries at most). Counters
+//! start from zero when the server starts (also after a crash restart).
 
 use crate::errors::{report, CallError};
 use pgrx::guc::{GucContext, GucFlags, GucRegistry, GucSetting};
 use pgrx::pg_sys;
 use pgrx::prelude::*;
 use rate_limiter_algorithm::Verdict;
+use std::cell::{Cell, RefCell};
+use std::collections::HashMap;
 use std::ffi::CStr;
 use std::hash::{Hash, Hasher};
 use std::sync::atomic::{AtomicI64, AtomicU64, Ordering};
@@ -62,7 +67,8 @@ struct EntryKey {
 struct Entry {
     /// First, as dynahash requires.
     key: EntryKey,
-    calls: AtomicU64,
+    // calls = admitted + refused + shadow_refused, summed when read (one
+    // atomic add fewer per call).
     admitted: AtomicU64,
     refused: AtomicU64,
     reserved: AtomicU64,
@@ -77,6 +83,17 @@ struct Entry {
     reset_at: AtomicI64,
     stored_length: u32,
     name: [u8; MAX_STORED_NAME],
+}
+
+impl Entry {
+    /// Consuming decisions counted: every decision is exactly one of
+    /// admitted, refused and shadow-refused.
+    fn calls(&self) -> u64 {
+        let load = |cell: &AtomicU64| cell.load(Ordering::Relaxed);
+        load(&self.admitted)
+            .wrapping_add(load(&self.refused))
+            .wrapping_add(load(&self.shadow_refused))
+    }
 }
 
 /// Set in the postmaster when the shared memory is made; inherited by every
@@ -110,6 +127,7 @@ pub fn init() {
         pg_sys::shmem_request_hook = Some(request_shared_memory);
         PREVIOUS_STARTUP_HOOK = pg_sys::shmem_startup_hook;
         pg_sys::shmem_startup_hook = Some(make_shared_memory);
+        pg_sys::RegisterXactCallback(Some(at_transaction_end), std::ptr::null_mut());
     }
 }
 
@@ -182,37 +200,137 @@ fn add_f64(cell: &AtomicU64, amount: f64) {
     });
 }
 
+/// Counts not yet added to the shared counters: this backend's decisions
+/// of the current transaction, per name.
+#[derive(Default, Clone, Copy)]
+struct Pending {
+    admitted: u64,
+    refused: u64,
+    reserved: u64,
+    near_limit: u64,
+    shadow_refused: u64,
+    contended: u64,
+    tokens: f64,
+    credited: f64,
+}
+
+thread_local! {
+    static PENDING: RefCell<HashMap<Vec<u8>, Pending>> = RefCell::new(HashMap::new());
+    /// Decisions in `PENDING`.
+    static PENDING_DECISIONS: Cell<usize> = const { Cell::new(0) };
+}
+
+/// The most names, and decisions, a backend keeps pending before it adds
+/// them to the shared counters in the middle of a transaction: a long
+/// transaction's counts show with at most this delay, and the memory is
+/// bounded.
+const MAX_PENDING_NAMES: usize = 64;
+const MAX_PENDING_DECISIONS: usize = 1024;
+
+/// Adds `pending` to a shared entry.
+fn publish(entry: &Entry, pending: &Pending) {
+    let add = |cell: &AtomicU64, amount: u64| {
+        if amount > 0 {
+            cell.fetch_add(amount, Ordering::Relaxed);
+        }
+    };
+    add(&entry.admitted, pending.admitted);
+    add(&entry.refused, pending.refused);
+    add(&entry.reserved, pending.reserved);
+    add(&entry.near_limit, pending.near_limit);
+    add(&entry.shadow_refused, pending.shadow_refused);
+    add(&entry.contended, pending.contended);
+    if pending.tokens != 0.0 {
+        add_f64(&entry.tokens, pending.tokens);
+    }
+    if pending.credited != 0.0 {
+        add_f64(&entry.credited, pending.credited);
+    }
+}
+
+/// Runs `change` on the pending counts of `name`, then adds every pending
+/// count to the shared counters if too many are pending.
+fn pend(name: &[u8], change: impl FnOnce(&mut Pending)) {
+    if !enabled() {
+        return;
+    }
+    let full = PENDING.with(|pending| {
+        let mut pending = pending.borrow_mut();
+        match pending.get_mut(name) {
+            Some(counts) => change(counts),
+            None => {
+                let mut counts = Pending::default();
+                change(&mut counts);
+                pending.insert(name.to_vec(), counts);
+            }
+        }
+        let decisions = PENDING_DECISIONS.with(|cell| {
+            cell.set(cell.get() + 1);
+            cell.get()
+        });
+        pending.len() >= MAX_PENDING_NAMES || decisions >= MAX_PENDING_DECISIONS
+    });
+    if full {
+        flush();
+    }
+}
+
 /// Counts one decision of limit `name` (does nothing when statistics are
-/// off).
+/// off). The count is kept in the backend and added to the shared
+/// counters when the transaction ends (commit or rollback: counting is not
+/// transactional), when the backend reads `rate_limiter.stats`, or when
+/// many are pending, as PostgreSQL's cumulative statistics publish a
+/// transaction's counts: the call itself touches no shared memory.
 pub fn count(name: &[u8], counted: Counted) {
-    with_entry(name, |entry| {
-        let one = |cell: &AtomicU64| {
-            cell.fetch_add(1, Ordering::Relaxed);
-        };
-        one(&entry.calls);
+    pend(name, |pending| {
         match counted.verdict {
             Verdict::Admitted => {
-                one(&entry.admitted);
-                add_f64(&entry.tokens, counted.count);
-                if counted.reserved {
-                    one(&entry.reserved);
-                }
-                if counted.near_limit {
-                    one(&entry.near_limit);
-                }
+                pending.admitted += 1;
+                pending.tokens += counted.count;
+                pending.reserved += u64::from(counted.reserved);
+                pending.near_limit += u64::from(counted.near_limit);
             }
-            Verdict::Refused => one(&entry.refused),
-            Verdict::ShadowRefused => one(&entry.shadow_refused),
+            Verdict::Refused => pending.refused += 1,
+            Verdict::ShadowRefused => pending.shadow_refused += 1,
         }
-        if counted.contended {
-            one(&entry.contended);
-        }
+        pending.contended += u64::from(counted.contended);
     });
 }
 
 /// Counts `count` tokens given back to limit `name` (`rate_credit`).
 pub fn credited(name: &[u8], count: f64) {
-    with_entry(name, |entry| add_f64(&entry.credited, count));
+    pend(name, |pending| pending.credited += count);
+}
+
+/// Adds this backend's pending counts to the shared counters.
+pub fn flush() {
+    if !enabled() {
+        return;
+    }
+    PENDING_DECISIONS.with(|cell| cell.set(0));
+    // Taken out first: with_entry may not run while PENDING is borrowed.
+    let pending = PENDING.with(|pending| std::mem::take(&mut *pending.borrow_mut()));
+    for (name, counts) in &pending {
+        with_entry(name, |entry| publish(entry, counts));
+    }
+}
+
+/// Transaction callback (registered in the postmaster when preloaded):
+/// publishes the pending counts when a transaction ends, committed,
+/// rolled back or prepared.
+#[pg_guard]
+unsafe extern "C-unwind" fn at_transaction_end(event: pg_sys::XactEvent::Type, _arg: *mut std::ffi::c_void) {
+    use pg_sys::XactEvent::*;
+    if matches!(
+        event,
+        XACT_EVENT_COMMIT
+            | XACT_EVENT_ABORT
+            | XACT_EVENT_PREPARE
+            | XACT_EVENT_PARALLEL_COMMIT
+            | XACT_EVENT_PARALLEL_ABORT
+    ) {
+        flush();
+    }
 }
 
 fn key_of(name: &[u8]) -> EntryKey {
@@ -228,11 +346,9 @@ fn key_of(name: &[u8]) -> EntryKey {
     }
 }
 
-/// Runs `add` on the entry of `name`, adding the entry if needed.
+/// Runs `add` on the entry of `name`, adding the entry if needed (when
+/// statistics are on).
 fn with_entry(name: &[u8], add: impl FnOnce(&Entry)) {
-    if !enabled() {
-        return;
-    }
     let key = key_of(name);
     // SAFETY: the table and lock live as long as the server; entries are
     // removed only under the exclusive lock, so a pointer found under the
@@ -277,7 +393,6 @@ unsafe fn initialize(entry: *mut Entry, key: EntryKey, name: &[u8]) {
         entry,
         Entry {
             key,
-            calls: AtomicU64::new(0),
             admitted: AtomicU64::new(0),
             refused: AtomicU64::new(0),
             reserved: AtomicU64::new(0),
@@ -316,7 +431,7 @@ fn stored_length(name: &[u8]) -> usize {
 /// the lock held exclusively.
 unsafe fn evict() {
     let mut entries: Vec<(u64, EntryKey)> = Vec::new();
-    each_entry(|entry| entries.push((entry.calls.load(Ordering::Relaxed), entry.key)));
+    each_entry(|entry| entries.push((entry.calls(), entry.key)));
     entries.sort_unstable_by_key(|(calls, _)| *calls);
     let evicted = (entries.len() / 20).max(1);
     for (_, key) in entries.iter().take(evicted) {
@@ -361,6 +476,8 @@ fn rows() -> Result<Vec<Row>, CallError> {
     if !enabled() {
         return Err(not_enabled());
     }
+    // This backend's own counts of the current transaction too.
+    flush();
     let mut rows = Vec::new();
     // SAFETY: as in `with_entry`; the entries are copied under the lock.
     unsafe {
@@ -373,7 +490,7 @@ fn rows() -> Result<Vec<Row>, CallError> {
             let load = |cell: &AtomicU64| cell.load(Ordering::Relaxed);
             rows.push(Row {
                 name: entry.name[..entry.stored_length as usize].to_vec(),
-                calls: load(&entry.calls),
+                calls: entry.calls(),
                 admitted: load(&entry.admitted),
                 refused: load(&entry.refused),
                 reserved: load(&entry.reserved),
@@ -441,6 +558,7 @@ fn stats_reset(name: Option<&[u8]>) {
     if !enabled() {
         report(not_enabled());
     }
+    flush();
     let wanted = name.map(key_of);
     // SAFETY: as in `with_entry`.
     unsafe {
@@ -458,7 +576,6 @@ fn stats_reset(name: Option<&[u8]>) {
             };
             if chosen {
                 for cell in [
-                    &entry.calls,
                     &entry.admitted,
                     &entry.refused,
                     &entry.reserved,

@@ -12,7 +12,7 @@ use postgres::{Client, NoTls};
 use std::process::Command;
 use std::time::{Duration, Instant};
 
-const RUNS: usize = 5;
+const RUNS: usize = 7;
 
 /// Restarts the benchmark server with or without the library preloaded.
 fn restart(preload: bool) {
@@ -109,7 +109,7 @@ pub fn run(bench: &Bench, report: &mut Report) {
     let (off_existing, off_new) = (median(&mut off.0), median(&mut off.1));
     let (on_existing, on_new) = (median(&mut on.0), median(&mut on.1));
     report.section(
-        "Scenario 6: the cost of statistics (µs per rate_limit call, median of 5)",
+        "Scenario 6: the cost of statistics (µs per rate_limit call, median of 7)",
         format!(
             "Scenario 1's workloads on one server, restarted between runs (alternating) with the library in \
              `shared_preload_libraries` (statistics on) and without (off).\n\n\
