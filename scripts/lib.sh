@@ -161,7 +161,8 @@ start_cluster() {
     let_postgres_reach "$PG_BIN"
     sudo -u postgres env -u RUST_BACKTRACE LC_ALL=C "$PG_BIN/initdb" -D "$dir/data" -U postgres \
         --auth=trust --no-sync --encoding=UTF8 --locale=C >/dev/null
-    local options="-p $RL_PORT -k $dir -c listen_addresses=127.0.0.1 -c max_connections=200"
+    # max_prepared_transactions: two_phase.rs prepares transactions.
+    local options="-p $RL_PORT -k $dir -c listen_addresses=127.0.0.1 -c max_connections=200 -c max_prepared_transactions=20"
     # RL_WAL_LEVEL=logical (scripts/test.sh) lets the tests decode the WAL.
     options+=" -c wal_level=${RL_WAL_LEVEL:-replica}"
     # The library is preloaded, for rate_limiter.stats (RL_PRELOAD=0: not).
@@ -195,7 +196,7 @@ start_standby() {
     sudo -u postgres "${environment[@]}" "$PG_BIN/pg_basebackup" -h "$primary" -p "$RL_PORT" -U postgres \
         -D "$dir/data" -R -X stream --no-sync >/dev/null
     sudo -u postgres "${environment[@]}" "$PG_BIN/pg_ctl" -D "$dir/data" -l "$dir/server.log" -w \
-        -o "-p $RL_STANDBY_PORT -k $dir -c listen_addresses=127.0.0.1 -c max_connections=200 -c hot_standby=on" start >/dev/null
+        -o "-p $RL_STANDBY_PORT -k $dir -c listen_addresses=127.0.0.1 -c max_connections=200 -c max_prepared_transactions=20 -c hot_standby=on" start >/dev/null
     export RATE_LIMITER_TEST_STANDBY_URL="host=127.0.0.1 port=$RL_STANDBY_PORT user=postgres"
 }
 

@@ -5,7 +5,9 @@
 #   2. SQL golden-file tests                          (pg_regress)
 #   3. lock-behaviour specs with interleaved sessions (pg_isolation_regress)
 #   4. tests with many real concurrent connections, through pgbouncer, and
-#      across a SIGKILL of the postmaster             (cargo test)
+#      across a SIGKILL of the postmaster             (cargo test); then
+#      pg_cron (15), amcheck of every state table the tests left, and the
+#      hot standby promoted (last)
 #   5. (PostgreSQL 15) the Debian package, installed with dpkg into a
 #      clean Debian 12 made with debootstrap           (scripts/package_test.sh)
 # against a throwaway cluster, and prints a summary line
@@ -113,6 +115,14 @@ if [ "${RATE_LIMITER_TEST_CRON:-}" = 1 ]; then
     cargo test --no-fail-fast -p rate_limiter_integration_tests --test cron -- --ignored --nocapture 2>&1 | tee "$results/cron.log" || broken+=("cron")
     count_cargo "$results/cron.log"
 fi
+
+log "4c. amcheck of every state table the tests left (verify_heapam, bt_index_check with heapallindexed)"
+cargo test --no-fail-fast -p rate_limiter_integration_tests --test amcheck -- --ignored --nocapture 2>&1 | tee "$results/amcheck.log" || broken+=("amcheck")
+count_cargo "$results/amcheck.log"
+
+log "4d. the hot standby promoted (last: it ends the standby)"
+cargo test --no-fail-fast -p rate_limiter_integration_tests --test promotion -- --ignored --nocapture 2>&1 | tee "$results/promotion.log" || broken+=("promotion")
+count_cargo "$results/promotion.log"
 
 if [ "$RL_PG" = 15 ]; then
     log "5. the Debian package, installed into a clean Debian 12 (debootstrap)"

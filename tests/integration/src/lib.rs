@@ -188,3 +188,42 @@ pub fn hammer(
         .map(|worker| worker.join().expect("a hammering connection failed"))
         .fold(Tally::default(), |total, tally| total + tally)
 }
+
+/// An environment variable that `scripts/test.sh` sets.
+pub fn test_env(name: &str) -> String {
+    std::env::var(name)
+        .unwrap_or_else(|_| panic!("{name} is not set: run the tests through scripts/test.sh"))
+}
+
+/// The options the test server was started with (`pg_ctl -o`).
+pub fn server_options() -> String {
+    test_env("RATE_LIMITER_TEST_PG_OPTIONS")
+}
+
+/// Stops the test server (fast shutdown) and starts it again with
+/// `options`, then waits until it takes connections. For tests that need
+/// a restart; they leave the server started with [`server_options`].
+pub fn restart_server(options: &str) {
+    let (bin, pgdata) = (
+        test_env("RATE_LIMITER_TEST_PG_BIN"),
+        test_env("RATE_LIMITER_TEST_PGDATA"),
+    );
+    let pg_ctl = format!("{bin}/pg_ctl");
+    let log = format!("{pgdata}/../server.log");
+    for arguments in [
+        vec!["-D", &pgdata, "-m", "fast", "-w", "stop"],
+        vec!["-D", &pgdata, "-l", &log, "-w", "-o", options, "start"],
+    ] {
+        let status = std::process::Command::new("sudo")
+            .args(["-u", "postgres", "env", "-u", "RUST_BACKTRACE", &pg_ctl])
+            .args(&arguments)
+            .status()
+            .expect("run pg_ctl");
+        assert!(status.success(), "pg_ctl {arguments:?}");
+    }
+    let deadline = Instant::now() + Duration::from_secs(30);
+    while Client::connect(&base_url(), NoTls).is_err() {
+        assert!(Instant::now() < deadline, "the server did not come back");
+        thread::sleep(Duration::from_millis(100));
+    }
+}

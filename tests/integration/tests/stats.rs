@@ -11,7 +11,9 @@ use postgres::error::SqlState;
 use postgres::{Client, NoTls};
 use rand::rngs::StdRng;
 use rand::{Rng, SeedableRng};
-use rate_limiter_integration_tests::{connect, unique_name, url};
+use rate_limiter_integration_tests::{
+    connect, restart_server, server_options, test_env, unique_name, url,
+};
 use std::collections::HashMap;
 use std::process::{Child, Command, Stdio};
 use std::thread;
@@ -97,6 +99,10 @@ struct Limits {
     twin: String,
     shadow: String,
     wait: String,
+    /// A guard() trigger's limit, on the table `guarded`.
+    guard: String,
+    guarded: String,
+    postgrest: String,
 }
 
 // Capacities (the clock is stopped: tokens come back only by rate_credit
@@ -105,9 +111,13 @@ const KEYED: f64 = 20.0;
 const GLOBAL: f64 = 80.0;
 const TWIN: f64 = 30.0;
 const WAIT: f64 = 15.0;
+const GUARD: f64 = 25.0;
+const POSTGREST: f64 = 25.0;
 
 /// One connection's share of the workload: each iteration is one
-/// transaction doing one of the consuming calls (every consuming path), a
+/// transaction doing one of the consuming calls (every consuming path:
+/// rate_limit keyed, global with shards and reserving, rate_limit_all,
+/// rate_wait, rate_credit, guard(), postgrest_limit(), a shadow limit), a
 /// quarter of them rolled back. Returns what it was answered, per name.
 fn work(limits: &Limits, seed: u64) -> HashMap<String, Counts> {
     let mut client = connect();
@@ -119,7 +129,8 @@ fn work(limits: &Limits, seed: u64) -> HashMap<String, Counts> {
     for _ in 0..ITERATIONS {
         let mut transaction = client.transaction().expect("begin");
         let key = format!("k{}", rng.random_range(0..4));
-        match rng.random_range(0..7) {
+        let mut aborted = false;
+        match rng.random_range(0..9) {
             // rate_limit, keyed, sometimes a reservation of 2.
             0 | 1 => {
                 let reserve = rng.random_bool(0.3);
@@ -228,6 +239,60 @@ fn work(limits: &Limits, seed: u64) -> HashMap<String, Counts> {
                     row.get(1),
                 );
             }
+            // guard(): an insert the trigger admits, or refuses (RL429,
+            // which aborts the transaction). What an admitted call left is
+            // the limit's value right after it (the row is ours, locked).
+            7 => {
+                let inserted = transaction.execute(
+                    &format!("INSERT INTO {} (k) VALUES ($1)", limits.guarded),
+                    &[&key],
+                );
+                let counts = counts.entry(limits.guard.clone()).or_default();
+                match inserted {
+                    Ok(_) => {
+                        let remaining: f64 = transaction
+                            .query_one(
+                                "SELECT value FROM rate_limiter.status($1, $2)",
+                                &[&limits.guard, &key],
+                            )
+                            .expect("status")
+                            .get(0);
+                        counts.answer(1.0, GUARD, true, false, remaining);
+                    }
+                    Err(error) => {
+                        assert_eq!(error.code().map(|c| c.code()), Some("RL429"), "{error}");
+                        counts.answer(1.0, GUARD, false, false, 0.0);
+                        aborted = true;
+                    }
+                }
+            }
+            // postgrest_limit(): admitted (the RateLimit header says what
+            // is left: whole tokens, the clock being stopped), or refused
+            // (SQLSTATE PGRST, which aborts the transaction).
+            8 => {
+                let answered = transaction.query_one(
+                    "SELECT rate_limiter.postgrest_limit($1, $2), current_setting('response.headers')",
+                    &[&limits.postgrest, &key],
+                );
+                let counts = counts.entry(limits.postgrest.clone()).or_default();
+                match answered {
+                    Ok(row) => {
+                        let headers: String = row.get(1);
+                        let remaining: f64 = headers
+                            .split(";r=")
+                            .nth(1)
+                            .and_then(|rest| rest.split(';').next())
+                            .and_then(|r| r.parse().ok())
+                            .unwrap_or_else(|| panic!("r= in {headers}"));
+                        counts.answer(1.0, POSTGREST, true, false, remaining);
+                    }
+                    Err(error) => {
+                        assert_eq!(error.code().map(|c| c.code()), Some("PGRST"), "{error}");
+                        counts.answer(1.0, POSTGREST, false, false, 0.0);
+                        aborted = true;
+                    }
+                }
+            }
             // rate_credit: tokens given back.
             _ => {
                 transaction
@@ -240,7 +305,7 @@ fn work(limits: &Limits, seed: u64) -> HashMap<String, Counts> {
             }
         }
         // Counting is not transactional: a rolled-back decision counts.
-        if rng.random_bool(0.25) {
+        if aborted || rng.random_bool(0.25) {
             transaction.rollback().expect("rollback");
         } else {
             transaction.commit().expect("commit");
@@ -257,6 +322,9 @@ fn counters_equal_what_the_calls_answered() {
         twin: unique_name("stats_twin"),
         shadow: unique_name("stats_shadow"),
         wait: unique_name("stats_wait"),
+        guard: unique_name("stats_guard"),
+        guarded: unique_name("stats_guarded"),
+        postgrest: unique_name("stats_postgrest"),
     };
     let mut client = connect();
     for (name, config, enforce) in [
@@ -265,6 +333,8 @@ fn counters_equal_what_the_calls_answered() {
         (&limits.twin, format!("rate_limiter.token_bucket({TWIN}, '1 hour')"), true),
         (&limits.shadow, format!("rate_limiter.token_bucket({TWIN}, '1 hour')"), false),
         (&limits.wait, format!("rate_limiter.token_bucket({WAIT}, '1 hour')"), true),
+        (&limits.guard, format!("rate_limiter.token_bucket({GUARD}, '1 hour')"), true),
+        (&limits.postgrest, format!("rate_limiter.token_bucket({POSTGREST}, '1 hour')"), true),
     ] {
         client
             .execute(
@@ -273,6 +343,14 @@ fn counters_equal_what_the_calls_answered() {
             )
             .expect("define");
     }
+    client
+        .batch_execute(&format!(
+            "CREATE TABLE {0} (k text);
+             CREATE TRIGGER guard BEFORE INSERT ON {0}
+                 FOR EACH ROW EXECUTE FUNCTION rate_limiter.guard('{1}', 'k');",
+            limits.guarded, limits.guard
+        ))
+        .expect("a guarded table");
     let limits = std::sync::Arc::new(limits);
     let workers: Vec<_> = (0..CONNECTIONS)
         .map(|index| {
@@ -286,7 +364,16 @@ fn counters_equal_what_the_calls_answered() {
             answered.entry(name).or_default().add(&counts);
         }
     }
-    for name in [&limits.keyed, &limits.global, &limits.twin, &limits.shadow, &limits.wait] {
+    let every = [
+        &limits.keyed,
+        &limits.global,
+        &limits.twin,
+        &limits.shadow,
+        &limits.wait,
+        &limits.guard,
+        &limits.postgrest,
+    ];
+    for name in every {
         let expected = answered.get(name.as_str()).copied().unwrap_or_default();
         let (counts, contended) = counted(&mut client, name);
         println!("{name}: {counts:?}, contended {contended}");
@@ -301,7 +388,7 @@ fn counters_equal_what_the_calls_answered() {
         }
     }
     // Refusals happened on every limit (the workload reaches its bounds)...
-    for name in [&limits.keyed, &limits.global, &limits.twin, &limits.wait] {
+    for name in every.iter().filter(|name| **name != &limits.shadow) {
         assert!(answered[name.as_str()].refused > 0, "{name} never refused");
     }
     // ...and the shadow limit refused nobody, counted what its twin
@@ -325,31 +412,9 @@ fn counters_equal_what_the_calls_answered() {
         state(&mut client, &limits.shadow),
         state(&mut client, &limits.twin)
     );
-}
-
-/// The server's data directory and options (set by scripts/test.sh).
-fn env(name: &str) -> String {
-    std::env::var(name)
-        .unwrap_or_else(|_| panic!("{name} is not set: run the tests through scripts/test.sh"))
-}
-
-/// Stops the test server and starts it again with `options`.
-fn restart_with(options: &str) {
-    let (bin, pgdata) = (env("RATE_LIMITER_TEST_PG_BIN"), env("RATE_LIMITER_TEST_PGDATA"));
-    let pg_ctl = format!("{bin}/pg_ctl");
-    let status = Command::new("sudo")
-        .args(["-u", "postgres", "env", "-u", "RUST_BACKTRACE", &pg_ctl, "-D", &pgdata])
-        .args(["-m", "fast", "-w", "stop"])
-        .status()
-        .expect("pg_ctl stop");
-    assert!(status.success(), "pg_ctl stop");
-    let log = format!("{pgdata}/../server.log");
-    let status = Command::new("sudo")
-        .args(["-u", "postgres", "env", "-u", "RUST_BACKTRACE", &pg_ctl, "-D", &pgdata])
-        .args(["-l", &log, "-w", "-o", options, "start"])
-        .status()
-        .expect("pg_ctl start");
-    assert!(status.success(), "pg_ctl start with {options}");
+    client
+        .batch_execute(&format!("DROP TABLE {}", limits.guarded))
+        .expect("drop the guarded table");
 }
 
 /// The test server's options without the library in shared_preload_libraries.
@@ -360,17 +425,7 @@ fn without_preload(options: &str) -> String {
 }
 
 fn connect_to_server() -> Client {
-    let deadline = Instant::now() + Duration::from_secs(30);
-    loop {
-        match Client::connect(&url(), NoTls) {
-            Ok(client) => return client,
-            Err(error) if Instant::now() < deadline => {
-                let _ = error;
-                thread::sleep(Duration::from_millis(100));
-            }
-            Err(error) => panic!("connect after the restart: {error}"),
-        }
-    }
+    Client::connect(&url(), NoTls).expect("connect after the restart")
 }
 
 /// Restarts: counters survive backends but not the server; past
@@ -379,7 +434,7 @@ fn connect_to_server() -> Client {
 /// Leaves the server as it found it.
 #[test]
 fn counters_live_in_the_server_bounded_and_need_preloading() {
-    let options = env("RATE_LIMITER_TEST_PG_OPTIONS");
+    let options = server_options();
     assert!(
         options.contains("shared_preload_libraries=rate_limiter"),
         "the test server preloads the library: {options}"
@@ -402,7 +457,7 @@ fn counters_live_in_the_server_bounded_and_need_preloading() {
     assert_eq!(counted(&mut client, &name).0.calls, 3);
 
     // Past rate_limiter.stats_max (100 here), the least-used names go.
-    restart_with(&format!("{options} -c rate_limiter.stats_max=100"));
+    restart_server(&format!("{options} -c rate_limiter.stats_max=100"));
     let mut client = connect_to_server();
     let max: String = client
         .query_one("SHOW rate_limiter.stats_max", &[])
@@ -444,7 +499,7 @@ fn counters_live_in_the_server_bounded_and_need_preloading() {
     assert_eq!(last, 1);
 
     // Without preloading: calls work, the statistics are 55000 with a hint.
-    restart_with(&without_preload(&options));
+    restart_server(&without_preload(&options));
     let mut client = connect_to_server();
     let ok: bool = client
         .query_one(
@@ -468,7 +523,7 @@ fn counters_live_in_the_server_bounded_and_need_preloading() {
         );
     }
     drop(client);
-    restart_with(&options);
+    restart_server(&options);
     let mut client = connect_to_server();
     assert_eq!(counted(&mut client, &name).0.calls, 0);
 }
@@ -518,7 +573,7 @@ fn the_exporter_reports_the_view() {
     let queries = concat!(env!("CARGO_MANIFEST_DIR"), "/../../monitoring/postgres_exporter.yml");
     let source = format!(
         "postgresql://postgres@127.0.0.1:{}/{}?sslmode=disable",
-        env("RATE_LIMITER_TEST_URL")
+        test_env("RATE_LIMITER_TEST_URL")
             .split_whitespace()
             .find_map(|part| part.strip_prefix("port="))
             .expect("a port in RATE_LIMITER_TEST_URL"),
@@ -586,4 +641,39 @@ fn the_exporter_reports_the_view() {
     // Both kinds of refusal were exported.
     assert!(counted(&mut client, &names[0]).0.refused > 0);
     assert!(counted(&mut client, &names[1]).0.shadow_refused > 0);
+}
+
+/// `contended` counts a sharded call that met a shard another transaction
+/// held: with one of two shards locked by an open transaction, every call
+/// of the limit passes over it.
+#[test]
+fn a_call_that_meets_a_held_shard_is_contended() {
+    let name = unique_name("stats_contended");
+    let mut holder = connect();
+    holder
+        .execute(
+            "SELECT rate_limiter.define($1, rate_limiter.token_bucket(100, '1 hour', shards => 2))",
+            &[&name],
+        )
+        .expect("define");
+    holder.batch_execute("BEGIN").expect("begin");
+    holder
+        .query_one("SELECT ok FROM rate_limiter.rate_limit($1)", &[&name])
+        .expect("hold a shard");
+    let mut caller = connect();
+    // Were both shards held, the calls would wait: fail rather than hang.
+    caller
+        .batch_execute("SET statement_timeout = '10s'")
+        .expect("statement_timeout");
+    for _ in 0..3 {
+        let ok: bool = caller
+            .query_one("SELECT ok FROM rate_limiter.rate_limit($1)", &[&name])
+            .expect("a call beside the held shard")
+            .get(0);
+        assert!(ok);
+    }
+    holder.batch_execute("COMMIT").expect("commit");
+    let (counts, contended) = counted(&mut caller, &name);
+    assert_eq!(counts.calls, 4);
+    assert_eq!(contended, 3, "each call beside the held shard passed over it");
 }

@@ -15,6 +15,47 @@ CREATE DATABASE rl_sql_ascii ENCODING 'SQL_ASCII' LC_COLLATE 'C' LC_CTYPE 'C' TE
 \c rl_sql_ascii
 \i tests/pg_regress/sql/include/encoding_corpus.sql
 
+-- A multibyte server encoding other than UTF8: EUC_JP, with a UTF8 client
+-- (the server converts every text both ways). Names and keys round-trip;
+-- the stored bytes are EUC_JP's (two bytes per character here). Messages
+-- show the non-ASCII bytes as \xNN, as in every encoding but UTF8, so
+-- they survive any client encoding; the refusal's JSON DETAIL carries the
+-- characters (\u escapes of their Unicode), which a client reads back as
+-- the same text; statistics show the names converted. An HTTP field needs
+-- an ASCII limit name (22023).
+CREATE DATABASE rl_euc_jp ENCODING 'EUC_JP' LC_COLLATE 'C' LC_CTYPE 'C' TEMPLATE template0;
+\c rl_euc_jp
+\encoding UTF8
+SHOW server_encoding;
+SHOW client_encoding;
+CREATE EXTENSION rate_limiter;
+SET rate_limiter.now_override = '2026-01-01 00:00:00+00';
+SELECT rate_limiter.define('送信', rate_limiter.token_bucket(2, '1 hour'));
+SELECT ok, remaining FROM rate_limiter.rate_limit('送信', 'ユーザー');
+SELECT ok, remaining FROM rate_limiter.rate_limit('送信', 'ユーザー');
+SELECT ok, retry_after FROM rate_limiter.rate_limit('送信', 'ユーザー');
+SELECT ok FROM rate_limiter.rate_limit('送信', 'ユーザ');
+SELECT name, key, octet_length(name) AS name_bytes, octet_length(key) AS key_bytes, value
+FROM rate_limiter.rate_limits ORDER BY key;
+SELECT * FROM rate_limiter.rate_limit_all(ARRAY[('送信', 'ユーザ', 1, NULL)]::rate_limiter.request[]);
+SELECT * FROM rate_limiter.rate_limit('未定義', '鍵');
+\set VERBOSITY verbose
+SELECT * FROM rate_limiter.rate_limit('送信', 'ユーザー', throws => true);
+\set VERBOSITY terse
+DO $$
+DECLARE
+    detail text;
+BEGIN
+    PERFORM * FROM rate_limiter.rate_limit('送信', 'ユーザー', throws => true);
+EXCEPTION WHEN SQLSTATE 'RL429' THEN
+    GET STACKED DIAGNOSTICS detail = PG_EXCEPTION_DETAIL;
+    RAISE NOTICE 'name %, key %', detail::jsonb->>'name', detail::jsonb->>'key';
+END
+$$;
+SELECT rate_limiter.http_headers('送信', 'ユーザー');
+SELECT name, calls, admitted, refused FROM rate_limiter.stats ORDER BY name;
+
 \c :regression_database
 DROP DATABASE rl_latin1;
 DROP DATABASE rl_sql_ascii;
+DROP DATABASE rl_euc_jp;
