@@ -82,3 +82,53 @@ fn through_pgbouncer_transaction_pooling_the_bound_holds() {
         "{servers} server connections for 8 clients"
     );
 }
+
+/// Through transaction pooling, a driver's prepared statements work inside
+/// a transaction (prepare, execute and close all go to the one server
+/// connection the transaction holds), and a setting made with `SET LOCAL`
+/// stays with its transaction: the next transactions, on whichever server
+/// connection, see the default again. (A session-level `SET` would stay
+/// on the server connection and reach whichever client gets it next: the
+/// README's pgbouncer section says to use `SET LOCAL`.)
+#[test]
+fn prepared_statements_and_set_local_through_transaction_pooling() {
+    connect();
+    let name = unique_name("pooled_local");
+    let mut client = Client::connect(&pooler_url(), NoTls).expect("connect through pgbouncer");
+    for round in 0..3 {
+        let mut transaction = client.transaction().expect("begin");
+        transaction
+            .batch_execute("SET LOCAL rate_limiter.sqlstate = 'PT429'")
+            .expect("SET LOCAL");
+        let statement = transaction
+            .prepare(
+                "SELECT ok FROM rate_limiter.rate_limit($1, 'k', throws => true, \
+                 config => rate_limiter.token_bucket(1, '10 days'))",
+            )
+            .expect("prepare inside the transaction");
+        let outcome = transaction.query_one(&statement, &[&name]);
+        match (round, outcome) {
+            (0, Ok(row)) => {
+                assert!(row.get::<_, bool>(0));
+                transaction.commit().expect("commit");
+            }
+            (_, Err(error)) => {
+                assert_eq!(error.code().map(|code| code.code()), Some("PT429"), "{error}");
+                transaction.rollback().expect("rollback");
+            }
+            (round, Ok(_)) => panic!("round {round}: the limit of 1 admitted again"),
+        }
+    }
+    // From other clients, on whichever server connections: the default.
+    let mut others: Vec<Client> = (0..4)
+        .map(|_| Client::connect(&pooler_url(), NoTls).expect("connect through pgbouncer"))
+        .collect();
+    for _ in 0..5 {
+        for other in others.iter_mut() {
+            let messages = other
+                .simple_query("SHOW rate_limiter.sqlstate")
+                .expect("SHOW through the pooler");
+            assert_eq!(first_value(&messages).as_deref(), Some("RL429"));
+        }
+    }
+}
