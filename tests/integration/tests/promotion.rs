@@ -43,23 +43,35 @@ fn a_promoted_standby_carries_on_the_state() {
             .query_one("SELECT ok FROM rate_limiter.rate_limit($1)", &[&name])
             .expect("consume the global limit");
     }
+    // What the calls committed is flushed (synchronous_commit), and the
+    // primary sends only flushed WAL: wait for the flush position (the
+    // write position may run ahead of it, on WAL nobody flushes yet).
     let lsn: String = primary
-        .query_one("SELECT pg_current_wal_lsn()::text", &[])
+        .query_one("SELECT pg_current_wal_flush_lsn()::text", &[])
         .expect("lsn")
         .get(0);
 
     let standby_url = format!("{} dbname={DATABASE}", test_env("RATE_LIMITER_TEST_STANDBY_URL"));
     let mut standby = Client::connect(&standby_url, NoTls).expect("connect to the standby");
-    let deadline = Instant::now() + Duration::from_secs(30);
+    let deadline = Instant::now() + Duration::from_secs(120);
     loop {
-        let replayed: bool = standby
-            .query_one("SELECT pg_last_wal_replay_lsn() >= $1::text::pg_lsn", &[&lsn])
-            .expect("replay lsn")
-            .get(0);
-        if replayed {
+        let row = standby
+            .query_one(
+                "SELECT pg_last_wal_replay_lsn() >= $1::text::pg_lsn,
+                        format('received %s, replayed %s, receiver %s', pg_last_wal_receive_lsn(),
+                               pg_last_wal_replay_lsn(),
+                               (SELECT status FROM pg_stat_wal_receiver))",
+                &[&lsn],
+            )
+            .expect("replay lsn");
+        if row.get::<_, bool>(0) {
             break;
         }
-        assert!(Instant::now() < deadline, "the standby did not catch up");
+        assert!(
+            Instant::now() < deadline,
+            "the standby did not catch up to {lsn}: {}",
+            row.get::<_, String>(1)
+        );
         thread::sleep(Duration::from_millis(20));
     }
     let promoted: bool = standby
