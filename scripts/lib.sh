@@ -13,7 +13,7 @@
 #                       listening on 127.0.0.1:$RL_PORT and a socket in DIR
 #   stop_cluster DIR    stop it and delete DIR
 #   start_standby PRIMARY_DIR DIR
-#                       a hot standby of that cluster (pg_basebackup -R,
+#                       a hot standby of that cluster (pg_basebackup -R, a slot,
 #                       streaming) in DIR, on 127.0.0.1:$RL_STANDBY_PORT
 #   start_pgbouncer DIR run pgbouncer (transaction pooling) in DIR on
 #                       127.0.0.1:$RL_POOLER_PORT in front of that cluster
@@ -193,8 +193,11 @@ start_standby() {
     chown postgres:postgres "$dir"
     # The walreceiver loads libpq: a PyPI tree's own, not Debian's.
     local environment=(env -u RUST_BACKTRACE "LD_LIBRARY_PATH=$PG_LIBRARY_PATH")
+    # A physical replication slot keeps the WAL the standby has not received:
+    # the tests restart the primary (and kill it), and a shutdown checkpoint
+    # would otherwise remove segments a lagging standby still needs.
     sudo -u postgres "${environment[@]}" "$PG_BIN/pg_basebackup" -h "$primary" -p "$RL_PORT" -U postgres \
-        -D "$dir/data" -R -X stream --no-sync >/dev/null
+        -D "$dir/data" -R -X stream --no-sync --create-slot --slot=rate_limiter_standby >/dev/null
     sudo -u postgres "${environment[@]}" "$PG_BIN/pg_ctl" -D "$dir/data" -l "$dir/server.log" -w \
         -o "-p $RL_STANDBY_PORT -k $dir -c listen_addresses=127.0.0.1 -c max_connections=200 -c max_prepared_transactions=20 -c hot_standby=on" start >/dev/null
     export RATE_LIMITER_TEST_STANDBY_URL="host=127.0.0.1 port=$RL_STANDBY_PORT user=postgres"
