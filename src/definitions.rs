@@ -13,12 +13,12 @@ use crate::config::{required, ConfigValues};
 use crate::errors::{report, CallError};
 use crate::plans::kept_plan;
 use crate::storage::text_argument;
+use pgrx::heap_tuple::PgHeapTuple;
 use pgrx::pg_sys::panic::ErrorReport;
 use pgrx::prelude::*;
 use pgrx::spi::SpiClient;
-use pgrx::PgOid;
-use pgrx::heap_tuple::PgHeapTuple;
 use pgrx::AllocatedByRust;
+use pgrx::PgOid;
 use pgrx::PgSqlErrorCode;
 use rate_limiter_algorithm::{Config, Kind, LimitError};
 use std::cell::{Cell, RefCell};
@@ -26,12 +26,14 @@ use std::collections::HashMap;
 
 const TEXT: PgOid = PgOid::BuiltIn(pg_sys::PgBuiltInOids::TEXTOID);
 
-const LOOKUP: &str = "SELECT kind::text, rate, period, capacity, max_reserved, shards, start, enforce \
+const LOOKUP: &str =
+    "SELECT kind::text, rate, period, capacity, max_reserved, shards, start, enforce \
      FROM rate_limiter.definitions WHERE name = $1";
 
 /// [`LOOKUP`] on the tables of a version before 0.4.0 (no column
 /// `enforce`: every limit enforces), until `ALTER EXTENSION ... UPDATE`.
-const LOOKUP_BEFORE_0_4: &str = "SELECT kind::text, rate, period, capacity, max_reserved, shards, start, true \
+const LOOKUP_BEFORE_0_4: &str =
+    "SELECT kind::text, rate, period, capacity, max_reserved, shards, start, true \
      FROM rate_limiter.definitions WHERE name = $1";
 
 /// What a call of a limit uses: its config, and whether it enforces
@@ -227,10 +229,7 @@ fn read_latest(name: &[u8]) -> Result<Option<Definition>, CallError> {
 
 /// Reads the definition from the table. A stored definition is validated
 /// again (a superuser may have written the table by hand).
-fn lookup_uncached(
-    client: &SpiClient<'_>,
-    name: &[u8],
-) -> Result<Option<Definition>, CallError> {
+fn lookup_uncached(client: &SpiClient<'_>, name: &[u8]) -> Result<Option<Definition>, CallError> {
     let lookup = if crate::catalog::objects().enforce_column {
         LOOKUP
     } else {

@@ -12,10 +12,10 @@ use crate::clock;
 use crate::config::{inline_config, required};
 use crate::definitions::{self, Definition};
 use crate::errors::{raise_refused, report, CallError};
-use crate::stats::{self, Counted};
 use crate::result_row::{self, ResultRow};
 use crate::security::write_as_owner;
 use crate::shard_choice;
+use crate::stats::{self, Counted};
 use crate::storage::{self, LimitRows, RowId};
 use pgrx::fcinfo::pg_getarg;
 use pgrx::heap_tuple::PgHeapTuple;
@@ -133,7 +133,12 @@ pub fn answered(
 /// try).
 pub fn consume(call: &Call<'_>) -> Result<(Decision, Counted), CallError> {
     let (decision, definition, contended) = definitions::restarting(|| consume_once(call))?;
-    Ok(answered(&definition, call.request.count, decision, contended))
+    Ok(answered(
+        &definition,
+        call.request.count,
+        decision,
+        contended,
+    ))
 }
 
 /// One try of [`consume`]: fails with `DefinitionChanged` when the

@@ -156,7 +156,8 @@ unsafe extern "C-unwind" fn make_shared_memory() {
     if let Some(previous) = PREVIOUS_STARTUP_HOOK {
         previous();
     }
-    let init_lock = std::ptr::addr_of_mut!((*pg_sys::MainLWLockArray.add(ADDIN_SHMEM_INIT_LOCK)).lock);
+    let init_lock =
+        std::ptr::addr_of_mut!((*pg_sys::MainLWLockArray.add(ADDIN_SHMEM_INIT_LOCK)).lock);
     pg_sys::LWLockAcquire(init_lock, pg_sys::LWLockMode::LW_EXCLUSIVE);
     LOCK = std::ptr::addr_of_mut!((*pg_sys::GetNamedLWLockTranche(TRANCHE.as_ptr())).lock);
     let mut info = pg_sys::HASHCTL {
@@ -319,7 +320,10 @@ pub fn flush() {
 /// publishes the pending counts when a transaction ends, committed,
 /// rolled back or prepared.
 #[pg_guard]
-unsafe extern "C-unwind" fn at_transaction_end(event: pg_sys::XactEvent::Type, _arg: *mut std::ffi::c_void) {
+unsafe extern "C-unwind" fn at_transaction_end(
+    event: pg_sys::XactEvent::Type,
+    _arg: *mut std::ffi::c_void,
+) {
     use pg_sys::XactEvent::*;
     if matches!(
         event,

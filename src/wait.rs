@@ -51,7 +51,10 @@ unsafe fn deadline_after(timeout: Interval) -> Result<i64, CallError> {
         &[Some(pg_sys::Datum::from(now)), timeout.into_datum()],
     );
     deadline.ok_or_else(|| {
-        CallError::Limit(LimitError::invalid("timeout", "timeout must not be NULL".to_string()))
+        CallError::Limit(LimitError::invalid(
+            "timeout",
+            "timeout must not be NULL".to_string(),
+        ))
     })
 }
 

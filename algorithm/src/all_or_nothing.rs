@@ -224,7 +224,12 @@ mod tests {
         assert_eq!(outcome.answers[0].verdict, Verdict::Admitted);
         let answer = outcome.answers[1];
         assert_eq!(
-            (answer.ok, answer.retry_after, answer.remaining, answer.verdict),
+            (
+                answer.ok,
+                answer.retry_after,
+                answer.remaining,
+                answer.verdict
+            ),
             (true, None, 1.0, Verdict::ShadowRefused)
         );
         // The enforcing limit consumes; the shadow limit's refusal consumes nothing.

@@ -47,7 +47,11 @@ pub fn answer(decision: Decision, enforce: bool) -> (Decision, Verdict) {
 
 /// [`answer`] for the parts of a decision that are answered: `ok` and
 /// `retry_after` (microseconds) as answered, and the verdict.
-pub fn shadow(ok: bool, retry_after: Option<Micros>, enforce: bool) -> (bool, Option<Micros>, Verdict) {
+pub fn shadow(
+    ok: bool,
+    retry_after: Option<Micros>,
+    enforce: bool,
+) -> (bool, Option<Micros>, Verdict) {
     match (ok, enforce) {
         (true, _) => (true, retry_after, Verdict::Admitted),
         (false, true) => (false, retry_after, Verdict::Refused),

@@ -28,13 +28,28 @@ fn restart(preload: bool) {
         options
     } else {
         options
-            .replace("shared_preload_libraries=rate_limiter,", "shared_preload_libraries=")
-            .replace("shared_preload_libraries=rate_limiter", "shared_preload_libraries=''")
+            .replace(
+                "shared_preload_libraries=rate_limiter,",
+                "shared_preload_libraries=",
+            )
+            .replace(
+                "shared_preload_libraries=rate_limiter",
+                "shared_preload_libraries=''",
+            )
     };
     let pg_ctl = format!("{bin}/pg_ctl");
     for arguments in [
         vec!["-D", &data, "-m", "fast", "-w", "stop"],
-        vec!["-D", &data, "-l", &format!("{data}/../server.log"), "-w", "-o", &options, "start"],
+        vec![
+            "-D",
+            &data,
+            "-l",
+            &format!("{data}/../server.log"),
+            "-w",
+            "-o",
+            &options,
+            "start",
+        ],
     ] {
         let status = Command::new("sudo")
             .args(["-u", "postgres", "env", "-u", "RUST_BACKTRACE", &pg_ctl])
@@ -51,7 +66,10 @@ fn connect(bench: &Bench) -> Client {
         match Client::connect(&bench.url, NoTls) {
             Ok(client) => return client,
             Err(error) => {
-                assert!(Instant::now() < deadline, "connect after a restart: {error}");
+                assert!(
+                    Instant::now() < deadline,
+                    "connect after a restart: {error}"
+                );
                 std::thread::sleep(Duration::from_millis(100));
             }
         }

@@ -147,9 +147,14 @@ pub fn consume_sharded(
                 held: &mut held,
                 contended: &mut contended,
             };
-            if let Some(decision) =
-                attempt(&relations, limit, random(), command, &mut state, &mut decide)?
-            {
+            if let Some(decision) = attempt(
+                &relations,
+                limit,
+                random(),
+                command,
+                &mut state,
+                &mut decide,
+            )? {
                 break decision;
             }
         };

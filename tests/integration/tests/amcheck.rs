@@ -57,7 +57,10 @@ fn the_state_tables_pass_amcheck() {
             .map(|row| row.get(0))
             .collect();
         assert!(corruption.is_empty(), "{database}: {corruption:#?}");
-        for index in ["rate_limiter.rate_limits_name_key_shard_key", "rate_limiter.definitions_pkey"] {
+        for index in [
+            "rate_limiter.rate_limits_name_key_shard_key",
+            "rate_limiter.definitions_pkey",
+        ] {
             client
                 .execute(
                     "SELECT bt_index_check($1::text::regclass, heapallindexed => true)",

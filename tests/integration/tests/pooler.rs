@@ -113,7 +113,11 @@ fn prepared_statements_and_set_local_through_transaction_pooling() {
                 transaction.commit().expect("commit");
             }
             (_, Err(error)) => {
-                assert_eq!(error.code().map(|code| code.code()), Some("PT429"), "{error}");
+                assert_eq!(
+                    error.code().map(|code| code.code()),
+                    Some("PT429"),
+                    "{error}"
+                );
                 transaction.rollback().expect("rollback");
             }
             (round, Ok(_)) => panic!("round {round}: the limit of 1 admitted again"),

@@ -51,7 +51,10 @@ fn a_promoted_standby_carries_on_the_state() {
         .expect("lsn")
         .get(0);
 
-    let standby_url = format!("{} dbname={DATABASE}", test_env("RATE_LIMITER_TEST_STANDBY_URL"));
+    let standby_url = format!(
+        "{} dbname={DATABASE}",
+        test_env("RATE_LIMITER_TEST_STANDBY_URL")
+    );
     let mut standby = Client::connect(&standby_url, NoTls).expect("connect to the standby");
     let deadline = Instant::now() + Duration::from_secs(120);
     loop {
@@ -88,7 +91,11 @@ fn a_promoted_standby_carries_on_the_state() {
     // The same answers as the primary would give: 2 and 1 left, 1 left of
     // the global limit; no refill (the clock is stopped), no drain.
     standby.batch_execute(STOPPED).expect("stop the clock");
-    let remaining = |client: &mut Client, limit: &str, key: Option<&str>, count: f64| -> (bool, f64) {
+    let remaining = |client: &mut Client,
+                     limit: &str,
+                     key: Option<&str>,
+                     count: f64|
+     -> (bool, f64) {
         let row = client
             .query_one(
                 "SELECT ok, remaining FROM rate_limiter.rate_limit($1, $2, $3,
@@ -100,7 +107,10 @@ fn a_promoted_standby_carries_on_the_state() {
     };
     assert_eq!(remaining(&mut standby, &name, Some("k"), 2.0), (true, 0.0));
     assert_eq!(remaining(&mut standby, &name, Some("k"), 1.0), (false, 0.0));
-    assert_eq!(remaining(&mut standby, &inline, Some("k"), 1.0), (true, 0.0));
+    assert_eq!(
+        remaining(&mut standby, &inline, Some("k"), 1.0),
+        (true, 0.0)
+    );
     let (ok, _) = remaining(&mut standby, &name, None, 1.0);
     assert!(ok, "the global limit had 1 token left");
     let left: f64 = standby

@@ -328,13 +328,41 @@ fn counters_equal_what_the_calls_answered() {
     };
     let mut client = connect();
     for (name, config, enforce) in [
-        (&limits.keyed, format!("rate_limiter.token_bucket({KEYED}, '1 hour', max_reserved => 2)"), true),
-        (&limits.global, format!("rate_limiter.token_bucket({GLOBAL}, '1 hour', shards => 8)"), true),
-        (&limits.twin, format!("rate_limiter.token_bucket({TWIN}, '1 hour')"), true),
-        (&limits.shadow, format!("rate_limiter.token_bucket({TWIN}, '1 hour')"), false),
-        (&limits.wait, format!("rate_limiter.token_bucket({WAIT}, '1 hour')"), true),
-        (&limits.guard, format!("rate_limiter.token_bucket({GUARD}, '1 hour')"), true),
-        (&limits.postgrest, format!("rate_limiter.token_bucket({POSTGREST}, '1 hour')"), true),
+        (
+            &limits.keyed,
+            format!("rate_limiter.token_bucket({KEYED}, '1 hour', max_reserved => 2)"),
+            true,
+        ),
+        (
+            &limits.global,
+            format!("rate_limiter.token_bucket({GLOBAL}, '1 hour', shards => 8)"),
+            true,
+        ),
+        (
+            &limits.twin,
+            format!("rate_limiter.token_bucket({TWIN}, '1 hour')"),
+            true,
+        ),
+        (
+            &limits.shadow,
+            format!("rate_limiter.token_bucket({TWIN}, '1 hour')"),
+            false,
+        ),
+        (
+            &limits.wait,
+            format!("rate_limiter.token_bucket({WAIT}, '1 hour')"),
+            true,
+        ),
+        (
+            &limits.guard,
+            format!("rate_limiter.token_bucket({GUARD}, '1 hour')"),
+            true,
+        ),
+        (
+            &limits.postgrest,
+            format!("rate_limiter.token_bucket({POSTGREST}, '1 hour')"),
+            true,
+        ),
     ] {
         client
             .execute(
@@ -420,8 +448,14 @@ fn counters_equal_what_the_calls_answered() {
 /// The test server's options without the library in shared_preload_libraries.
 fn without_preload(options: &str) -> String {
     options
-        .replace("shared_preload_libraries=rate_limiter,", "shared_preload_libraries=")
-        .replace("shared_preload_libraries=rate_limiter", "shared_preload_libraries=''")
+        .replace(
+            "shared_preload_libraries=rate_limiter,",
+            "shared_preload_libraries=",
+        )
+        .replace(
+            "shared_preload_libraries=rate_limiter",
+            "shared_preload_libraries=''",
+        )
 }
 
 fn connect_to_server() -> Client {
@@ -464,7 +498,11 @@ fn counters_live_in_the_server_bounded_and_need_preloading() {
         .expect("stats_max")
         .get(0);
     assert_eq!(max, "100");
-    assert_eq!(counted(&mut client, &name).0.calls, 0, "a restart starts from zero");
+    assert_eq!(
+        counted(&mut client, &name).0.calls,
+        0,
+        "a restart starts from zero"
+    );
     let hot = unique_name("stats_hot");
     for _ in 0..20 {
         client
@@ -488,7 +526,11 @@ fn counters_live_in_the_server_bounded_and_need_preloading() {
         .get(0);
     assert!(names <= 100, "{names} names kept, more than stats_max");
     assert!(names >= 90, "only {names} names kept");
-    assert_eq!(counted(&mut client, &hot).0.calls, 20, "the most-used name stays");
+    assert_eq!(
+        counted(&mut client, &hot).0.calls,
+        20,
+        "the most-used name stays"
+    );
     let last: i64 = client
         .query_one(
             "SELECT calls FROM rate_limiter.stats WHERE name = 'stats_cold_299'",
@@ -515,7 +557,11 @@ fn counters_live_in_the_server_bounded_and_need_preloading() {
     ] {
         let error = client.batch_execute(sql).expect_err(sql);
         let db = error.as_db_error().expect("a server error");
-        assert_eq!(db.code(), &SqlState::OBJECT_NOT_IN_PREREQUISITE_STATE, "{sql}");
+        assert_eq!(
+            db.code(),
+            &SqlState::OBJECT_NOT_IN_PREREQUISITE_STATE,
+            "{sql}"
+        );
         assert!(
             db.hint().unwrap_or("").contains("shared_preload_libraries"),
             "{sql}: {:?}",
@@ -570,7 +616,10 @@ fn the_exporter_reports_the_view() {
         }
     }
     let port = free_port();
-    let queries = concat!(env!("CARGO_MANIFEST_DIR"), "/../../monitoring/postgres_exporter.yml");
+    let queries = concat!(
+        env!("CARGO_MANIFEST_DIR"),
+        "/../../monitoring/postgres_exporter.yml"
+    );
     let source = format!(
         "postgresql://postgres@127.0.0.1:{}/{}?sslmode=disable",
         test_env("RATE_LIMITER_TEST_URL")
@@ -606,7 +655,10 @@ fn the_exporter_reports_the_view() {
             Err(_) if Instant::now() < deadline => {}
             Err(error) => panic!("scrape {url}: {error}"),
         }
-        assert!(Instant::now() < deadline, "no rate_limiter metrics at {url}");
+        assert!(
+            Instant::now() < deadline,
+            "no rate_limiter metrics at {url}"
+        );
         thread::sleep(Duration::from_millis(200));
     };
     for name in &names {
@@ -615,7 +667,10 @@ fn the_exporter_reports_the_view() {
             ("rate_limiter_calls_total", counts.calls as f64),
             ("rate_limiter_admitted_total", counts.admitted as f64),
             ("rate_limiter_refused_total", counts.refused as f64),
-            ("rate_limiter_shadow_refused_total", counts.shadow_refused as f64),
+            (
+                "rate_limiter_shadow_refused_total",
+                counts.shadow_refused as f64,
+            ),
             ("rate_limiter_near_limit_total", counts.near_limit as f64),
         ] {
             let line = metrics
@@ -675,5 +730,8 @@ fn a_call_that_meets_a_held_shard_is_contended() {
     holder.batch_execute("COMMIT").expect("commit");
     let (counts, contended) = counted(&mut caller, &name);
     assert_eq!(counts.calls, 4);
-    assert_eq!(contended, 3, "each call beside the held shard passed over it");
+    assert_eq!(
+        contended, 3,
+        "each call beside the held shard passed over it"
+    );
 }

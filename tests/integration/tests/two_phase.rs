@@ -78,7 +78,10 @@ fn waiting_call(name: &str, key: &str) -> thread::JoinHandle<f64> {
         if waiting {
             break;
         }
-        assert!(!caller.is_finished(), "the call did not wait for the prepared transaction");
+        assert!(
+            !caller.is_finished(),
+            "the call did not wait for the prepared transaction"
+        );
         assert!(Instant::now() < deadline, "the call never waited");
         thread::sleep(Duration::from_millis(20));
     }
