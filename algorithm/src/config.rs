@@ -346,6 +346,24 @@ mod tests {
     }
 
     #[test]
+    fn start_is_for_fixed_windows_only() {
+        let error = Config {
+            start: Some(0),
+            ..bucket()
+        }
+        .validate()
+        .unwrap_err();
+        assert_eq!(error.parameter, "start");
+        assert!(Config {
+            kind: Kind::FixedWindow,
+            start: Some(0),
+            ..bucket()
+        }
+        .validate()
+        .is_ok());
+    }
+
+    #[test]
     fn counts_that_can_never_succeed_are_errors() {
         let config = Config {
             capacity: Some(3.0),
@@ -366,15 +384,16 @@ mod tests {
     fn a_sharded_call_is_bounded_by_two_shards() {
         let config = Config {
             capacity: Some(8.0),
-            max_reserved: Some(4.0),
+            max_reserved: Some(12.0),
             shards: 4,
             ..bucket()
         };
-        // Two shards hold 2 x 2 tokens and may owe 2 x 1.
+        // Two shards hold 2 x 2 tokens and may owe 2 x 3 (a share of 3,
+        // so that doubling it and halving it give different bounds).
         assert!(config.validate_count(4.0, false).is_ok());
         assert!(config.validate_count(4.5, false).is_err());
-        assert!(config.validate_count(6.0, true).is_ok());
-        let error = config.validate_count(6.5, true).unwrap_err();
+        assert!(config.validate_count(10.0, true).is_ok());
+        let error = config.validate_count(10.5, true).unwrap_err();
         assert!(error.message.contains("two of its 4 shards"), "{error}");
     }
 }

@@ -123,9 +123,10 @@ mod tests {
             },
             State { value: 0.0, ts: 0 },
         ];
-        let after = credit(&shard, &stored, 300.0, 0);
+        // The emptier shard takes 250, the other the 30 left.
+        let after = credit(&shard, &stored, 280.0, 0);
         assert_eq!(after[1].value, 250.0);
-        assert_eq!(after[0].value, 250.0);
+        assert_eq!(after[0].value, 230.0);
     }
 
     #[test]

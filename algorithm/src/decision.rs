@@ -252,6 +252,45 @@ mod tests {
     }
 
     #[test]
+    fn a_retry_after_at_or_beyond_the_timestamp_limit_is_an_error() {
+        // One token at 1 per period is one period away: the period is the
+        // estimate. The limit is i64::MAX / 4 microseconds (2^61 as a
+        // float): at it and beyond it, out of range; just below, an answer.
+        let empty = State { value: 0.0, ts: 0 };
+        for period in [1_i64 << 61, 1_i64 << 62] {
+            let config = Config {
+                period,
+                ..bucket(1.0, None, None)
+            };
+            let error = retry_after(&config, empty, 1.0, 0.0, 0).unwrap_err();
+            assert_eq!(error.kind, crate::error::ErrorKind::OutOfRange, "{period}");
+            assert_eq!(error.parameter, "retry_after");
+        }
+        let period = (1_i64 << 61) - 1024;
+        let config = Config {
+            period,
+            ..bucket(1.0, None, None)
+        };
+        // (At this size a float step is 256 microseconds: about the period.)
+        let delay = retry_after(&config, empty, 1.0, 0.0, 0).unwrap();
+        assert!((delay - period).abs() <= 1024, "{delay} vs {period}");
+    }
+
+    #[test]
+    fn retry_after_is_the_first_admitting_microsecond_despite_rounding() {
+        // 2.7 tokens at 3 an hour take 54 minutes, but 54.5 - 51.8 is
+        // 2.7000000000000028 in floats: the estimate is 3,240,000,000.0000033
+        // microseconds, whose ceiling is one microsecond late. The search
+        // steps back to the first microsecond that admits.
+        let config = Config {
+            period: 60 * MINUTE,
+            ..bucket(3.0, Some(60.0), None)
+        };
+        let state = State { value: 51.8, ts: 0 };
+        assert_eq!(retry_after(&config, state, 54.5, 0.0, 0), Ok(54 * MINUTE));
+    }
+
+    #[test]
     fn ten_per_minute_with_a_burst_of_three() {
         let config = bucket(10.0, Some(3.0), None);
         let mut state = None;

@@ -76,3 +76,23 @@ impl fmt::Display for LimitError {
 }
 
 impl std::error::Error for LimitError {}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn floats_show_as_postgresql_prints_them() {
+        assert_eq!(show(f64::NAN), "NaN");
+        assert_eq!(show(f64::INFINITY), "Infinity");
+        assert_eq!(show(f64::NEG_INFINITY), "-Infinity");
+        assert_eq!(show(1.5), "1.5");
+        assert_eq!(show(-0.25), "-0.25");
+    }
+
+    #[test]
+    fn an_error_displays_its_message() {
+        let error = LimitError::invalid("rate", "rate must be finite".to_string());
+        assert_eq!(error.to_string(), "rate must be finite");
+    }
+}

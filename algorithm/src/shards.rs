@@ -366,6 +366,77 @@ mod tests {
     }
 
     #[test]
+    fn the_two_fullest_shards_are_chosen_ties_to_the_lower_number() {
+        // Capacity 30 over 3 shards: 10 each.
+        let config = Config {
+            capacity: Some(30.0),
+            ..config(3, None)
+        };
+        let request = Request {
+            count: 1.0,
+            reserve: false,
+        };
+        for (values, expected) in [
+            ([5.0, 3.0, 4.0], [0, 2]),
+            ([3.0, 5.0, 4.0], [1, 2]),
+            ([3.0, 4.0, 5.0], [2, 1]),
+            ([4.0, 4.0, 4.0], [0, 1]),
+            ([4.0, 3.0, 4.0], [0, 2]),
+            ([5.0, 3.0, 3.0], [0, 1]),
+        ] {
+            let stored = values.map(|value| Some(State { value, ts: 0 }));
+            let (decision, best) = evaluate_fullest(&config, ID, &stored, 0, request).unwrap();
+            assert_eq!(best, expected, "{values:?}");
+            // The fullest (the first of the pair) gives the token.
+            let fullest = values[expected[0]];
+            assert_eq!(
+                decision.new_states[0],
+                Some(State {
+                    value: fullest - 1.0,
+                    ts: 0
+                }),
+                "{values:?}"
+            );
+        }
+    }
+
+    #[test]
+    fn a_reservation_goes_into_debt_on_the_fuller_shard_alone() {
+        // 4 shards of capacity 2.5, each may owe 5: 3 tokens from shards
+        // holding 1 and 0.5 leave the fuller one at -2 (within its debt),
+        // the other untouched.
+        let config = config(4, Some(20.0));
+        let decision = call(&config, [free(1.0), free(0.5)], 3.0, true);
+        assert!(decision.ok);
+        assert_eq!(decision.new_states[0], Some(State { value: -2.0, ts: 0 }));
+        assert_eq!(decision.new_states[1], None);
+        assert!(decision.retry_after.is_some());
+    }
+
+    #[test]
+    fn a_shard_left_at_exactly_zero_is_not_in_debt() {
+        let decision = call(&config(4, None), [free(1.0), free(1.0)], 1.0, false);
+        assert!(decision.ok);
+        assert_eq!(decision.new_states[0], Some(State { value: 0.0, ts: 0 }));
+        assert_eq!(decision.retry_after, None);
+    }
+
+    #[test]
+    fn the_second_shard_is_any_other_and_the_rest_starts_at_random() {
+        // random[1] picks the second among the n - 1 others, each once in
+        // every n - 1 consecutive values.
+        let seconds: Vec<i16> = (0..14)
+            .map(|r| shard_order(8, [0, r, 0]).nth(1).unwrap())
+            .collect();
+        assert_eq!(seconds, [1, 2, 3, 4, 5, 6, 7, 1, 2, 3, 4, 5, 6, 7]);
+        // random[2] picks where the rest of the round starts.
+        let order: Vec<i16> = shard_order(8, [0, 0, 5]).collect();
+        assert_eq!(order, vec![0, 1, 5, 6, 7, 2, 3, 4]);
+        let order: Vec<i16> = shard_order(8, [0, 0, 13]).collect();
+        assert_eq!(order, vec![0, 1, 5, 6, 7, 2, 3, 4]);
+    }
+
+    #[test]
     fn each_shard_gets_its_share() {
         let shard = Config {
             capacity: Some(4.0),

@@ -115,6 +115,10 @@ mod tests {
         };
         assert!(!near_limit(&config, 10.0));
         assert!(near_limit(&config, 9.999));
+        // Exactly at the threshold (in floats) is not near: "fewer than".
+        let threshold = (1.0 - NEAR_LIMIT_RATIO) * config.capacity();
+        assert!(!near_limit(&config, threshold));
+        assert!(near_limit(&config, threshold - 1e-9));
         assert!(near_limit(&config, -3.0));
         let default_capacity = Config {
             capacity: None,
