@@ -1,0 +1,132 @@
+#!/usr/bin/env bash
+# A Citus cluster on this machine, for developing and testing the Citus
+# support of issue 16 (SPEC §10). Not part of scripts/test.sh yet.
+#
+#   bash scripts/citus.sh build        # build and install Citus into PostgreSQL $RL_PG
+#   bash scripts/citus.sh start DIR    # a coordinator and two workers in DIR, rate_limiter created
+#   bash scripts/citus.sh stop DIR
+#
+# Citus comes from the source releases in ../shared/citus (RL_CITUS_SOURCES
+# moves it): 13.2.2 for PostgreSQL 15, 14.0.1 for 16-18. 13.2.2 does not
+# compile against Debian's 15.20 headers as it is (their dbcommands.h
+# exports have_createdb_privilege(), which Citus also defines for < 16): the
+# build renames Citus's copy, as ../shared/citus/README.md says. The nodes
+# listen on 127.0.0.1, ports $RL_CITUS_PORT (coordinator, 55440 by default)
+# and the next two, with sockets in DIR; `start` prints their conninfos.
+set -euo pipefail
+cd "$(dirname "$0")/.."
+source scripts/lib.sh
+
+CITUS_PORT=${RL_CITUS_PORT:-55440}
+case "$RL_PG" in
+15) CITUS_VERSION=13.2.2 ;;
+*) CITUS_VERSION=14.0.1 ;;
+esac
+CITUS_PACKAGES=(liblz4-dev libzstd-dev libkrb5-dev make gcc)
+
+citus_sources() {
+    local candidate
+    for candidate in "${RL_CITUS_SOURCES:-}" "$PWD/../shared/citus" /work/shared/citus; do
+        if [ -n "$candidate" ] && [ -f "$candidate/citus-$CITUS_VERSION.tar.gz" ]; then
+            echo "$candidate"
+            return 0
+        fi
+    done
+    echo "citus-$CITUS_VERSION.tar.gz not found (../shared/citus; RL_CITUS_SOURCES=...)" >&2
+    return 1
+}
+
+# Builds and installs Citus unless this version is installed already.
+build() {
+    ensure_tools
+    local installed
+    installed=$(sed -n "s/^default_version = '\(.*\)'/\1/p" "$("$PG_CONFIG" --sharedir)/extension/citus.control" 2>/dev/null || true)
+    if [ -f "$("$PG_CONFIG" --pkglibdir)/citus.so" ] && [ "${installed%%-*}" = "${CITUS_VERSION%.*}" ]; then
+        return 0
+    fi
+    local missing=() package
+    for package in "${CITUS_PACKAGES[@]}"; do
+        dpkg-query -W -f='${Status}' "$package" 2>/dev/null | grep -q "install ok installed" || missing+=("$package")
+    done
+    if [ ${#missing[@]} -gt 0 ]; then
+        retry apt-get update -qq
+        retry env DEBIAN_FRONTEND=noninteractive apt-get install -y -qq "${missing[@]}" >/dev/null
+    fi
+    local sources work
+    sources=$(citus_sources)
+    work=$(mktemp -d)
+    log "building Citus $CITUS_VERSION for PostgreSQL $RL_PG"
+    tar xzf "$sources/citus-$CITUS_VERSION.tar.gz" -C "$work"
+    (
+        cd "$work"/citus-*
+        if [ "$CITUS_VERSION" = 13.2.2 ]; then
+            perl -0pi -e 's/static inline bool\nhave_createdb_privilege\(void\)/#define have_createdb_privilege citus_have_createdb_privilege\n$&/' \
+                src/include/pg_version_compat.h
+        fi
+        ./configure PG_CONFIG="$PG_CONFIG" --without-libcurl >"$work/configure.log" 2>&1 &&
+            make -j"$(nproc)" with_llvm=no >"$work/make.log" 2>&1 &&
+            make with_llvm=no install >>"$work/make.log" 2>&1
+    ) || {
+        tail -n 25 "$work/configure.log" "$work/make.log" 2>/dev/null
+        rm -rf "$work"
+        return 1
+    }
+    rm -rf "$work"
+}
+
+node_port() { echo $((CITUS_PORT + $1)); }
+
+start() {
+    local dir=$1 node
+    mkdir -p "$dir"
+    chown postgres:postgres "$dir"
+    let_postgres_reach "$dir"
+    let_postgres_reach "$PG_BIN"
+    for node in 0 1 2; do
+        sudo -u postgres env LC_ALL=C "$PG_BIN/initdb" -D "$dir/node$node" -U postgres --auth=trust --no-sync \
+            --encoding=UTF8 --locale=C >/dev/null
+        # citus first: it refuses to load after another library.
+        sudo -u postgres env -u RUST_BACKTRACE "LD_LIBRARY_PATH=$PG_LIBRARY_PATH" "$PG_BIN/pg_ctl" -D "$dir/node$node" \
+            -l "$dir/node$node.log" -w -o "-p $(node_port $node) -k $dir -c listen_addresses=127.0.0.1 \
+            -c shared_preload_libraries=citus,rate_limiter -c max_prepared_transactions=100 \
+            -c max_connections=200 -c wal_level=logical -c citus.node_conninfo=sslmode=disable" start >/dev/null
+        psql_node "$node" -c "CREATE EXTENSION citus" >/dev/null
+    done
+    psql_node 0 -c "SELECT citus_set_coordinator_host('127.0.0.1', $(node_port 0))" \
+        -c "SELECT citus_add_node('127.0.0.1', $(node_port 1))" \
+        -c "SELECT citus_add_node('127.0.0.1', $(node_port 2))" >/dev/null
+    # Created on the coordinator, Citus creates it on the workers too.
+    psql_node 0 -c "CREATE EXTENSION rate_limiter" >/dev/null
+    local workers
+    workers=$(psql_node 0 -c "SELECT count(*) FROM citus_get_active_worker_nodes()")
+    [ "$workers" = 2 ] || { echo "the coordinator sees $workers active workers, not 2" >&2; return 1; }
+    for node in 0 1 2; do
+        echo "host=127.0.0.1 port=$(node_port $node) user=postgres dbname=postgres"
+    done
+}
+
+psql_node() {
+    local node=$1
+    shift
+    env "LD_LIBRARY_PATH=$PG_LIBRARY_PATH" "$PG_BIN/psql" -X -q -At -v ON_ERROR_STOP=1 -h 127.0.0.1 -p "$(node_port "$node")" -U postgres -d postgres "$@"
+}
+
+stop() {
+    local dir=$1 node
+    for node in 0 1 2; do
+        if [ -f "$dir/node$node/postmaster.pid" ]; then
+            sudo -u postgres "$PG_BIN/pg_ctl" -D "$dir/node$node" -m fast -w stop >/dev/null 2>&1 || true
+        fi
+    done
+    rm -rf "$dir"
+}
+
+case "${1:-}" in
+build) build ;;
+start) build && install_extension && start "${2:?DIR}" ;;
+stop) stop "${2:?DIR}" ;;
+*)
+    echo "usage: $0 build | start DIR | stop DIR" >&2
+    exit 2
+    ;;
+esac
