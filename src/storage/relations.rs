@@ -6,6 +6,7 @@
 use super::{Datums, COLUMNS, KEY, KEY_COLUMNS, NAME, SHARD, TS, VALUE};
 use crate::compat;
 use pgrx::pg_sys;
+use pgrx::pg_sys::panic::ErrorReport;
 use pgrx::prelude::*;
 use rate_limiter_algorithm::State;
 use std::cell::Cell;
@@ -152,12 +153,18 @@ impl Relations {
                 crate::catalog::forget();
             };
             if objects.distributed {
-                ereport!(
-                    PgLogLevel::ERROR,
+                // Citus refuses undistribute_table for a table that belongs
+                // to an extension; dropping the extension is what works
+                // (tried on Citus 14.0.1: its drop trigger removes the
+                // distribution, and a new CREATE EXTENSION answers again).
+                ErrorReport::new(
                     PgSqlErrorCode::ERRCODE_OBJECT_NOT_IN_PREREQUISITE_STATE,
                     "rate_limiter.rate_limits is distributed by Citus, which this version of rate_limiter does not support",
-                    "Calls would read and write the coordinator's empty local table while the shards keep their own state. Undistribute it (undistribute_table) to use the limiter."
-                );
+                    "rate_limiter",
+                )
+                .set_detail("Calls would read and write the coordinator's empty local table while the shards keep their own state. Citus's undistribute_table refuses a table that belongs to an extension.")
+                .set_hint("Save the definitions (SELECT * FROM rate_limiter.definitions), then DROP EXTENSION rate_limiter and CREATE EXTENSION rate_limiter again without distributing its tables, and define the limits again; the state is lost (every limit starts full).")
+                .report(PgLogLevel::ERROR);
             }
             relations
         }

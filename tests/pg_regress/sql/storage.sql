@@ -161,12 +161,16 @@ SELECT ok FROM rate_limiter.rate_limit('store', 'x');
 -- in pg_catalog.pg_dist_partition) would leave the coordinator's local
 -- table empty while every node keeps its own state: every call fails
 -- closed instead. Citus is not installed here; a stand-in for its catalog
--- shows the check.
+-- shows the check. The hint says what works: Citus refuses
+-- undistribute_table for an extension's table, and dropping the extension
+-- removes the distribution (tried on a real Citus 14.0.1 cluster).
 SET allow_system_table_mods = on;
 CREATE TABLE pg_catalog.pg_dist_partition (logicalrelid regclass);
 INSERT INTO pg_catalog.pg_dist_partition VALUES ('rate_limiter.rate_limits');
 RESET allow_system_table_mods;
+\set VERBOSITY default
 SELECT ok FROM rate_limiter.rate_limit('store', 'distributed');
+\set VERBOSITY terse
 \echo :LAST_ERROR_SQLSTATE
 SELECT ok FROM rate_limiter.rate_check('store', 'distributed');
 \echo :LAST_ERROR_SQLSTATE
