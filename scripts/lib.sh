@@ -66,8 +66,8 @@ RL_STANDBY_PORT=${RL_STANDBY_PORT:-$((RL_PORT + 1))}
 # which a minimal Debian 12 cannot without them. prometheus-postgres-exporter:
 # the test of the shipped query file runs the real exporter. valgrind,
 # dpkg-dev: the assertion-enabled build (its USE_VALGRIND needs valgrind's
-# headers; `apt-get source` needs dpkg-source).
-APT_PACKAGES=(postgresql-15 postgresql-server-dev-15 postgresql-15-cron libclang-dev clang sudo pgbouncer redis-server gnuplot-nox python3-pip pkg-config libssl-dev prometheus-postgres-exporter valgrind dpkg-dev)
+# headers; `apt-get source` needs dpkg-source; make and gcc build it).
+APT_PACKAGES=(postgresql-15 postgresql-server-dev-15 postgresql-15-cron libclang-dev clang sudo pgbouncer redis-server gnuplot-nox python3-pip pkg-config libssl-dev prometheus-postgres-exporter valgrind dpkg-dev make gcc)
 
 log() { printf '\n== %s\n' "$*" >&2; }
 
@@ -121,9 +121,14 @@ ensure_assert_postgres() {
     local stamp=$PG_TREE/.recipe work version=
     [ -x "$PG_CONFIG" ] && [ "$(cat "$stamp" 2>/dev/null)" = "$recipe" ] && return 0
     if ! grep -rqs '^Types:.*deb-src\|^deb-src' /etc/apt/sources.list /etc/apt/sources.list.d/; then
-        # The same archives as the binary packages, for their sources.
-        sed 's/^Types: deb$/Types: deb-src/' /etc/apt/sources.list.d/debian.sources \
-            >/etc/apt/sources.list.d/rate-limiter-deb-src.sources
+        # The same archives as the binary packages, for their sources: in
+        # deb822 form (Debian 12's default) or as one-line entries.
+        if [ -f /etc/apt/sources.list.d/debian.sources ]; then
+            sed 's/^Types: deb$/Types: deb-src/' /etc/apt/sources.list.d/debian.sources \
+                >/etc/apt/sources.list.d/rate-limiter-deb-src.sources
+        else
+            sed -n 's/^deb /deb-src /p' /etc/apt/sources.list >/etc/apt/sources.list.d/rate-limiter-deb-src.list
+        fi
         retry apt-get update -qq
     fi
     work=$(mktemp -d)
