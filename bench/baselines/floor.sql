@@ -13,7 +13,10 @@ CREATE TABLE baseline.floor_limits (
     key   text NOT NULL,
     value float8 NOT NULL,
     ts    timestamptz NOT NULL,
-    PRIMARY KEY (name, key)
+    -- The same index fillfactor as rate_limiter.rate_limits' unique index
+    -- (100; a btree's default is 90), so that scenario 4 compares like
+    -- with like.
+    PRIMARY KEY (name, key) WITH (fillfactor = 100)
 );
 
 CREATE FUNCTION baseline.floor_token_bucket(

@@ -1,75 +1,202 @@
-//! Scenario 3: client-observed latency of one extra rate-limit call inside
-//! an already open transaction, against one EVALSHA round trip to Redis
-//! running the Lua token bucket. Both over loopback from this process.
+//! Scenario 3: client-observed latency of one rate-limit call, one call at
+//! a time from one client over loopback, against one EVALSHA round trip to
+//! Redis running the Lua token bucket, at three durability levels:
+//!
+//! - a `rate_limit` call inside an already open transaction (the commit is
+//!   the application's and not measured) against Redis without persistence;
+//! - the call in its own transaction (autocommit) with synchronous_commit on,
+//!   which waits for the WAL flush, against Redis with `appendfsync always`,
+//!   which fsyncs its append-only file before answering;
+//! - autocommit with synchronous_commit off (the WAL is flushed within
+//!   about 3 × wal_writer_delay) against `appendfsync everysec`.
+//!
+//! A prepared `SELECT 1` from the same client gives the round trip's floor.
+//! ROUNDS rounds, the seven contenders taking turns; each figure is the median
+//! of the rounds' percentiles.
 
-use crate::report::{percentile, Report};
+use crate::report::{percentile, rotate, Report, Samples};
 use crate::Bench;
 use std::time::Instant;
 
-const CALLS: usize = 20_000;
+const CALLS: usize = 10_000;
+const ROUNDS: usize = 3;
 
-pub fn run(bench: &Bench, report: &mut Report) {
-    let calls = bench.scaled(CALLS);
+/// How a PostgreSQL contender sends its calls.
+#[derive(Clone, Copy)]
+enum Postgres {
+    /// Inside an open transaction; commits every 1,000 calls, unmeasured.
+    InTransaction,
+    /// One transaction per call, with this synchronous_commit.
+    Autocommit(&'static str),
+}
+
+/// Latencies (µs) of one `rate_limit` call per key.
+fn postgres(bench: &Bench, mode: Postgres, keys: &[String]) -> Vec<f64> {
     let mut client = bench.connect();
     client
-        .batch_execute("TRUNCATE rate_limiter.rate_limits")
+        .batch_execute("TRUNCATE rate_limiter.rate_limits; CHECKPOINT")
         .unwrap();
     let statement = client
         .prepare("SELECT ok, retry_after, remaining FROM rate_limiter.rate_limit('bench', $1)")
         .unwrap();
-    let keys: Vec<String> = (0..calls)
-        .map(|i| format!("{}", (i * 7919) % 100_000))
-        .collect();
-    let mut postgres_us = Vec::with_capacity(calls);
-    let mut transaction = client.transaction().unwrap();
-    for (i, key) in keys.iter().enumerate() {
-        if i > 0 && i % 1000 == 0 {
-            // Keep transactions bounded; commits are not measured.
+    let mut latencies = Vec::with_capacity(keys.len());
+    match mode {
+        Postgres::InTransaction => {
+            let mut transaction = client.transaction().unwrap();
+            for (i, key) in keys.iter().enumerate() {
+                if i > 0 && i % 1000 == 0 {
+                    transaction.commit().unwrap();
+                    transaction = client.transaction().unwrap();
+                }
+                let start = Instant::now();
+                transaction.query_one(&statement, &[key]).unwrap();
+                latencies.push(start.elapsed().as_secs_f64() * 1e6);
+            }
             transaction.commit().unwrap();
-            transaction = client.transaction().unwrap();
         }
-        let start = Instant::now();
-        transaction.query_one(&statement, &[key]).unwrap();
-        postgres_us.push(start.elapsed().as_secs_f64() * 1e6);
+        Postgres::Autocommit(synchronous_commit) => {
+            client
+                .batch_execute(&format!("SET synchronous_commit = {synchronous_commit}"))
+                .unwrap();
+            for key in keys {
+                let start = Instant::now();
+                client.query_one(&statement, &[key]).unwrap();
+                latencies.push(start.elapsed().as_secs_f64() * 1e6);
+            }
+        }
     }
-    transaction.commit().unwrap();
+    latencies
+}
 
-    let redis = redis::Client::open(bench.redis_url.as_str()).expect("redis url");
+/// Latencies (µs) of `calls` prepared `SELECT 1`s, one at a time: what any
+/// statement costs this client over loopback, the floor under every
+/// PostgreSQL row above.
+fn round_trip(bench: &Bench, calls: usize) -> Vec<f64> {
+    let mut client = bench.connect();
+    let statement = client.prepare("SELECT 1").unwrap();
+    (0..calls)
+        .map(|_| {
+            let start = Instant::now();
+            client.query_one(&statement, &[]).unwrap();
+            start.elapsed().as_secs_f64() * 1e6
+        })
+        .collect()
+}
+
+/// Latencies (µs) of one EVALSHA of the Lua token bucket per key, on the
+/// redis-server at `url`.
+fn redis(url: &str, keys: &[String]) -> Vec<f64> {
+    let redis = redis::Client::open(url).expect("redis url");
     let mut connection = redis.get_connection().expect("connect to redis");
     redis::cmd("FLUSHALL").query::<()>(&mut connection).unwrap();
     let script = redis::Script::new(include_str!("../baselines/token_bucket.lua"));
-    let mut redis_us = Vec::with_capacity(calls);
-    for key in &keys {
-        let start = Instant::now();
-        let _: (i64, String) = script
-            .key(key)
-            .arg(100)
-            .arg(60000)
-            .arg(100)
-            .arg(1)
-            .invoke(&mut connection)
-            .unwrap();
-        redis_us.push(start.elapsed().as_secs_f64() * 1e6);
-    }
+    keys.iter()
+        .map(|key| {
+            let start = Instant::now();
+            let _: (i64, String) = script
+                .key(key)
+                .arg(100)
+                .arg(60000)
+                .arg(100)
+                .arg(1)
+                .invoke(&mut connection)
+                .unwrap();
+            start.elapsed().as_secs_f64() * 1e6
+        })
+        .collect()
+}
 
-    let (pg50, pg99) = (
-        percentile(&mut postgres_us, 50.0),
-        percentile(&mut postgres_us, 99.0),
-    );
-    let (r50, r99) = (
-        percentile(&mut redis_us, 50.0),
-        percentile(&mut redis_us, 99.0),
-    );
+/// One contender's run: its latencies in µs.
+type Measure<'a> = Box<dyn Fn() -> Vec<f64> + 'a>;
+
+pub fn run(bench: &Bench, report: &mut Report) {
+    let calls = bench.scaled(CALLS);
+    let keys: Vec<String> = (0..calls)
+        .map(|i| format!("{}", (i * 7919) % 100_000))
+        .collect();
+    let contenders: [(&str, Measure<'_>); 7] = [
+        (
+            "extension, inside an open transaction",
+            Box::new(|| postgres(bench, Postgres::InTransaction, &keys)),
+        ),
+        (
+            "(c) Redis EVALSHA, no persistence",
+            Box::new(|| redis(&bench.redis_url, &keys)),
+        ),
+        (
+            "extension, own transaction, synchronous_commit on",
+            Box::new(|| postgres(bench, Postgres::Autocommit("on"), &keys)),
+        ),
+        (
+            "(c) Redis EVALSHA, appendfsync always",
+            Box::new(|| redis(&bench.redis_always_url, &keys)),
+        ),
+        (
+            "extension, own transaction, synchronous_commit off",
+            Box::new(|| postgres(bench, Postgres::Autocommit("off"), &keys)),
+        ),
+        (
+            "(c) Redis EVALSHA, appendfsync everysec",
+            Box::new(|| redis(&bench.redis_everysec_url, &keys)),
+        ),
+        (
+            "PostgreSQL round trip: prepared `SELECT 1` from the same client",
+            Box::new(|| round_trip(bench, calls)),
+        ),
+    ];
+    // Every round measures each contender once; rotate() asks for p50 and
+    // then p99 of the same run, so keep the run's percentiles per round.
+    let mut p99: Vec<Vec<f64>> = vec![Vec::new(); contenders.len()];
+    let p50 = rotate(contenders.len(), ROUNDS, |i| {
+        let mut latencies = (contenders[i].1)();
+        p99[i].push(percentile(&mut latencies, 99.0));
+        percentile(&mut latencies, 50.0)
+    });
+    let p99: Vec<Samples> = p99.into_iter().map(Samples::new).collect();
+
+    let table: String = contenders
+        .iter()
+        .enumerate()
+        .map(|(i, (label, _))| format!("| {label} | {} | {} |\n", p50[i].show(1), p99[i].show(1)))
+        .collect();
     report.section(
-        "Scenario 3: client-observed latency (µs)",
+        "Scenario 3: client-observed latency (µs, median of 3 rounds, min–max)",
         format!(
-            "{calls} calls each, one at a time from one client over loopback. PostgreSQL: a prepared \
-             `rate_limit` call inside an open transaction (transactional with the app's writes). \
-             Redis: `EVALSHA` of the Lua token bucket (not transactional with anything).\n\n\
-             | | p50 | p99 |\n|---|---:|---:|\n\
-             | extension, in a transaction | {pg50:.1} | {pg99:.1} |\n\
-             | (c) Redis EVALSHA | {r50:.1} | {r99:.1} |\n"
+            "{calls} calls per contender and round, one at a time from one client over loopback, \
+             on keys spread over 100,000. PostgreSQL: a prepared `rate_limit` call. Redis: `EVALSHA` \
+             of the Lua token bucket (not transactional with anything). The rows come in pairs of \
+             matched durability: a call inside an open transaction (its commit is the application's \
+             and is not measured) against Redis without persistence; a call in its own transaction \
+             that waits for its WAL flush against Redis fsyncing its append-only file before it \
+             answers; and both with the flush left to a background writer (about 3 × \
+             wal_writer_delay = 600 ms of writes at risk in PostgreSQL, about 1 s in Redis). \
+             The last row is the floor under every PostgreSQL row: a prepared `SELECT 1` from the same \
+             client library (the `postgres` crate), which is what one round trip costs before any work.\n\n\
+             | | p50 | p99 |\n|---|---:|---:|\n{table}"
         ),
     );
-    report.ratio("S3 p50 latency: extension / Redis", pg50 / r50, 1.3, true);
+    report.ratio(
+        "S3 p50, open transaction: extension / Redis without persistence",
+        p50[0].ratio_to(&p50[1]),
+        1.3,
+        true,
+    );
+    report.ratio(
+        "S3 p50, open transaction, stretch: extension / Redis without persistence",
+        p50[0].ratio_to(&p50[1]),
+        1.0,
+        true,
+    );
+    report.ratio_without_target(
+        "S3 p50, own transaction, synchronous_commit on / Redis appendfsync always",
+        p50[2].ratio_to(&p50[3]),
+    );
+    report.ratio_without_target(
+        "S3 p50, own transaction, synchronous_commit off / Redis appendfsync everysec",
+        p50[4].ratio_to(&p50[5]),
+    );
+    report.ratio_without_target(
+        "S3 p50, PostgreSQL round trip (SELECT 1) / Redis without persistence",
+        p50[6].ratio_to(&p50[1]),
+    );
 }

@@ -3,13 +3,17 @@
 //! (a) hand-written PL/pgSQL (`baselines/plpgsql.sql`), (b) the single
 //! upsert "floor" (`baselines/floor.sql`), (c) Redis with a Lua token
 //! bucket (`baselines/token_bucket.lua`). Scenario 5 measures the
-//! extension alone: one global limit under 16 clients, with and without
-//! shards; scenario 6 the cost of statistics (the library preloaded or not).
+//! extension alone: one global limit under open-loop load (pgbench `-R`)
+//! with 1, 8 and 16 shards; scenario 6 the cost of statistics (the library
+//! preloaded or not). Every figure is the median of at least 3 rounds in
+//! which the contenders take turns; the report shows min and max too.
 //!
 //! Run through `bench/run.sh`, which starts a throwaway PostgreSQL cluster
-//! and redis-server and passes their addresses in the environment:
+//! and three redis-servers and passes their addresses in the environment:
 //! `RATE_LIMITER_BENCH_URL` (libpq key=value string), `RATE_LIMITER_BENCH_PGBENCH`
-//! (pgbench connection arguments), `RATE_LIMITER_BENCH_REDIS` (redis URL),
+//! (pgbench connection arguments), `RATE_LIMITER_BENCH_REDIS`,
+//! `RATE_LIMITER_BENCH_REDIS_ALWAYS`, `RATE_LIMITER_BENCH_REDIS_EVERYSEC`
+//! (redis URLs: no persistence, appendfsync always, appendfsync everysec),
 //! `RATE_LIMITER_BENCH_OUT` (report directory). `RATE_LIMITER_BENCH_QUICK=1`
 //! shrinks every scenario for a smoke run.
 
@@ -28,7 +32,12 @@ use report::Report;
 pub struct Bench {
     pub url: String,
     pub pgbench_args: Vec<String>,
+    /// redis-server without persistence.
     pub redis_url: String,
+    /// redis-server with `appendonly yes`, `appendfsync always`.
+    pub redis_always_url: String,
+    /// redis-server with `appendonly yes`, `appendfsync everysec`.
+    pub redis_everysec_url: String,
     /// Multiplier for sizes (1.0 normally, smaller for a smoke run).
     pub scale: f64,
 }
@@ -44,33 +53,47 @@ impl Bench {
     }
 }
 
-/// Runs the pgbench `script` (2 clients, prepared statements) with
-/// `synchronous_commit`, for `length` (`-T seconds` or `-t transactions`),
-/// keys drawn from 1..=`keys` (the script's `:keys`). Returns the tps.
-pub fn pgbench(
-    bench: &Bench,
-    script: &str,
-    synchronous_commit: &str,
-    length: &[&str],
-    keys: usize,
-) -> f64 {
+/// One pgbench run: `clients` clients (prepared statements) running
+/// `script` with `synchronous_commit`, for `length` (`-T seconds` or `-t
+/// transactions`), keys drawn from 1..=`keys` (the script's `:keys`).
+pub struct Pgbench<'a> {
+    pub clients: usize,
+    pub script: &'a str,
+    pub synchronous_commit: &'a str,
+    pub length: &'a [&'a str],
+    pub keys: usize,
+}
+
+/// Runs pgbench with `run` and `extra` arguments; returns its standard
+/// output. Panics when pgbench fails.
+pub fn pgbench_output(bench: &Bench, run: &Pgbench, extra: &[&str]) -> String {
+    let clients = run.clients.to_string();
+    let threads = run.clients.min(2).to_string();
     let output = std::process::Command::new("pgbench")
-        .args(["-n", "-c", "2", "-j", "2", "-M", "prepared", "-f", script])
-        .args(["-D", &format!("keys={keys}")])
-        .args(length)
+        .args(["-n", "-c", &clients, "-j", &threads, "-M", "prepared"])
+        .args(["-f", run.script])
+        .args(["-D", &format!("keys={}", run.keys)])
+        .args(run.length)
+        .args(extra)
         .args(&bench.pgbench_args)
         .env(
             "PGOPTIONS",
-            format!("-c synchronous_commit={synchronous_commit}"),
+            format!("-c synchronous_commit={}", run.synchronous_commit),
         )
         .output()
         .expect("run pgbench");
-    let stdout = String::from_utf8_lossy(&output.stdout);
+    let stdout = String::from_utf8_lossy(&output.stdout).into_owned();
     assert!(
         output.status.success(),
         "pgbench failed: {stdout}\n{}",
         String::from_utf8_lossy(&output.stderr)
     );
+    stdout
+}
+
+/// Runs pgbench (see [`Pgbench`]) and returns its transactions per second.
+pub fn pgbench(bench: &Bench, run: &Pgbench) -> f64 {
+    let stdout = pgbench_output(bench, run, &[]);
     stdout
         .lines()
         .find(|line| line.starts_with("tps = "))
@@ -83,6 +106,9 @@ fn env(name: &str) -> String {
     std::env::var(name).unwrap_or_else(|_| panic!("{name} is not set: run bench/run.sh"))
 }
 
+/// A scenario: measures and adds its sections and targets to the report.
+type Scenario = fn(&Bench, &mut Report);
+
 fn main() {
     let bench = Bench {
         url: env("RATE_LIMITER_BENCH_URL"),
@@ -91,6 +117,8 @@ fn main() {
             .map(str::to_string)
             .collect(),
         redis_url: env("RATE_LIMITER_BENCH_REDIS"),
+        redis_always_url: env("RATE_LIMITER_BENCH_REDIS_ALWAYS"),
+        redis_everysec_url: env("RATE_LIMITER_BENCH_REDIS_EVERYSEC"),
         scale: if std::env::var("RATE_LIMITER_BENCH_QUICK").is_ok() {
             0.05
         } else {
@@ -117,7 +145,7 @@ fn main() {
             .as_deref()
             .is_none_or(|list| list.split(',').any(|n| n.trim() == number))
     };
-    let scenarios: [(&str, &str, fn(&Bench, &mut Report)); 6] = [
+    let scenarios: [(&str, &str, Scenario); 6] = [
         ("1", "per-call server cost", per_call::run),
         ("2", "throughput with pgbench", throughput::run),
         ("3", "client-observed latency", latency::run),

@@ -1,33 +1,116 @@
 //! Collects measurements and writes `report.md` and `ratios.tsv` (for the
 //! chart, drawn by `bench/chart.gp`).
+//!
+//! Every figure is a [`Samples`]: one value per round. Rounds interleave the
+//! contenders ([`rotate`]), and the report shows each figure as the median
+//! with the minimum and maximum of its rounds.
 
 use postgres::Client;
 use std::fmt::Write as _;
 
-/// One comparison: the extension's number against a baseline's, with the
-/// target ratio from the issue.
-pub struct Ratio {
-    pub label: String,
-    pub ratio: f64,
-    pub target: f64,
-    /// true when lower ratios are better (costs), false for throughput.
-    pub lower_is_better: bool,
+/// The values one figure took, one per round (never empty).
+#[derive(Clone, Debug)]
+pub struct Samples(Vec<f64>);
+
+impl Samples {
+    /// Panics on an empty list: every figure is measured at least once.
+    pub fn new(values: Vec<f64>) -> Self {
+        assert!(!values.is_empty(), "a figure without a measurement");
+        Samples(values)
+    }
+
+    fn sorted(&self) -> Vec<f64> {
+        let mut values = self.0.clone();
+        values.sort_by(|a, b| a.total_cmp(b));
+        values
+    }
+
+    /// The median (the upper one of an even count).
+    pub fn median(&self) -> f64 {
+        let values = self.sorted();
+        values[values.len() / 2]
+    }
+
+    pub fn min(&self) -> f64 {
+        self.sorted()[0]
+    }
+
+    pub fn max(&self) -> f64 {
+        *self.sorted().last().unwrap()
+    }
+
+    /// The values in round order.
+    pub fn values(&self) -> &[f64] {
+        &self.0
+    }
+
+    /// `f(self[r], other[r])` for every round r: the per-round ratio of two
+    /// contenders measured in the same rounds.
+    pub fn zip(&self, other: &Samples, f: impl Fn(f64, f64) -> f64) -> Samples {
+        assert_eq!(self.0.len(), other.0.len(), "figures from different rounds");
+        Samples::new(
+            self.0
+                .iter()
+                .zip(&other.0)
+                .map(|(a, b)| f(*a, *b))
+                .collect(),
+        )
+    }
+
+    /// Each value divided by the same round's value of `other`.
+    pub fn ratio_to(&self, other: &Samples) -> Samples {
+        self.zip(other, |a, b| a / b)
+    }
+
+    /// `median (min–max)` with `decimals` decimals; just the value when
+    /// there is one round.
+    pub fn show(&self, decimals: usize) -> String {
+        if self.0.len() == 1 {
+            return format!("{:.*}", decimals, self.0[0]);
+        }
+        format!(
+            "{:.*} ({:.*}–{:.*})",
+            decimals,
+            self.median(),
+            decimals,
+            self.min(),
+            decimals,
+            self.max()
+        )
+    }
 }
 
-impl Ratio {
-    pub fn met(&self) -> bool {
-        if self.lower_is_better {
-            self.ratio <= self.target
-        } else {
-            self.ratio >= self.target
-        }
+/// One comparison, usually against the issue's target: the extension's
+/// figure divided by a baseline's from the same round (unit `x`), sometimes
+/// a difference in percentage points (unit ` pp`).
+pub struct Target {
+    pub label: String,
+    pub samples: Samples,
+    /// `None` for a comparison reported without a target.
+    pub target: Option<f64>,
+    /// true when lower values are better (costs), false for throughput.
+    pub lower_is_better: bool,
+    pub unit: &'static str,
+}
+
+impl Target {
+    /// Whether the median meets the target (`None` without one).
+    pub fn met(&self) -> Option<bool> {
+        let value = self.samples.median();
+        self.target.map(|target| {
+            if self.lower_is_better {
+                value <= target
+            } else {
+                value >= target
+            }
+        })
     }
 }
 
 pub struct Report {
     machine: String,
     sections: Vec<(String, String)>,
-    ratios: Vec<Ratio>,
+    targets: Vec<Target>,
 }
 
 impl Report {
@@ -60,7 +143,7 @@ impl Report {
         Report {
             machine: format!("{cores} cores ({cpu}), {memory:.0} GiB RAM, PostgreSQL {version}, everything on one machine over loopback"),
             sections: Vec::new(),
-            ratios: Vec::new(),
+            targets: Vec::new(),
         }
     }
 
@@ -69,12 +152,37 @@ impl Report {
         self.sections.push((title.to_string(), body));
     }
 
-    pub fn ratio(&mut self, label: &str, ratio: f64, target: f64, lower_is_better: bool) {
-        self.ratios.push(Ratio {
+    /// A ratio (unit `x`) against its target.
+    pub fn ratio(&mut self, label: &str, samples: Samples, target: f64, lower_is_better: bool) {
+        self.target(label, samples, target, lower_is_better, "x");
+    }
+
+    /// A ratio (unit `x`) that the issue gives no target for.
+    pub fn ratio_without_target(&mut self, label: &str, samples: Samples) {
+        self.targets.push(Target {
             label: label.to_string(),
-            ratio,
-            target,
+            samples,
+            target: None,
+            lower_is_better: true,
+            unit: "x",
+        });
+    }
+
+    /// Any figure against its target, in `unit`.
+    pub fn target(
+        &mut self,
+        label: &str,
+        samples: Samples,
+        target: f64,
+        lower_is_better: bool,
+        unit: &'static str,
+    ) {
+        self.targets.push(Target {
+            label: label.to_string(),
+            samples,
+            target: Some(target),
             lower_is_better,
+            unit,
         });
     }
 
@@ -83,22 +191,42 @@ impl Report {
         let mut md = String::new();
         writeln!(md, "# rate_limiter benchmark report\n").unwrap();
         writeln!(md, "Machine: {}.\n", self.machine).unwrap();
-        writeln!(md, "## Ratios (extension / baseline, same run)\n").unwrap();
-        writeln!(md, "| comparison | ratio | target | met |").unwrap();
+        writeln!(
+            md,
+            "## Targets (same run; median of the rounds, min–max in brackets)\n"
+        )
+        .unwrap();
+        writeln!(md, "| comparison | value | target | met |").unwrap();
         writeln!(md, "|---|---:|---:|:---:|").unwrap();
         let mut tsv = String::from("label\tratio\ttarget\n");
-        for r in &self.ratios {
-            let sign = if r.lower_is_better { "≤" } else { "≥" };
+        for t in &self.targets {
+            let sign = if t.lower_is_better { "≤" } else { "≥" };
+            let unit = t.unit;
+            let (target, met) = match (t.target, t.met()) {
+                (Some(target), Some(met)) => (
+                    format!("{sign} {target:.2}{unit}"),
+                    if met { "yes" } else { "**no**" },
+                ),
+                _ => ("—".to_string(), "—"),
+            };
             writeln!(
                 md,
-                "| {} | {:.2}x | {sign} {:.2}x | {} |",
-                r.label,
-                r.ratio,
-                r.target,
-                if r.met() { "yes" } else { "**no**" }
+                "| {} | {}{unit} | {target} | {met} |",
+                t.label,
+                t.samples.show(2),
             )
             .unwrap();
-            writeln!(tsv, "\"{}\"\t{:.3}\t{:.2}", r.label, r.ratio, r.target).unwrap();
+            // The chart shows the ratios that have a target.
+            if let (Some(target), "x") = (t.target, unit) {
+                writeln!(
+                    tsv,
+                    "\"{}\"\t{:.3}\t{:.2}",
+                    t.label,
+                    t.samples.median(),
+                    target
+                )
+                .unwrap();
+            }
         }
         writeln!(md, "\n![ratios](chart.png)\n").unwrap();
         for (title, body) in &self.sections {
@@ -109,12 +237,6 @@ impl Report {
     }
 }
 
-/// Median of a non-empty slice.
-pub fn median(values: &mut [f64]) -> f64 {
-    values.sort_by(|a, b| a.total_cmp(b));
-    values[values.len() / 2]
-}
-
 /// The `p`-th percentile (0..=100) of a non-empty slice.
 pub fn percentile(values: &mut [f64], p: f64) -> f64 {
     values.sort_by(|a, b| a.total_cmp(b));
@@ -122,16 +244,16 @@ pub fn percentile(values: &mut [f64], p: f64) -> f64 {
     values[index]
 }
 
-/// Runs `measure(i)` `runs` times for each of `n` contenders, in an order
-/// that rotates every run (so that none always goes first), and returns
-/// each contender's median.
-pub fn rotate(n: usize, runs: usize, mut measure: impl FnMut(usize) -> f64) -> Vec<f64> {
+/// Runs `measure(i)` `rounds` times for each of `n` contenders, in an order
+/// that rotates every round (so that none always goes first), and returns
+/// each contender's samples, in round order.
+pub fn rotate(n: usize, rounds: usize, mut measure: impl FnMut(usize) -> f64) -> Vec<Samples> {
     let mut samples = vec![Vec::new(); n];
-    for run in 0..runs {
+    for round in 0..rounds {
         for turn in 0..n {
-            let i = (run + turn) % n;
+            let i = (round + turn) % n;
             samples[i].push(measure(i));
         }
     }
-    samples.iter_mut().map(|runs| median(runs)).collect()
+    samples.into_iter().map(Samples::new).collect()
 }

@@ -6,7 +6,7 @@
 //! The server is restarted between runs, which alternate off, on, off,
 //! on, ...; each figure is the median of RUNS runs.
 
-use crate::report::{median, Report};
+use crate::report::{Report, Samples};
 use crate::Bench;
 use postgres::{Client, NoTls};
 use std::process::Command;
@@ -19,23 +19,14 @@ fn restart(preload: bool) {
     let env = |name: &str| {
         std::env::var(name).unwrap_or_else(|_| panic!("{name} is not set: run bench/run.sh"))
     };
-    let (bin, data, options) = (
+    let (bin, data) = (
         env("RATE_LIMITER_BENCH_PG_BIN"),
         env("RATE_LIMITER_BENCH_PGDATA"),
-        env("RATE_LIMITER_BENCH_PG_OPTIONS"),
     );
     let options = if preload {
-        options
+        env("RATE_LIMITER_BENCH_PG_OPTIONS")
     } else {
-        options
-            .replace(
-                "shared_preload_libraries=rate_limiter,",
-                "shared_preload_libraries=",
-            )
-            .replace(
-                "shared_preload_libraries=rate_limiter",
-                "shared_preload_libraries=''",
-            )
+        env("RATE_LIMITER_BENCH_PG_OPTIONS_WITHOUT_PRELOAD")
     };
     let pg_ctl = format!("{bin}/pg_ctl");
     for arguments in [
@@ -124,32 +115,35 @@ pub fn run(bench: &Bench, report: &mut Report) {
     }
     // Leave the server as the other scenarios found it.
     restart(true);
-    let (off_existing, off_new) = (median(&mut off.0), median(&mut off.1));
-    let (on_existing, on_new) = (median(&mut on.0), median(&mut on.1));
+    let [off_existing, off_new, on_existing, on_new] = [off.0, off.1, on.0, on.1].map(Samples::new);
+    let (ratio_existing, ratio_new) = (
+        on_existing.ratio_to(&off_existing),
+        on_new.ratio_to(&off_new),
+    );
     report.section(
-        "Scenario 6: the cost of statistics (µs per rate_limit call, median of 7)",
+        "Scenario 6: the cost of statistics (µs per rate_limit call, median of 7 rounds, min–max)",
         format!(
             "Scenario 1's workloads on one server, restarted between runs (alternating) with the library in \
-             `shared_preload_libraries` (statistics on) and without (off).\n\n\
+             `shared_preload_libraries` (statistics on) and without (off). The on / off column is the median \
+             of the per-round ratios.\n\n\
              | workload | statistics off | statistics on | on / off |\n|---|---:|---:|---:|\n\
-             | 1000 keys × {rounds} rounds (updates) | {off_existing:.2} | {on_existing:.2} | {:.3} |\n\
-             | {distinct} new keys | {off_new:.2} | {on_new:.2} | {:.3} |\n",
-            on_existing / off_existing,
-            on_new / off_new,
+             | 1000 keys × {rounds} rounds (updates) | {} | {} | {} |\n\
+             | {distinct} new keys | {} | {} | {} |\n",
+            off_existing.show(2),
+            on_existing.show(2),
+            ratio_existing.show(3),
+            off_new.show(2),
+            on_new.show(2),
+            ratio_new.show(3),
             rounds = bench.scaled(100),
             distinct = bench.scaled(100_000),
         ),
     );
     report.ratio(
         "S6 statistics on / off (updates)",
-        on_existing / off_existing,
+        ratio_existing,
         1.03,
         true,
     );
-    report.ratio(
-        "S6 statistics on / off (new keys)",
-        on_new / off_new,
-        1.03,
-        true,
-    );
+    report.ratio("S6 statistics on / off (new keys)", ratio_new, 1.03, true);
 }

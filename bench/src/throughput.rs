@@ -3,7 +3,7 @@
 //! off and on. The scripts are in bench/pgbench/.
 
 use crate::report::{rotate, Report};
-use crate::{pgbench, Bench};
+use crate::{pgbench, Bench, Pgbench};
 
 const SECONDS: usize = 10;
 /// Runs per contender and setting (the VM's timing moves by ±20%).
@@ -35,19 +35,25 @@ pub fn run(bench: &Bench, report: &mut Report) {
             fresh_tables(bench);
             pgbench(
                 bench,
-                &scripts[i],
-                synchronous_commit,
-                &["-T", &seconds.to_string()],
-                KEYS,
+                &Pgbench {
+                    clients: 2,
+                    script: &scripts[i],
+                    synchronous_commit,
+                    length: &["-T", &seconds.to_string()],
+                    keys: KEYS,
+                },
             )
         });
-        let (ext, pl, floor) = (tps[0], tps[1], tps[2]);
+        let (ext, pl, floor) = (&tps[0], &tps[1], &tps[2]);
         rows.push_str(&format!(
-            "| {synchronous_commit} | {ext:.0} | {pl:.0} | {floor:.0} |\n"
+            "| {synchronous_commit} | {} | {} | {} |\n",
+            ext.show(0),
+            pl.show(0),
+            floor.show(0)
         ));
         report.ratio(
             &format!("S2 tps, sync commit {synchronous_commit}: extension / floor"),
-            ext / floor,
+            ext.ratio_to(floor),
             1.0,
             false,
         );
@@ -56,7 +62,7 @@ pub fn run(bench: &Bench, report: &mut Report) {
         "Scenario 2: throughput (pgbench transactions per second)",
         format!(
             "`pgbench -c 2 -j 2 -M prepared -T {seconds}`, one call per transaction, keys random in 1..100,000.\n\n\
-             Median of {RUNS} runs each, the contenders taking turns. With synchronous_commit on, every transaction waits for its WAL flush, which costs far more than the call, so that row measures the disk more than the limiter.\n\n\
+             Median of {RUNS} rounds (min–max), the contenders taking turns. With synchronous_commit on, every transaction waits for its WAL flush, which costs far more than the call, so that row measures the disk more than the limiter.\n\n\
              | synchronous_commit | extension | (a) PL/pgSQL | (b) floor (bare statement) |\n|---|---:|---:|---:|\n{rows}"
         ),
     );
