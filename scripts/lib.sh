@@ -281,6 +281,13 @@ start_cluster() {
         options+=" -c cron.database_name=postgres -c cron.host=$dir"
         export RATE_LIMITER_TEST_CRON=1
     fi
+    # The same options without rate_limiter preloaded (the statistics
+    # tests and benchmark restart the server that way).
+    local others=() library
+    for library in "${preload[@]}"; do
+        [ "$library" = rate_limiter ] || others+=("$library")
+    done
+    local without_preload="$options -c shared_preload_libraries='$(IFS=,; echo "${others[*]}")'"
     if [ ${#preload[@]} -gt 0 ]; then
         options+=" -c shared_preload_libraries=$(IFS=,; echo "${preload[*]}")"
     fi
@@ -290,6 +297,7 @@ start_cluster() {
     export RATE_LIMITER_TEST_URL="host=127.0.0.1 port=$RL_PORT user=postgres dbname=postgres"
     # What the crash test needs to restart the server after killing it.
     export RATE_LIMITER_TEST_PGDATA=$dir/data RATE_LIMITER_TEST_PG_OPTIONS=$options
+    export RATE_LIMITER_TEST_PG_OPTIONS_WITHOUT_PRELOAD=$without_preload
     export RATE_LIMITER_TEST_PG_BIN=$PG_BIN
 }
 

@@ -445,19 +445,6 @@ fn counters_equal_what_the_calls_answered() {
         .expect("drop the guarded table");
 }
 
-/// The test server's options without the library in shared_preload_libraries.
-fn without_preload(options: &str) -> String {
-    options
-        .replace(
-            "shared_preload_libraries=rate_limiter,",
-            "shared_preload_libraries=",
-        )
-        .replace(
-            "shared_preload_libraries=rate_limiter",
-            "shared_preload_libraries=''",
-        )
-}
-
 fn connect_to_server() -> Client {
     Client::connect(&url(), NoTls).expect("connect after the restart")
 }
@@ -541,7 +528,7 @@ fn counters_live_in_the_server_bounded_and_need_preloading() {
     assert_eq!(last, 1);
 
     // Without preloading: calls work, the statistics are 55000 with a hint.
-    restart_server(&without_preload(&options));
+    restart_server(&test_env("RATE_LIMITER_TEST_PG_OPTIONS_WITHOUT_PRELOAD"));
     let mut client = connect_to_server();
     let ok: bool = client
         .query_one(
