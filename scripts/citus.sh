@@ -1,6 +1,7 @@
 #!/usr/bin/env bash
 # A Citus cluster on this machine, for developing and testing the Citus
-# support of issue 16 (SPEC §10). Not part of scripts/test.sh yet.
+# support of issue 16 (SPEC §10); scripts/test.sh runs tests/integration/tests/citus.rs
+# against it on PostgreSQL 15 and 18.
 #
 #   bash scripts/citus.sh build        # build and install Citus into PostgreSQL $RL_PG
 #   bash scripts/citus.sh start DIR    # a coordinator and two workers in DIR, rate_limiter created
@@ -123,7 +124,8 @@ stop() {
 
 case "${1:-}" in
 build) build ;;
-start) build && install_extension && start "${2:?DIR}" ;;
+# RL_CITUS_INSTALLED=1: the extension is installed already (scripts/test.sh).
+start) build && { [ "${RL_CITUS_INSTALLED:-}" = 1 ] || install_extension; } && start "${2:?DIR}" ;;
 stop) stop "${2:?DIR}" ;;
 *)
     echo "usage: $0 build | start DIR | stop DIR" >&2

@@ -67,7 +67,8 @@ RL_STANDBY_PORT=${RL_STANDBY_PORT:-$((RL_PORT + 1))}
 # the test of the shipped query file runs the real exporter. valgrind,
 # dpkg-dev: the assertion-enabled build (its USE_VALGRIND needs valgrind's
 # headers; `apt-get source` needs dpkg-source; make and gcc build it).
-APT_PACKAGES=(postgresql-15 postgresql-server-dev-15 postgresql-15-cron libclang-dev clang sudo pgbouncer redis-server gnuplot-nox python3-pip pkg-config libssl-dev prometheus-postgres-exporter valgrind dpkg-dev make gcc)
+# liblz4-dev, libzstd-dev, libkrb5-dev: building Citus (scripts/citus.sh).
+APT_PACKAGES=(postgresql-15 postgresql-server-dev-15 postgresql-15-cron libclang-dev clang sudo pgbouncer redis-server gnuplot-nox python3-pip pkg-config libssl-dev prometheus-postgres-exporter valgrind dpkg-dev make gcc liblz4-dev libzstd-dev libkrb5-dev)
 
 log() { printf '\n== %s\n' "$*" >&2; }
 

@@ -10,6 +10,8 @@
 #      hot standby promoted (last)
 #   5. (PostgreSQL 15) the Debian package, installed with dpkg into a
 #      clean Debian 12 made with debootstrap           (scripts/package_test.sh)
+#   6. (PostgreSQL 15 and 18) tests against a Citus cluster, a coordinator
+#      and two workers, with Citus built from ../shared/citus (scripts/citus.sh)
 # against a throwaway cluster, and prints a summary line
 # "tests: N passed, M failed", on every supported PostgreSQL version (15,
 # 16, 17, 18) in turn, then once more on PostgreSQL 15 built with
@@ -155,6 +157,20 @@ if [ "$RL_PG" = 15 ] && [ "$RL_ASSERTS" != 1 ]; then
     line=$(grep -E '^package: [0-9]+ passed, [0-9]+ failed$' "$results/package.log" || echo "package: 0 passed, 1 failed")
     read -r p f < <(sed -E 's/^package: ([0-9]+) passed, ([0-9]+) failed$/\1 \2/' <<<"$line")
     passed=$((passed + p)); failed=$((failed + f))
+fi
+
+if { [ "$RL_PG" = 15 ] || [ "$RL_PG" = 18 ]; } && [ "$RL_ASSERTS" != 1 ]; then
+    log "6. a Citus cluster: a coordinator and two workers (Citus $([ "$RL_PG" = 15 ] && echo 13.2.2 || echo 14.0.1))"
+    citus=$(mktemp -d /tmp/rate_limiter_citus.XXXXXX)
+    trap 'bash scripts/citus.sh stop "$citus"; stop_pgbouncer "$pooler"; stop_cluster "$standby"; stop_cluster "$cluster"' EXIT
+    if bash scripts/citus.sh build 2>&1 | tee "$results/citus_build.log" &&
+        urls=$(RL_CITUS_INSTALLED=1 bash scripts/citus.sh start "$citus" 2>&1 | tee -a "$results/citus_build.log" | grep '^host=' | paste -sd ';'); then
+        RATE_LIMITER_TEST_CITUS_URLS=$urls cargo test --no-fail-fast -p rate_limiter_integration_tests --test citus -- --ignored --test-threads=1 --nocapture 2>&1 | tee "$results/citus.log" || broken+=("citus")
+        count_cargo "$results/citus.log"
+    else
+        broken+=("citus cluster")
+    fi
+    bash scripts/citus.sh stop "$citus"
 fi
 
 rm -rf "$results"
