@@ -198,8 +198,14 @@ fn group(
 }
 
 /// Locks, decides and writes (see the module documentation); the answers
-/// in request order.
-fn consume(requests: &[RequestArgument], reserve: bool) -> Result<Vec<Answer>, CallError> {
+/// in request order, and for each request whether it was *contended*: its
+/// limit is sharded and the call waited for another transaction to get
+/// one of its shards (`rate_limit_all` holds every shard it may use, so it
+/// waits for busy ones rather than passing over them).
+fn consume(
+    requests: &[RequestArgument],
+    reserve: bool,
+) -> Result<(Vec<Answer>, Vec<bool>), CallError> {
     let (mut limits, members) = group(requests, reserve)?;
     let mut rows: Vec<RowId<'_>> = limits
         .iter()
@@ -242,49 +248,66 @@ fn consume(requests: &[RequestArgument], reserve: bool) -> Result<Vec<Answer>, C
             .copied()
             .unwrap_or(0)
     };
-    storage::consume_all_or_nothing(&rows, missing_held, |stored: &[Option<State>]| {
-        // Every definition used is still the one in force (a define may
-        // have committed while the call waited for a row).
-        for request in requests {
-            let used = Definition {
-                config: request.config,
-                enforce: request.enforce,
-            };
-            definitions::recheck(&request.name, request.inline, &used)?;
-        }
-        for (limit, positions) in limits.iter_mut().zip(&positions) {
-            for (slot, position) in limit.stored.iter_mut().zip(positions) {
-                *slot = position.and_then(|p| stored.get(p).copied().flatten());
+    storage::consume_all_or_nothing(
+        &rows,
+        missing_held,
+        |stored: &[Option<State>], waited: &[bool]| {
+            let contended: Vec<bool> = members
+                .iter()
+                .map(|member| {
+                    limits[member.limit].stored.len() > 1
+                        && positions[member.limit]
+                            .iter()
+                            .flatten()
+                            .any(|&position| waited.get(position).copied().unwrap_or(false))
+                })
+                .collect();
+            // Every definition used is still the one in force (a define may
+            // have committed while the call waited for a row).
+            for request in requests {
+                let used = Definition {
+                    config: request.config,
+                    enforce: request.enforce,
+                };
+                definitions::recheck(&request.name, request.inline, &used)?;
             }
-        }
-        let outcome = evaluate_all_or_nothing(&limits, &members, clock::now())?;
-        let writes = outcome.new_states.map(|new_states| {
-            let mut writes = vec![None; stored.len()];
-            for (states, positions) in new_states.iter().zip(&positions) {
-                for (state, position) in states.iter().zip(positions) {
-                    if let (Some(state), Some(position)) = (state, position) {
-                        writes[*position] = Some(*state);
-                    }
+            for (limit, positions) in limits.iter_mut().zip(&positions) {
+                for (slot, position) in limit.stored.iter_mut().zip(positions) {
+                    *slot = position.and_then(|p| stored.get(p).copied().flatten());
                 }
             }
-            writes
-        });
-        Ok((outcome.answers, writes))
-    })
+            let outcome = evaluate_all_or_nothing(&limits, &members, clock::now())?;
+            let writes = outcome.new_states.map(|new_states| {
+                let mut writes = vec![None; stored.len()];
+                for (states, positions) in new_states.iter().zip(&positions) {
+                    for (state, position) in states.iter().zip(positions) {
+                        if let (Some(state), Some(position)) = (state, position) {
+                            writes[*position] = Some(*state);
+                        }
+                    }
+                }
+                writes
+            });
+            Ok(((outcome.answers, contended), writes))
+        },
+    )
 }
 
-/// The arguments and answers of a call, or why it failed.
+/// The arguments of a call, its answers and whether each was contended
+/// (see [`consume`]; after a restart, as the last try found it), or why it
+/// failed.
+#[allow(clippy::type_complexity)]
 fn run(
     requests: Option<pg_sys::Datum>,
     reserve: Option<bool>,
     throws: Option<bool>,
-) -> Result<(Vec<RequestArgument>, Vec<Answer>, bool), CallError> {
+) -> Result<(Vec<RequestArgument>, Vec<Answer>, Vec<bool>, bool), CallError> {
     let requests = required(requests, "requests")?;
     let reserve = required(reserve, "reserve")?;
     let throws = required(throws, "throws")?;
     let mut requests = read_requests(requests)?;
     let mut first = true;
-    let answers = definitions::restarting(|| {
+    let (answers, contended) = definitions::restarting(|| {
         // A restart resolves every definition again.
         if !std::mem::take(&mut first) {
             for request in requests.iter_mut() {
@@ -295,22 +318,21 @@ fn run(
         }
         consume(&requests, reserve)
     })?;
-    Ok((requests, answers, throws))
+    Ok((requests, answers, contended, throws))
 }
 
 /// How the answer to `request` is counted in `rate_limiter.stats`: as
 /// answered (in a call refused as a whole, a request that answers
-/// `ok = true` counts as admitted, though nothing was consumed).
-/// `rate_limit_all` holds every shard, waiting for busy ones: it counts no
-/// contention.
-fn counted(request: &RequestArgument, answer: &Answer) -> Counted {
+/// `ok = true` counts as admitted, though nothing was consumed), and as
+/// contended when it waited for a shard of its sharded limit.
+fn counted(request: &RequestArgument, answer: &Answer, contended: bool) -> Counted {
     let admitted = answer.verdict == Verdict::Admitted;
     Counted {
         verdict: answer.verdict,
         count: request.count,
         reserved: admitted && answer.retry_after.is_some_and(|micros| micros > 0),
         near_limit: admitted && near_limit(&request.config, answer.remaining),
-        contended: false,
+        contended,
     }
 }
 
@@ -332,12 +354,12 @@ pub unsafe extern "C-unwind" fn rate_limit_all_wrapper(
         pg_getarg::<bool>(fcinfo, 1),
         pg_getarg::<bool>(fcinfo, 2),
     );
-    let (requests, answers, throws) = match outcome {
+    let (requests, answers, contended, throws) = match outcome {
         Ok(result) => result,
         Err(error) => report(error),
     };
-    for (request, answer) in requests.iter().zip(&answers) {
-        stats::count(&request.name, counted(request, answer));
+    for ((request, answer), contended) in requests.iter().zip(&answers).zip(contended) {
+        stats::count(&request.name, counted(request, answer, contended));
     }
     if throws {
         let refusal = requests

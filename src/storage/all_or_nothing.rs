@@ -77,8 +77,9 @@ impl Held {
 }
 
 /// Locks `rows` (sorted and without duplicates: see [`sort_rows`]), calls
-/// `decide` with their stored states (`None` = no row) once all are
-/// held, and writes the states it returns: `Some(states)` (one per row,
+/// `decide` with their stored states (`None` = no row) and, for each row,
+/// whether the call had to wait for another transaction to get it, once
+/// all are held, and writes the states it returns: `Some(states)` (one per row,
 /// `None` = leave alone) means admitted, `None` means refused, write
 /// nothing. Returns `decide`'s answer.
 ///
@@ -96,13 +97,14 @@ impl Held {
 pub fn consume_all_or_nothing<T>(
     rows: &[RowId<'_>],
     missing_held: impl Fn(RowId<'_>) -> usize,
-    decide: impl FnOnce(&[Option<State>]) -> Result<(T, Option<Vec<Option<State>>>), CallError>,
+    decide: impl FnOnce(&[Option<State>], &[bool]) -> Result<(T, Option<Vec<Option<State>>>), CallError>,
 ) -> Result<T, CallError> {
     // SAFETY: every step gets the relations opened here and this
     // transaction's command id.
     unsafe {
         let (relations, command) = begin_write(c"rate_limit_all()");
         let mut held = Vec::with_capacity(rows.len());
+        let mut waited = vec![false; rows.len()];
         // Placeholders held for the limit of the previous row (rows of one
         // limit are next to each other in the sorted order).
         let mut placeholders = 0;
@@ -113,7 +115,13 @@ pub fn consume_all_or_nothing<T>(
                 placeholders = 0;
             }
             let may_hold_missing = placeholders < missing_held(*row);
-            let this = hold(&relations, *row, command, may_hold_missing)?;
+            let this = hold(
+                &relations,
+                *row,
+                command,
+                may_hold_missing,
+                &mut waited[index],
+            )?;
             if this.is_placeholder() {
                 placeholders += 1;
             }
@@ -133,7 +141,7 @@ pub fn consume_all_or_nothing<T>(
                 Held::Locked(_) | Held::Skipped => None,
             })
             .collect();
-        let (answer, writes) = match decide(&stored) {
+        let (answer, writes) = match decide(&stored, &waited) {
             Ok(decided) => decided,
             Err(error) => {
                 // Nothing is written: not even a placeholder (the caller
@@ -201,6 +209,7 @@ pub fn consume_all_or_nothing<T>(
 /// Step 1 for one row: lock it, or hold it with a placeholder when it is
 /// missing (or, when `may_hold_missing` is false, leave it: `Skipped`),
 /// looking again (and waiting) when another transaction inserted it first.
+/// Sets `waited` when it waited for another transaction.
 ///
 /// # Safety
 /// `relations` opened by [`begin_write`], `command` its command id.
@@ -209,9 +218,10 @@ unsafe fn hold(
     row: RowId<'_>,
     command: pg_sys::CommandId,
     may_hold_missing: bool,
+    waited: &mut bool,
 ) -> Result<Held, CallError> {
     loop {
-        if let Acquired::Locked(locked) = acquire(relations, row, command)? {
+        if let Acquired::Locked(locked) = acquire(relations, row, command, waited)? {
             return Ok(Held::Locked(locked));
         }
         if !may_hold_missing {
@@ -224,6 +234,7 @@ unsafe fn hold(
         }
         // Another transaction inserted the row first (ours was withdrawn):
         // look again, which waits for that transaction.
+        *waited = true;
     }
 }
 

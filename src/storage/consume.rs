@@ -68,7 +68,8 @@ pub fn consume(
     unsafe {
         let (relations, command) = begin_write(c"rate_limit()");
         let decision = loop {
-            match acquire(&relations, row, command)? {
+            // An unsharded limit counts no contention.
+            match acquire(&relations, row, command, &mut false)? {
                 Acquired::Locked(mut locked) => {
                     let decision = decide(Some(locked.state))?;
                     match decision.new_state {
@@ -173,7 +174,14 @@ pub(super) enum Acquired {
 }
 
 /// Step 1 and 2 of the module documentation, waiting as long as it takes:
-/// the row of `row`, locked, or `New` when there is none.
+/// the row of `row`, locked, or `New` when there is none. Sets `waited`
+/// when the call had to wait for another transaction (for its row lock, or
+/// for its insert, update or delete of the row); `rate_limiter.stats`
+/// counts that as contention for a sharded limit.
+///
+/// The lock is first tried without waiting (`LockWaitSkip`), and only when
+/// that would block taken with `LockWaitBlock`, as `ExecLockRows` takes it:
+/// the same lock, one failed conditional attempt more under contention.
 ///
 /// # Safety
 /// `relations` opened by [`begin_write`], `command` its command id.
@@ -181,18 +189,29 @@ pub(super) unsafe fn acquire(
     relations: &Relations,
     row: RowId<'_>,
     command: pg_sys::CommandId,
+    waited: &mut bool,
 ) -> Result<Acquired, CallError> {
     loop {
         pgrx::check_for_interrupts!();
-        let Some(tid) = find_committed(relations, &Datums::of(row)) else {
+        let Some(tid) = find_committed(relations, &Datums::of(row), waited) else {
             return Ok(Acquired::New);
         };
-        match lock(
+        let mut locked = lock(
             relations,
             tid,
             command,
-            pg_sys::LockWaitPolicy::LockWaitBlock,
-        )? {
+            pg_sys::LockWaitPolicy::LockWaitSkip,
+        )?;
+        if let Lock::WouldBlock = locked {
+            *waited = true;
+            locked = lock(
+                relations,
+                tid,
+                command,
+                pg_sys::LockWaitPolicy::LockWaitBlock,
+            )?;
+        }
+        match locked {
             Lock::Locked(locked) => return Ok(Acquired::Locked(locked)),
             // READ COMMITTED: the row changed while we waited; look again.
             Lock::Changed => {}
@@ -204,10 +223,12 @@ pub(super) unsafe fn acquire(
 }
 
 /// Step 1: the row of `datums` as a dirty snapshot sees it, after waiting
-/// for any transaction still inserting, updating or deleting it.
+/// for any transaction still inserting, updating or deleting it (then
+/// `waited` is set).
 unsafe fn find_committed(
     relations: &Relations,
     datums: &Datums,
+    waited: &mut bool,
 ) -> Option<pg_sys::ItemPointerData> {
     loop {
         let mut dirty: pg_sys::SnapshotData = std::mem::zeroed();
@@ -222,6 +243,7 @@ unsafe fn find_committed(
         if running == pg_sys::InvalidTransactionId {
             return Some(tid);
         }
+        *waited = true;
         if dirty.speculativeToken != 0 {
             pg_sys::SpeculativeInsertionWait(dirty.xmin, dirty.speculativeToken);
         } else {

@@ -33,7 +33,8 @@ pub fn credit(
         let mut locked: Vec<(usize, LockedRow)> = Vec::new();
         for shard in 0..shards.max(1) {
             let row = RowId { name, key, shard };
-            if let Acquired::Locked(locked_row) = acquire(&relations, row, command)? {
+            // rate_credit counts no contention (it makes no decision).
+            if let Acquired::Locked(locked_row) = acquire(&relations, row, command, &mut false)? {
                 locked.push((shard as usize, locked_row));
             }
         }

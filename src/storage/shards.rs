@@ -183,7 +183,8 @@ unsafe fn wait_for(
     command: pg_sys::CommandId,
     held: &mut Option<i16>,
 ) -> Result<Shard, CallError> {
-    let slot = match acquire(relations, limit.row(number), command)? {
+    // The shard was busy: the call already counts as contended.
+    let slot = match acquire(relations, limit.row(number), command, &mut false)? {
         Acquired::Locked(row) => {
             hold(held, number);
             Slot::Locked(row)

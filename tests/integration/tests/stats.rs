@@ -691,17 +691,7 @@ fn the_exporter_reports_the_view() {
 #[test]
 fn a_call_that_meets_a_held_shard_is_contended() {
     let name = unique_name("stats_contended");
-    let mut holder = connect();
-    holder
-        .execute(
-            "SELECT rate_limiter.define($1, rate_limiter.token_bucket(100, '1 hour', shards => 2))",
-            &[&name],
-        )
-        .expect("define");
-    holder.batch_execute("BEGIN").expect("begin");
-    holder
-        .query_one("SELECT ok FROM rate_limiter.rate_limit($1)", &[&name])
-        .expect("hold a shard");
+    let mut holder = holding(&name, 1);
     let mut caller = connect();
     // Were both shards held, the calls would wait: fail rather than hang.
     caller
@@ -721,4 +711,133 @@ fn a_call_that_meets_a_held_shard_is_contended() {
         contended, 3,
         "each call beside the held shard passed over it"
     );
+}
+
+/// A connection with an open transaction that called the new 2-shard
+/// limit `name` (capacity 100, 50 per shard) for `count` tokens, and so
+/// holds the shards it consumed from: one for a count one shard can serve,
+/// both for a count of more than 50 (only the two together can serve it).
+fn holding(name: &str, count: i32) -> Client {
+    let mut holder = connect();
+    holder
+        .execute(
+            "SELECT rate_limiter.define($1, rate_limiter.token_bucket(100, '1 hour', shards => 2))",
+            &[&name],
+        )
+        .expect("define");
+    holder.batch_execute("BEGIN").expect("begin");
+    let ok: bool = holder
+        .query_one(
+            "SELECT ok FROM rate_limiter.rate_limit($1, count => $2::int4)",
+            &[&name, &count],
+        )
+        .expect("hold shards")
+        .get(0);
+    assert!(ok, "{count} of 100 tokens");
+    holder
+}
+
+/// [`holding`] both shards.
+fn hold_both_shards(name: &str) -> Client {
+    let mut holder = holding(name, 60);
+    let rows: i64 = holder
+        .query_one(
+            "SELECT count(*) FROM rate_limiter.rate_limits WHERE name = $1",
+            &[&name],
+        )
+        .expect("count the rows")
+        .get(0);
+    assert_eq!(rows, 2, "the call wrote (and holds) both shards");
+    holder
+}
+
+/// Runs `sql` (one row, `ok` first) with `name` on a new connection in a
+/// thread; returns once that connection waits for a lock, with the thread
+/// (which answers `ok`).
+fn blocked_call(sql: &'static str, name: &str) -> thread::JoinHandle<bool> {
+    let name = name.to_string();
+    let mut caller = connect();
+    let pid: i32 = caller
+        .query_one("SELECT pg_backend_pid()", &[])
+        .expect("pid")
+        .get(0);
+    caller
+        .batch_execute("SET statement_timeout = '60s'")
+        .expect("statement_timeout");
+    let call = thread::spawn(move || {
+        caller
+            .query_one(sql, &[&name])
+            .expect("the waiting call")
+            .get(0)
+    });
+    let mut watcher = connect();
+    let deadline = Instant::now() + Duration::from_secs(30);
+    loop {
+        let waiting: bool = watcher
+            .query_one(
+                "SELECT coalesce(wait_event_type = 'Lock', false) FROM pg_stat_activity WHERE pid = $1",
+                &[&pid],
+            )
+            .expect("read pg_stat_activity")
+            .get(0);
+        if waiting {
+            return call;
+        }
+        assert!(Instant::now() < deadline, "the call never waited");
+        thread::sleep(Duration::from_millis(20));
+    }
+}
+
+/// `contended` also counts a sharded call that found every shard held and
+/// waited: it waits for one, and once the holder commits it is served.
+#[test]
+fn a_call_that_waits_for_a_held_shard_is_contended() {
+    let name = unique_name("stats_waited");
+    let mut holder = hold_both_shards(&name);
+    let call = blocked_call("SELECT ok FROM rate_limiter.rate_limit($1)", &name);
+    holder.batch_execute("COMMIT").expect("commit");
+    assert!(
+        call.join().expect("the call's thread"),
+        "served after the wait"
+    );
+    let (counts, contended) = counted(&mut holder, &name);
+    assert_eq!(counts.calls, 2);
+    assert_eq!(contended, 1, "the holder met no one; the waiting call did");
+}
+
+/// `rate_limit_all` holds every shard it may use, waiting for busy ones
+/// instead of passing over them: a request whose shards it waited for is
+/// contended, one that waited for nothing is not.
+#[test]
+fn rate_limit_all_counts_a_request_that_waited_for_its_shards() {
+    let name = unique_name("stats_all_waited");
+    let mut holder = hold_both_shards(&name);
+    let call = blocked_call(
+        "SELECT bool_and(ok) FROM rate_limiter.rate_limit_all(\
+         ARRAY[ROW($1::text, NULL, 1, NULL)::rate_limiter.request])",
+        &name,
+    );
+    holder.batch_execute("COMMIT").expect("commit");
+    assert!(
+        call.join().expect("the call's thread"),
+        "served after the wait"
+    );
+    let (counts, contended) = counted(&mut holder, &name);
+    assert_eq!(counts.calls, 2);
+    assert_eq!(contended, 1, "the waiting request");
+
+    // Nothing held: the same call waits for nothing and is not contended.
+    let mut caller = connect();
+    let ok: bool = caller
+        .query_one(
+            "SELECT bool_and(ok) FROM rate_limiter.rate_limit_all(\
+             ARRAY[ROW($1::text, NULL, 1, NULL)::rate_limiter.request])",
+            &[&name],
+        )
+        .expect("a call with nothing held")
+        .get(0);
+    assert!(ok);
+    let (counts, contended) = counted(&mut caller, &name);
+    assert_eq!(counts.calls, 3);
+    assert_eq!(contended, 1, "the free call was not contended");
 }
