@@ -788,13 +788,18 @@ fn blocked_call(sql: &'static str, name: &str) -> thread::JoinHandle<bool> {
     }
 }
 
-/// `contended` also counts a sharded call that found every shard held and
-/// waited: it waits for one, and once the holder commits it is served.
-#[test]
-fn a_call_that_waits_for_a_held_shard_is_contended() {
-    let name = unique_name("stats_waited");
+/// `rate_limit_all` for one token of the limit `$1`.
+const ALL_ONE: &str = "SELECT bool_and(ok) FROM rate_limiter.rate_limit_all(\
+                       ARRAY[ROW($1::text, NULL, 1, NULL)::rate_limiter.request])";
+
+/// Runs `sql` (see [`blocked_call`]) on a new limit named from `prefix`
+/// while another transaction holds both its shards, then commits that
+/// transaction: the call is served, and counted as contended. Returns the
+/// limit's name and the holder's connection.
+fn call_after_waiting(sql: &'static str, prefix: &str) -> (String, Client) {
+    let name = unique_name(prefix);
     let mut holder = hold_both_shards(&name);
-    let call = blocked_call("SELECT ok FROM rate_limiter.rate_limit($1)", &name);
+    let call = blocked_call(sql, &name);
     holder.batch_execute("COMMIT").expect("commit");
     assert!(
         call.join().expect("the call's thread"),
@@ -803,6 +808,14 @@ fn a_call_that_waits_for_a_held_shard_is_contended() {
     let (counts, contended) = counted(&mut holder, &name);
     assert_eq!(counts.calls, 2);
     assert_eq!(contended, 1, "the holder met no one; the waiting call did");
+    (name, holder)
+}
+
+/// `contended` also counts a sharded call that found every shard held and
+/// waited: it waits for one, and once the holder commits it is served.
+#[test]
+fn a_call_that_waits_for_a_held_shard_is_contended() {
+    call_after_waiting("SELECT ok FROM rate_limiter.rate_limit($1)", "stats_waited");
 }
 
 /// `rate_limit_all` holds every shard it may use, waiting for busy ones
@@ -810,30 +823,12 @@ fn a_call_that_waits_for_a_held_shard_is_contended() {
 /// contended, one that waited for nothing is not.
 #[test]
 fn rate_limit_all_counts_a_request_that_waited_for_its_shards() {
-    let name = unique_name("stats_all_waited");
-    let mut holder = hold_both_shards(&name);
-    let call = blocked_call(
-        "SELECT bool_and(ok) FROM rate_limiter.rate_limit_all(\
-         ARRAY[ROW($1::text, NULL, 1, NULL)::rate_limiter.request])",
-        &name,
-    );
-    holder.batch_execute("COMMIT").expect("commit");
-    assert!(
-        call.join().expect("the call's thread"),
-        "served after the wait"
-    );
-    let (counts, contended) = counted(&mut holder, &name);
-    assert_eq!(counts.calls, 2);
-    assert_eq!(contended, 1, "the waiting request");
+    let (name, _) = call_after_waiting(ALL_ONE, "stats_all_waited");
 
     // Nothing held: the same call waits for nothing and is not contended.
     let mut caller = connect();
     let ok: bool = caller
-        .query_one(
-            "SELECT bool_and(ok) FROM rate_limiter.rate_limit_all(\
-             ARRAY[ROW($1::text, NULL, 1, NULL)::rate_limiter.request])",
-            &[&name],
-        )
+        .query_one(ALL_ONE, &[&name])
         .expect("a call with nothing held")
         .get(0);
     assert!(ok);
