@@ -331,7 +331,7 @@ pub fn run(bench: &Bench, report: &mut Report) {
         .iter()
         .map(|(demand, one, eight)| format!("| {:.0}% | {one:.2} | {eight:.2} |\n", demand * 100.0))
         .collect();
-    report.section(
+    report.scenario(
         "Scenario 5: one global limit under open-loop load",
         format!(
             "A token bucket of {RATE:.0} tokens per second with {TOKENS_PER_SHARD:.0} tokens per shard \
@@ -350,12 +350,10 @@ pub fn run(bench: &Bench, report: &mut Report) {
              Without contention (the pure algorithm on {simulated_arrivals} simulated Poisson arrivals, \
              every shard always free): refused % from the arrivals' burstiness alone.\n\n\
              | demand | unsharded (10 tokens) | 8 shards (10 tokens each, power of two choices) |\n\
-             |---:|---:|---:|\n{simulated}\n\
-             What this shows: how many requests a hot global limit refuses below and at its rate, and what \
-             a caller waits, when requests arrive as they do in production rather than as fast as clients \
-             can loop. What it does not show: throughput beyond the rate (a limit refuses that by design), \
-             or keyed limits, whose rows are rarely shared."
+             |---:|---:|---:|\n{simulated}"
         ),
+        "how many requests a hot global limit refuses below and at its rate, and what a caller waits, when requests arrive as they do in production rather than as fast as clients can loop.",
+        "throughput beyond the rate (a limit refuses that by design), or keyed limits, whose rows are rarely shared.",
     );
     let unsharded_90 = reference[0].1;
     for work in [false, true] {

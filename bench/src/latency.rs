@@ -159,7 +159,7 @@ pub fn run(bench: &Bench, report: &mut Report) {
         .enumerate()
         .map(|(i, (label, _))| format!("| {label} | {} | {} |\n", p50[i].show(1), p99[i].show(1)))
         .collect();
-    report.section(
+    report.scenario(
         "Scenario 3: client-observed latency (µs, median of 3 rounds, min–max)",
         format!(
             "{calls} calls per contender and round, one at a time from one client over loopback, \
@@ -174,6 +174,8 @@ pub fn run(bench: &Bench, report: &mut Report) {
              client library (the `postgres` crate), which is what one round trip costs before any work.\n\n\
              | | p50 | p99 |\n|---|---:|---:|\n{table}"
         ),
+        "what one caller waits per call at each durability level.",
+        "latency under concurrent load (scenario 5), or another client library (the `SELECT 1` row gives this one's share).",
     );
     report.ratio(
         "S3 p50, open transaction: extension / Redis without persistence",

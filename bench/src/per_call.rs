@@ -137,7 +137,7 @@ pub fn run(bench: &Bench, report: &mut Report) {
     });
     let (bare_ext, bare_floor) = (&bare[0], &bare[1]);
 
-    report.section(
+    report.scenario(
         "Scenario 1: per-call server cost (µs per call, median of 3 rounds, min–max)",
         format!(
             "One statement calls the limiter once per row: `SELECT count(*) FROM generate_series(1, N) g, LATERAL <call>`.\n\
@@ -160,6 +160,8 @@ pub fn run(bench: &Bench, report: &mut Report) {
             rate_check.show(2), pk_select.show(2),
             bare_ext.show(1), bare_floor.show(1),
         ),
+        "what a call costs inside a statement (a trigger, a query calling the limiter per row), and that an application's statement costs the same as the floor's bare upsert.",
+        "a call under contention (scenario 5), or the cost on another machine.",
     );
     report.ratio(
         "S1 new keys: extension / floor (SQL function)",

@@ -152,6 +152,18 @@ impl Report {
         self.sections.push((title.to_string(), body));
     }
 
+    /// Adds a scenario's section: its body, then what the scenario shows
+    /// and what it does not show.
+    pub fn scenario(&mut self, title: &str, body: String, shows: &str, does_not_show: &str) {
+        self.section(
+            title,
+            format!(
+                "{}\n\nWhat this shows: {shows} What it does not show: {does_not_show}\n",
+                body.trim_end()
+            ),
+        );
+    }
+
     /// A ratio (unit `x`) against its target.
     pub fn ratio(&mut self, label: &str, samples: Samples, target: f64, lower_is_better: bool) {
         self.target(label, samples, target, lower_is_better, "x");

@@ -120,7 +120,7 @@ pub fn run(bench: &Bench, report: &mut Report) {
         on_existing.ratio_to(&off_existing),
         on_new.ratio_to(&off_new),
     );
-    report.section(
+    report.scenario(
         "Scenario 6: the cost of statistics (µs per rate_limit call, median of 7 rounds, min–max)",
         format!(
             "Scenario 1's workloads on one server, restarted between runs (alternating) with the library in \
@@ -138,6 +138,8 @@ pub fn run(bench: &Bench, report: &mut Report) {
             rounds = bench.scaled(100),
             distinct = bench.scaled(100_000),
         ),
+        "what keeping statistics costs per call.",
+        "the cost of reading the view.",
     );
     report.ratio(
         "S6 statistics on / off (updates)",

@@ -232,7 +232,7 @@ pub fn run(bench: &Bench, report: &mut Report) {
         )
     };
     let header = "| | HOT updates | last / first phase size | size in KiB (median round): created → after each phase |\n|---|---:|---:|---|\n";
-    report.section(
+    report.scenario(
         "Scenario 4: storage",
         format!(
             "{ROUNDS} rounds, the contenders taking turns; median (min–max).\n\n\
@@ -256,5 +256,7 @@ pub fn run(bench: &Bench, report: &mut Report) {
             row("extension", &runs[2]),
             row("baseline table (floor)", &runs[3]),
         ),
+        "the space a key costs, and that per-request updates stay HOT and stop growing.",
+        "bloat while a long transaction holds vacuum back.",
     );
 }

@@ -58,12 +58,14 @@ pub fn run(bench: &Bench, report: &mut Report) {
             false,
         );
     }
-    report.section(
+    report.scenario(
         "Scenario 2: throughput (pgbench transactions per second)",
         format!(
             "`pgbench -c 2 -j 2 -M prepared -T {seconds}`, one call per transaction, keys random in 1..100,000.\n\n\
              Median of {RUNS} rounds (min–max), the contenders taking turns. With synchronous_commit on, every transaction waits for its WAL flush, which costs far more than the call, so that row measures the disk more than the limiter.\n\n\
              | synchronous_commit | extension | (a) PL/pgSQL | (b) floor (bare statement) |\n|---|---:|---:|---:|\n{rows}"
         ),
+        "the throughput of an application that sends one call per transaction.",
+        "the call's own cost (the round trip and the commit dominate; scenario 1), or many clients on few keys (scenario 5).",
     );
 }
