@@ -66,6 +66,11 @@ CREATE TABLE rate_limiter.rate_limits (
     shard  int2 NOT NULL DEFAULT 0,
     value  float8 NOT NULL,
     ts     timestamptz NOT NULL,
+    -- Citus's distribution column (SPEC section 10): NULL until
+    -- rate_limiter.distribute(), then the key (or name/shard for a global
+    -- limit). A NULL costs no row bytes (the null bitmap fits in the
+    -- header's padding).
+    dkey   text COLLATE "C",
     CONSTRAINT rate_limits_name_key_shard_key UNIQUE NULLS NOT DISTINCT (name, key, shard)
         WITH (fillfactor = 100)
 );

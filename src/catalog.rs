@@ -12,10 +12,15 @@ use std::cell::Cell;
 /// OIDs of the extension's objects in this database.
 #[derive(Clone, Copy)]
 pub struct Objects {
+    /// The schema `rate_limiter`.
+    pub schema: pg_sys::Oid,
     /// `rate_limiter.rate_limits`.
     pub table: pg_sys::Oid,
-    /// Its unique index on (name, key, shard).
+    /// Its unique index on (name, key, shard) (on (name, key, shard, dkey)
+    /// once `rate_limiter.distribute()` made it a distributed table).
     pub index: pg_sys::Oid,
+    /// `rate_limiter.definitions` (invalid if missing).
+    pub definitions: pg_sys::Oid,
     /// The owner of the table: the role the functions act as.
     pub owner: pg_sys::Oid,
     /// `rate_limiter.define(text, rate_limiter.config, boolean)` (before
@@ -26,8 +31,9 @@ pub struct Objects {
     /// and later): until `ALTER EXTENSION rate_limiter UPDATE`, the library
     /// works with an older version's tables, where every limit enforces.
     pub enforce_column: bool,
-    /// Whether Citus lists the table in `pg_catalog.pg_dist_partition`
-    /// (`create_distributed_table`): then calls must fail closed.
+    /// Whether Citus lists the state table or the definitions in
+    /// `pg_catalog.pg_dist_partition`: then calls go where `crate::citus`
+    /// says, or fail closed.
     pub distributed: bool,
 }
 
@@ -39,6 +45,7 @@ thread_local! {
 /// Forgets the looked-up objects; called on every relcache invalidation.
 pub fn forget() {
     OBJECTS.with(|objects| objects.set(None));
+    crate::citus::forget();
     GENERATION.with(|generation| generation.set(generation.get().wrapping_add(1)));
 }
 
@@ -48,10 +55,11 @@ pub fn generation() -> u64 {
     GENERATION.with(Cell::get)
 }
 
-/// Whether Citus distributes `table`: Citus keeps its distributed tables
-/// in `pg_catalog.pg_dist_partition`; without that table (no Citus) this
-/// is one catalog cache lookup, done once per invalidation.
-fn distributed(table: pg_sys::Oid) -> bool {
+/// Whether Citus distributes `table` or `definitions`: Citus keeps its
+/// distributed tables in `pg_catalog.pg_dist_partition`; without that
+/// table (no Citus) this is one catalog cache lookup, done once per
+/// invalidation.
+fn distributed(table: pg_sys::Oid, definitions: pg_sys::Oid) -> bool {
     // SAFETY: a catalog cache lookup.
     let catalog = unsafe {
         pg_sys::get_relname_relid(
@@ -64,8 +72,8 @@ fn distributed(table: pg_sys::Oid) -> bool {
     }
     // Fail closed: if the catalog cannot be read, treat it as distributed.
     Spi::get_one_with_args::<bool>(
-        "SELECT EXISTS (SELECT FROM pg_catalog.pg_dist_partition WHERE logicalrelid::pg_catalog.oid = $1)",
-        &[table.into()],
+        "SELECT EXISTS (SELECT FROM pg_catalog.pg_dist_partition WHERE logicalrelid::pg_catalog.oid IN ($1, $2))",
+        &[table.into(), definitions.into()],
     )
     .ok()
     .flatten()
@@ -114,8 +122,14 @@ pub fn objects() -> Objects {
             }
             let schema = pg_sys::get_namespace_oid(c"rate_limiter".as_ptr(), false);
             let table = pg_sys::get_relname_relid(c"rate_limits".as_ptr(), schema);
-            let index =
-                pg_sys::get_relname_relid(c"rate_limits_name_key_shard_key".as_ptr(), schema);
+            let index = [
+                c"rate_limits_name_key_shard_key",
+                c"rate_limits_name_key_shard_dkey_key",
+            ]
+            .iter()
+            .map(|name| pg_sys::get_relname_relid(name.as_ptr(), schema))
+            .find(|&index| index != pg_sys::InvalidOid)
+            .unwrap_or(pg_sys::InvalidOid);
             if table == pg_sys::InvalidOid || index == pg_sys::InvalidOid {
                 return None;
             }
@@ -131,10 +145,10 @@ pub fn objects() -> Objects {
             let definitions = pg_sys::get_relname_relid(c"definitions".as_ptr(), schema);
             let enforce_column = definitions != pg_sys::InvalidOid
                 && pg_sys::get_attnum(definitions, c"enforce".as_ptr()) > 0;
-            Some((table, index, owner, enforce_column))
+            Some((schema, table, index, owner, definitions, enforce_column))
         })
     };
-    let Some((table, index, owner, enforce_column)) = found else {
+    let Some((schema, table, index, owner, definitions, enforce_column)) = found else {
         ereport!(
             PgLogLevel::ERROR,
             PgSqlErrorCode::ERRCODE_UNDEFINED_TABLE,
@@ -144,12 +158,14 @@ pub fn objects() -> Objects {
         unreachable!("an ERROR report does not return")
     };
     let objects = Objects {
+        schema,
         table,
         index,
+        definitions,
         owner,
         define: define_function(),
         enforce_column,
-        distributed: distributed(table),
+        distributed: distributed(table, definitions),
     };
     OBJECTS.with(|cell| cell.set(Some(objects)));
     objects

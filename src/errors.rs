@@ -44,6 +44,13 @@ pub enum CallError {
     /// A feature (named) needs the tables of the library's version: the
     /// database still has an older version's (SQLSTATE 55000).
     NeedsUpdate(&'static str),
+    /// Citus (SPEC section 10): the call cannot be made where it is made,
+    /// or the tables are not distributed the way the limiter needs
+    /// (SQLSTATE 55000); a message and a hint that says what to do.
+    Cluster(String, &'static str),
+    /// Citus: something this version does not do on a distributed install
+    /// yet (SQLSTATE 0A000); the message says what.
+    NotOnCluster(&'static str),
 }
 
 impl From<LimitError> for CallError {
@@ -110,6 +117,16 @@ pub fn report(error: CallError) -> ! {
             PgSqlErrorCode::ERRCODE_OBJECT_NOT_IN_PREREQUISITE_STATE,
             format!("{feature} needs the extension's current version in this database"),
             Some("Run ALTER EXTENSION rate_limiter UPDATE.".to_string()),
+        ),
+        CallError::Cluster(message, hint) => (
+            PgSqlErrorCode::ERRCODE_OBJECT_NOT_IN_PREREQUISITE_STATE,
+            message,
+            Some(hint.to_string()),
+        ),
+        CallError::NotOnCluster(what) => (
+            PgSqlErrorCode::ERRCODE_FEATURE_NOT_SUPPORTED,
+            format!("{what} is not supported yet when rate_limiter's tables are distributed by Citus"),
+            Some("Call SELECT rate_limiter.undistribute() on the coordinator to go back to local tables.".to_string()),
         ),
         CallError::StatisticsOff => (
             PgSqlErrorCode::ERRCODE_OBJECT_NOT_IN_PREREQUISITE_STATE,

@@ -24,6 +24,7 @@
 //! - [`shard_choice`]: the random numbers behind the choice of shards;
 //! - [`clock`]: the current time (real or overridden);
 //! - [`security`]: running statements as the extension's owner with a pinned search path;
+//! - [`citus`]: where a row lives on a Citus cluster, and calls run on that node;
 //! - [`catalog`]: the OIDs of the extension's schema, table, index and owner;
 //! - [`errors`]: turning errors and refusals into PostgreSQL errors;
 //! - [`compat`]: what differs between PostgreSQL 15, 16, 17 and 18.
@@ -38,6 +39,7 @@ use pgrx::prelude::*;
 
 pub mod all_or_nothing;
 pub mod catalog;
+pub mod citus;
 pub mod clock;
 pub mod compat;
 pub mod config;
@@ -66,6 +68,7 @@ extension_sql_file!(
     name = "functions",
     requires = ["schema"]
 );
+extension_sql_file!("../sql/citus.sql", name = "citus", requires = ["functions"]);
 extension_sql_file!("../sql/privileges.sql", name = "privileges", finalize);
 
 /// Called once when a backend (or, preloaded, the postmaster) loads the
@@ -79,4 +82,5 @@ pub extern "C-unwind" fn _PG_init() {
     stats::init();
     settings::register();
     definitions::register_cache_invalidation();
+    citus::register();
 }

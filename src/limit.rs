@@ -8,6 +8,7 @@
 //! only after SPI is finished; a refusal with `throws => true` is raised as
 //! the very last step.
 
+use crate::citus;
 use crate::clock;
 use crate::config::{inline_config, required};
 use crate::definitions::{self, Definition};
@@ -36,6 +37,10 @@ pub struct Call<'a> {
     pub throws: bool,
     /// The inline config, if any.
     pub config: Option<Config>,
+    /// The inline config as the SQL value and its type, kept on a
+    /// distributed install only (the call may be passed on to the node
+    /// holding its row): see [`config_argument`].
+    pub config_argument: Option<(pg_sys::Datum, pg_sys::Oid)>,
 }
 
 impl<'a> Call<'a> {
@@ -59,6 +64,7 @@ impl<'a> Call<'a> {
             request: Request { count, reserve },
             throws,
             config: inline_config(config)?,
+            config_argument: None,
         })
     }
 
@@ -132,6 +138,19 @@ pub fn answered(
 /// and as it is counted (by the caller: `rate_wait` counts only its last
 /// try).
 pub fn consume(call: &Call<'_>) -> Result<(Decision, Counted), CallError> {
+    if crate::catalog::objects().distributed {
+        let dkey = citus::distribution_value(call.name, call.key, 0);
+        return match citus::here(&dkey, true, || consume_here(call))? {
+            Some(answer) => Ok(answer),
+            None => citus::consume_elsewhere(call, &dkey),
+        };
+    }
+    consume_here(call)
+}
+
+/// [`consume`] on this node (on a distributed install: in the shard of
+/// this node that holds the row).
+pub fn consume_here(call: &Call<'_>) -> Result<(Decision, Counted), CallError> {
     let (decision, definition, contended) = definitions::restarting(|| consume_once(call))?;
     Ok(answered(
         &definition,
@@ -151,6 +170,12 @@ fn consume_once(call: &Call<'_>) -> Result<(Decision, Definition, bool), CallErr
     // Check the count against the config before touching the row.
     config.validate_count(call.request.count, call.request.reserve)?;
     let current = || definitions::recheck(call.name, call.config, &definition);
+    if config.shards > 1 && call.key.is_none() && citus::route().is_some() {
+        // Its shards live on several nodes.
+        return Err(CallError::NotOnCluster(
+            "a global limit with several shards",
+        ));
+    }
     if config.shards > 1 {
         let (decision, contended) =
             storage::consume_sharded(call.shards(&config), shard_choice::draw, |candidates| {
@@ -182,8 +207,25 @@ fn consume_once(call: &Call<'_>) -> Result<(Decision, Definition, bool), CallErr
 /// (shadow mode included). A sharded limit reads every shard and answers
 /// for the two fullest (see `evaluate_all`).
 pub fn check(call: &Call<'_>) -> Result<Decision, CallError> {
+    if crate::catalog::objects().distributed {
+        let dkey = citus::distribution_value(call.name, call.key, 0);
+        return match citus::here(&dkey, false, || check_here(call))? {
+            Some(answer) => Ok(answer),
+            None => citus::elsewhere(call, &dkey, false).map(|(decision, _)| decision),
+        };
+    }
+    check_here(call)
+}
+
+/// [`check`] on this node (see [`consume_here`]).
+pub fn check_here(call: &Call<'_>) -> Result<Decision, CallError> {
     let definition = call.definition()?;
     let config = definition.config;
+    if config.shards > 1 && call.key.is_none() && citus::route().is_some() {
+        return Err(CallError::NotOnCluster(
+            "a global limit with several shards",
+        ));
+    }
     if config.shards > 1 {
         let limit = call.shards(&config);
         let stored = storage::read_shards(limit.name, limit.key, limit.shards);
@@ -245,7 +287,10 @@ unsafe fn run(
         pg_getarg::<bool>(fcinfo, 4),
         pg_getarg::<PgHeapTuple<'_, AllocatedByRust>>(fcinfo, 5),
     ) {
-        Ok(call) => call,
+        Ok(call) => Call {
+            config_argument: config_argument(fcinfo, 5),
+            ..call
+        },
         Err(error) => report(CallError::Limit(error)),
     };
     let (name, key, throws) = (call.name, call.key, call.throws);
@@ -254,6 +299,23 @@ unsafe fn run(
         Ok(decision) => result_row::put(fcinfo, finish(name, key, throws, decision)),
         Err(error) => report(error),
     }
+}
+
+/// The inline config argument `number` of the call `fcinfo` as a datum and
+/// its type, when the tables are distributed (Citus) and it is not NULL.
+///
+/// # Safety
+/// `fcinfo` must be a call with a `rate_limiter.config` argument `number`.
+pub unsafe fn config_argument(
+    fcinfo: pg_sys::FunctionCallInfo,
+    number: usize,
+) -> Option<(pg_sys::Datum, pg_sys::Oid)> {
+    let argument = *(*fcinfo).args.as_slice(number + 1).get(number)?;
+    if argument.isnull || !crate::catalog::objects().distributed {
+        return None;
+    }
+    let type_id = pg_sys::get_fn_expr_argtype((*fcinfo).flinfo, number as i32);
+    Some((argument.value, type_id))
 }
 
 /// PostgreSQL's "version 1 calling convention" record for the two entry

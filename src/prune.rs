@@ -43,7 +43,14 @@ fn prune(older_than: Option<Interval>) -> i64 {
         .map(older_than_micros)
         .transpose()
         .map_err(CallError::Limit)
-        .and_then(|older_than| write_as_owner(c"prune()", |client| prune_rows(client, older_than)));
+        .and_then(|older_than| {
+            // Its statements name rows by ctid, which means nothing across
+            // the shards of a distributed table.
+            if crate::catalog::objects().distributed {
+                return Err(CallError::NotOnCluster("prune()"));
+            }
+            write_as_owner(c"prune()", |client| prune_rows(client, older_than))
+        });
     match result {
         Ok(deleted) => deleted,
         Err(error) => report(error),

@@ -195,7 +195,10 @@ pub unsafe extern "C-unwind" fn rate_wait_wrapper(
         Some(false),
         pg_getarg::<PgHeapTuple<'_, AllocatedByRust>>(fcinfo, 4),
     ) {
-        Ok(call) => call,
+        Ok(call) => limit::Call {
+            config_argument: limit::config_argument(fcinfo, 4),
+            ..call
+        },
         Err(error) => report(CallError::Limit(error)),
     };
     let outcome = deadline_after(timeout).and_then(|deadline| wait(&call, deadline));

@@ -57,8 +57,14 @@ const KEY: usize = 1;
 const SHARD: usize = 2;
 const VALUE: usize = 3;
 const TS: usize = 4;
-const COLUMNS: usize = 5;
-/// The unique index covers the first three columns.
+/// Citus's distribution column (0.5.0 and later): NULL on a single server;
+/// on a distributed install, the value `crate::citus` routed the call by.
+const DKEY: usize = 5;
+/// Columns of the current version's table; before 0.5.0 the table has
+/// the first `COLUMNS - 1` (no `dkey`).
+const COLUMNS: usize = 6;
+/// The unique index's columns searched: the first three (on a distributed
+/// install it has `dkey` as a fourth, a function of these three).
 const KEY_COLUMNS: usize = 3;
 
 /// A row as datums: `values[i]` / `nulls[i]` for column `i`.
@@ -87,6 +93,10 @@ impl Datums {
         values[KEY] = key.unwrap_or(pg_sys::Datum::from(0));
         nulls[KEY] = key.is_none();
         values[SHARD] = pg_sys::Datum::from(row.shard);
+        match crate::citus::route() {
+            Some(route) => values[DKEY] = route.dkey,
+            None => nulls[DKEY] = true,
+        }
         Datums { values, nulls }
     }
 

@@ -3,7 +3,7 @@
 //! writes assume, the lookup of a row through the unique index, and adding
 //! index entries for a written tuple.
 
-use super::{Datums, COLUMNS, KEY, KEY_COLUMNS, NAME, SHARD, TS, VALUE};
+use super::{Datums, COLUMNS, DKEY, KEY, KEY_COLUMNS, NAME, SHARD, TS, VALUE};
 use crate::compat;
 use pgrx::pg_sys;
 use pgrx::pg_sys::panic::ErrorReport;
@@ -40,6 +40,7 @@ const COLUMN_TYPES: [u32; COLUMNS] = [
     pg_sys::INT2OID.to_u32(),
     pg_sys::FLOAT8OID.to_u32(),
     pg_sys::TIMESTAMPTZOID.to_u32(),
+    pg_sys::TEXTOID.to_u32(),
 ];
 
 fn altered(what: &str) -> ! {
@@ -47,15 +48,35 @@ fn altered(what: &str) -> ! {
         PgLogLevel::ERROR,
         PgSqlErrorCode::ERRCODE_OBJECT_NOT_IN_PREREQUISITE_STATE,
         format!("rate_limiter.rate_limits has been altered: {what}"),
-        "rate_limit() writes the table directly, as INSERT ... ON CONFLICT (name, key, shard) DO UPDATE would, but without firing triggers or rules, checking constraints or applying row-level security; it needs the columns (name text, key text, shard smallint, value float8, ts timestamptz), its unique index on (name, key, shard), and nothing else that a write would have to do."
+        "rate_limit() writes the table directly, as INSERT ... ON CONFLICT (name, key, shard) DO UPDATE would, but without firing triggers or rules, checking constraints or applying row-level security; it needs the columns (name text, key text, shard smallint, value float8, ts timestamptz, dkey text), its unique index on (name, key, shard), and nothing else that a write would have to do."
     );
+    unreachable!("an ERROR report does not return")
+}
+
+/// Fails closed: the state table is distributed by Citus, and this call
+/// was not routed to a shard on this node (`crate::citus`).
+fn not_routed() -> ! {
+    if let Some(problem) = crate::citus::unsupported() {
+        crate::errors::report(problem);
+    }
+    ErrorReport::new(
+        PgSqlErrorCode::ERRCODE_OBJECT_NOT_IN_PREREQUISITE_STATE,
+        "rate_limiter.rate_limits is distributed by Citus, and this call was not routed to one of its shards",
+        "rate_limiter",
+    )
+    .set_detail("The call would read and write the table on this node, which holds no state once it is distributed.")
+    .set_hint("Distribute the tables with rate_limiter.distribute() only (on the coordinator: SELECT rate_limiter.undistribute(); SELECT rate_limiter.distribute();), and retry the transaction.")
+    .report(PgLogLevel::ERROR);
     unreachable!("an ERROR report does not return")
 }
 
 /// Whether `index` can arbitrate (name, key, shard) as the state table's
 /// unique constraint does: unique with NULLS NOT DISTINCT, not deferrable,
 /// on exactly the columns 1, 2, 3 in that order, without expressions or a
-/// predicate (what `ON CONFLICT (name, key, shard)` would infer).
+/// predicate (what `ON CONFLICT (name, key, shard)` would infer). On a
+/// distributed install (`citus`) the columns are 1, 2, 3, 6: Citus needs
+/// the distribution column `dkey` in a unique index, and as a function of
+/// (name, key, shard) it changes no conflict.
 ///
 /// # Safety
 /// `index` open.
@@ -67,8 +88,8 @@ unsafe fn is_arbiter(index: pg_sys::Relation, table: pg_sys::Oid) -> bool {
         && (*form).indisunique
         && (*form).indnullsnotdistinct
         && (*form).indimmediate
-        && (*form).indnkeyatts as usize == KEY_COLUMNS
-        && columns == [1, 2, 3]
+        && (columns == [1, 2, 3] || columns == [1, 2, 3, (DKEY + 1) as i16])
+        && (*form).indnkeyatts as usize == columns.len()
         && pg_sys::RelationGetIndexExpressions(index).is_null()
         && pg_sys::RelationGetIndexPredicate(index).is_null()
 }
@@ -90,13 +111,19 @@ unsafe fn has_bytewise_equality(index: pg_sys::Relation) -> bool {
     if (*(*index).rd_rel).relam.to_u32() != BTREE {
         return false;
     }
-    let families = std::slice::from_raw_parts((*index).rd_opfamily, KEY_COLUMNS);
-    let collations = std::slice::from_raw_parts((*index).rd_indcollation, KEY_COLUMNS);
-    families[NAME].to_u32() == TEXT_BTREE_FAMILY
-        && families[KEY].to_u32() == TEXT_BTREE_FAMILY
-        && families[SHARD].to_u32() == INTEGER_BTREE_FAMILY
-        && [NAME, KEY].iter().all(|&column| {
-            collations[column] != pg_sys::InvalidOid
+    let count = (*(*index).rd_index).indnkeyatts as usize;
+    let families = std::slice::from_raw_parts((*index).rd_opfamily, count);
+    let collations = std::slice::from_raw_parts((*index).rd_indcollation, count);
+    // A fourth column is dkey (is_arbiter), text like name and key.
+    let text_columns: &[usize] = if count > KEY_COLUMNS {
+        &[NAME, KEY, KEY_COLUMNS]
+    } else {
+        &[NAME, KEY]
+    };
+    families[SHARD].to_u32() == INTEGER_BTREE_FAMILY
+        && text_columns.iter().all(|&column| {
+            families[column].to_u32() == TEXT_BTREE_FAMILY
+                && collations[column] != pg_sys::InvalidOid
                 && pg_sys::get_collation_isdeterministic(collations[column])
         })
 }
@@ -118,25 +145,34 @@ impl Relations {
             let (objects, relations) = loop {
                 let objects = crate::catalog::objects();
                 let generation = crate::catalog::generation();
-                pg_sys::LockRelationOid(objects.table, lock as i32);
-                pg_sys::LockRelationOid(objects.index, lock as i32);
-                if crate::catalog::generation() != generation {
-                    // An invalidation arrived: look the OIDs up again.
-                    pg_sys::UnlockRelationOid(objects.index, lock as i32);
-                    pg_sys::UnlockRelationOid(objects.table, lock as i32);
+                // On a distributed install: the shard on this node that
+                // `crate::citus` routed the call to (the state table itself
+                // is locked as a query on it would lock it).
+                let route = crate::citus::route();
+                let (table, index) = match route {
+                    Some(route) => (route.table, route.index),
+                    None => (objects.table, objects.index),
+                };
+                if route.is_some() {
+                    pg_sys::LockRelationOid(objects.table, lock as i32);
+                }
+                pg_sys::LockRelationOid(table, lock as i32);
+                pg_sys::LockRelationOid(index, lock as i32);
+                // An invalidation arrived: look the OIDs up again (a route's
+                // shard cannot move: its caller holds Citus's metadata lock).
+                if crate::catalog::generation() != generation && route.is_none() {
+                    pg_sys::UnlockRelationOid(index, lock as i32);
+                    pg_sys::UnlockRelationOid(table, lock as i32);
                     continue;
                 }
                 let relations = Relations {
-                    table: pg_sys::table_open(objects.table, pg_sys::NoLock as i32),
-                    index: pg_sys::index_open(objects.index, pg_sys::NoLock as i32),
+                    table: pg_sys::table_open(table, pg_sys::NoLock as i32),
+                    index: pg_sys::index_open(index, pg_sys::NoLock as i32),
                     others: Vec::new(),
                     infos: Vec::new(),
                 };
                 let form = (*relations.index).rd_index;
-                if is_arbiter(relations.index, objects.table)
-                    && (*form).indisvalid
-                    && (*form).indisready
-                {
+                if is_arbiter(relations.index, table) && (*form).indisvalid && (*form).indisready {
                     if !has_bytewise_equality(relations.index) {
                         altered("its unique index rate_limits_name_key_shard_key does not compare name, key and shard as bytes (another collation, operator class or access method)");
                     }
@@ -145,26 +181,15 @@ impl Relations {
                 // REINDEX CONCURRENTLY may have swapped the index after the
                 // lookup (the old one stays valid only until the swap): look
                 // it up by name once more before failing closed.
-                if looked_up_again {
+                if looked_up_again || route.is_some() {
                     altered("its unique index rate_limits_name_key_shard_key is no longer the valid NULLS NOT DISTINCT (name, key, shard) index of the table");
                 }
                 looked_up_again = true;
                 drop(relations);
                 crate::catalog::forget();
             };
-            if objects.distributed {
-                // Citus refuses undistribute_table for a table that belongs
-                // to an extension; dropping the extension is what works
-                // (tried on Citus 14.0.1: its drop trigger removes the
-                // distribution, and a new CREATE EXTENSION answers again).
-                ErrorReport::new(
-                    PgSqlErrorCode::ERRCODE_OBJECT_NOT_IN_PREREQUISITE_STATE,
-                    "rate_limiter.rate_limits is distributed by Citus, which this version of rate_limiter does not support",
-                    "rate_limiter",
-                )
-                .set_detail("Calls would read and write the coordinator's empty local table while the shards keep their own state. Citus's undistribute_table refuses a table that belongs to an extension.")
-                .set_hint("Save the definitions (SELECT * FROM rate_limiter.definitions), then DROP EXTENSION rate_limiter and CREATE EXTENSION rate_limiter again without distributing its tables, and define the limits again; the state is lost (every limit starts full).")
-                .report(PgLogLevel::ERROR);
+            if objects.distributed && crate::citus::route().is_none() {
+                not_routed();
             }
             relations
         }
@@ -187,10 +212,11 @@ impl Relations {
         unsafe {
             let table = relations.table;
             let descriptor = (*table).rd_att;
-            if (*descriptor).natts as usize != COLUMNS {
-                altered("it does not have 5 columns");
+            let columns = (*descriptor).natts as usize;
+            if columns != COLUMNS && columns != COLUMNS - 1 {
+                altered("it does not have 6 columns (5 before version 0.5.0)");
             }
-            for (column, expected) in COLUMN_TYPES.iter().enumerate() {
+            for (column, expected) in COLUMN_TYPES.iter().take(columns).enumerate() {
                 let attribute = compat::attribute(descriptor, column);
                 if (*attribute).attisdropped || (*attribute).atttypid.to_u32() != *expected {
                     altered("a column has a different type");
@@ -198,6 +224,12 @@ impl Relations {
             }
             if (*compat::attribute(descriptor, KEY)).attnotnull {
                 altered("key is NOT NULL, but the global limit's key is NULL");
+            }
+            if columns == COLUMNS
+                && crate::citus::route().is_none()
+                && (*compat::attribute(descriptor, DKEY)).attnotnull
+            {
+                altered("dkey is NOT NULL, but it is NULL unless Citus distributes the table");
             }
             if !(*table).trigdesc.is_null() {
                 altered("it has triggers (or foreign keys), which rate_limit() would not fire");

@@ -157,13 +157,14 @@ DROP FUNCTION store_audit();
 
 SELECT ok FROM rate_limiter.rate_limit('store', 'x');
 
--- A state table that Citus distributes (create_distributed_table lists it
--- in pg_catalog.pg_dist_partition) would leave the coordinator's local
--- table empty while every node keeps its own state: every call fails
--- closed instead. Citus is not installed here; a stand-in for its catalog
--- shows the check. The hint says what works: Citus refuses
--- undistribute_table for an extension's table, and dropping the extension
--- removes the distribution (tried on a real Citus 14.0.1 cluster).
+-- A state table that Citus distributes otherwise than
+-- rate_limiter.distribute() does (create_distributed_table lists it in
+-- pg_catalog.pg_dist_partition) would leave the coordinator's local table
+-- empty while every node keeps its own state: every call fails closed
+-- instead. Citus is not installed here; a stand-in for its catalog (with no
+-- distribution method) shows the check. The hint says what works:
+-- undistribute(), then distribute() (tests/integration/tests/citus.rs
+-- follows it on a real cluster).
 SET allow_system_table_mods = on;
 CREATE TABLE pg_catalog.pg_dist_partition (logicalrelid regclass);
 INSERT INTO pg_catalog.pg_dist_partition VALUES ('rate_limiter.rate_limits');

@@ -1,0 +1,258 @@
+-- rate_limiter 0.4.0 -> 0.5.0 (ALTER EXTENSION rate_limiter UPDATE).
+--
+-- 0.5.0 runs on Citus (SPEC section 10): rate_limiter.distribute() and
+-- undistribute(), and the internal function that runs a call on the node
+-- holding its row. The state table gets the column dkey (NULL until
+-- distribute(); a NULL adds no bytes to a row). Every definition and state
+-- row keeps its meaning; the new functions are granted to nobody but the
+-- installing role, as after CREATE EXTENSION.
+
+ALTER TABLE rate_limiter.rate_limits ADD COLUMN dkey text COLLATE "C";
+
+CREATE FUNCTION rate_limiter.distribute(colocate_with regclass DEFAULT NULL)
+RETURNS void
+LANGUAGE plpgsql VOLATILE
+SET search_path = pg_catalog, pg_temp
+AS $distribute$
+DECLARE
+    state_table constant regclass := 'rate_limiter.rate_limits';
+    definitions_table constant regclass := 'rate_limiter.definitions';
+    state_owner oid;
+    state_method "char";
+    state_column text;
+    definitions_method "char";
+    colocated_column record;
+    worker record;
+BEGIN
+    -- Who and where.
+    IF pg_catalog.current_setting('citus.version', true) IS NULL
+       OR NOT EXISTS (SELECT FROM pg_catalog.pg_extension WHERE extname = 'citus') THEN
+        RAISE EXCEPTION 'rate_limiter.distribute() needs Citus'
+            USING ERRCODE = '55000',
+                  HINT = 'Add citus (first) to shared_preload_libraries, CREATE EXTENSION citus and add the worker nodes.';
+    END IF;
+    SELECT c.relowner INTO state_owner FROM pg_catalog.pg_class AS c WHERE c.oid = state_table;
+    IF NOT (SELECT r.rolsuper FROM pg_catalog.pg_roles AS r WHERE r.rolname = current_user)
+       AND NOT pg_catalog.pg_has_role(current_user, state_owner, 'MEMBER') THEN
+        RAISE EXCEPTION 'only a superuser or the owner of rate_limiter''s tables may distribute them'
+            USING ERRCODE = '42501';
+    END IF;
+    IF (SELECT groupid FROM pg_catalog.pg_dist_local_group) <> 0 THEN
+        RAISE EXCEPTION 'rate_limiter.distribute() runs on the coordinator'
+            USING ERRCODE = '55000',
+                  HINT = 'Connect to the coordinator and call it there.';
+    END IF;
+    -- run_command_on_workers (below) asks the workers over connections of
+    -- its own, which would wait forever for locks this transaction holds
+    -- (an undistribute() before it, say).
+    IF pg_catalog.pg_current_xact_id_if_assigned() IS NOT NULL THEN
+        RAISE EXCEPTION 'rate_limiter.distribute() must run in a transaction that has written nothing yet'
+            USING ERRCODE = '25001',
+                  HINT = 'Call it in a transaction of its own (after undistribute(), COMMIT first).';
+    END IF;
+    IF pg_catalog.current_setting('max_prepared_transactions')::int = 0 THEN
+        RAISE EXCEPTION 'max_prepared_transactions is 0 on the coordinator: a transaction that consumed on several nodes could not commit with two-phase commit'
+            USING ERRCODE = '55000',
+                  HINT = 'Set max_prepared_transactions (to max_connections, say) on every node and restart them.';
+    END IF;
+    FOR worker IN SELECT * FROM run_command_on_workers('SHOW max_prepared_transactions') LOOP
+        IF NOT worker.success OR worker.result = '0' THEN
+            RAISE EXCEPTION 'max_prepared_transactions is 0 on worker %:% (or it did not answer: %)',
+                worker.nodename, worker.nodeport, worker.result
+                USING ERRCODE = '55000',
+                      HINT = 'Set max_prepared_transactions (to max_connections, say) on every node and restart them.';
+        END IF;
+    END LOOP;
+
+    state_method := (SELECT p.partmethod FROM pg_catalog.pg_dist_partition AS p WHERE p.logicalrelid = state_table);
+    state_column := (SELECT pg_catalog.column_to_column_name(p.logicalrelid, p.partkey)
+                     FROM pg_catalog.pg_dist_partition AS p WHERE p.logicalrelid = state_table);
+    definitions_method := (SELECT p.partmethod FROM pg_catalog.pg_dist_partition AS p WHERE p.logicalrelid = definitions_table);
+    IF state_method = 'h' AND state_column = 'dkey' AND definitions_method = 'n' THEN
+        RETURN; -- distributed already
+    END IF;
+    IF state_method IS NOT NULL OR definitions_method IS NOT NULL THEN
+        RAISE EXCEPTION 'rate_limiter''s tables are distributed, but not by rate_limiter.distribute()'
+            USING ERRCODE = '55000',
+                  HINT = 'Call SELECT rate_limiter.undistribute(); then SELECT rate_limiter.distribute();';
+    END IF;
+    IF colocate_with IS NOT NULL THEN
+        SELECT pg_catalog.format_type(a.atttypid, a.atttypmod) AS type, a.attcollation
+        INTO colocated_column
+        FROM pg_catalog.pg_dist_partition AS p
+        JOIN pg_catalog.pg_attribute AS a
+            ON a.attrelid = p.logicalrelid
+           AND a.attname = pg_catalog.column_to_column_name(p.logicalrelid, p.partkey)
+        WHERE p.logicalrelid = colocate_with AND p.partmethod = 'h';
+        IF NOT FOUND THEN
+            RAISE EXCEPTION '% is not a hash-distributed table', colocate_with
+                USING ERRCODE = '22023';
+        END IF;
+        IF colocated_column.type <> 'text' OR colocated_column.attcollation <> 'pg_catalog."C"'::regcollation THEN
+            RAISE EXCEPTION 'rate_limiter can colocate only with a table distributed by a text column with COLLATE "C"; %''s distribution column is % (collation %)',
+                colocate_with, colocated_column.type, colocated_column.attcollation::regcollation
+                USING ERRCODE = '0A000';
+        END IF;
+    END IF;
+    -- A worker's own table (not a shard) with rows would be state nobody reads.
+    FOR worker IN SELECT * FROM run_command_on_workers('SELECT count(*) FROM ONLY rate_limiter.rate_limits') LOOP
+        IF NOT worker.success OR worker.result <> '0' THEN
+            RAISE EXCEPTION 'worker %:% has % rows in its own rate_limiter.rate_limits', worker.nodename, worker.nodeport, worker.result
+                USING ERRCODE = '55000',
+                      HINT = 'Those calls were made on the worker before the tables were distributed; delete them there (DELETE FROM rate_limiter.rate_limits) and call distribute() again.';
+        END IF;
+    END LOOP;
+
+    LOCK TABLE rate_limiter.rate_limits, rate_limiter.definitions IN EXCLUSIVE MODE;
+    -- The distribution column: the key, or name/shard for a global limit.
+    UPDATE rate_limiter.rate_limits SET dkey = coalesce(key, name || '/' || shard);
+    ALTER TABLE rate_limiter.rate_limits ALTER COLUMN dkey SET NOT NULL;
+    -- Citus needs the distribution column in every unique constraint; dkey
+    -- is a function of (name, key, shard), so uniqueness is unchanged.
+    ALTER TABLE rate_limiter.rate_limits
+        DROP CONSTRAINT rate_limits_name_key_shard_key,
+        ADD CONSTRAINT rate_limits_name_key_shard_dkey_key UNIQUE NULLS NOT DISTINCT (name, key, shard, dkey)
+            WITH (fillfactor = 100);
+    -- Shard moves need a replica identity; key is nullable, so the full row.
+    ALTER TABLE rate_limiter.rate_limits REPLICA IDENTITY FULL;
+
+    -- Its trigger tells each node's backends that a definition changed.
+    PERFORM pg_catalog.set_config('citus.enable_unsafe_triggers', 'on', true);
+    PERFORM create_reference_table(definitions_table);
+    PERFORM truncate_local_data_after_distributing_table(definitions_table);
+    PERFORM create_distributed_table(state_table, 'dkey',
+        colocate_with => coalesce(colocate_with::text, 'none'));
+    PERFORM truncate_local_data_after_distributing_table(state_table);
+    PERFORM create_distributed_function(
+        'rate_limiter._rate_limit_at(text, text, text, float8, boolean, rate_limiter.config, boolean)',
+        'dkey', colocate_with => 'rate_limiter.rate_limits', force_delegation => true);
+END
+$distribute$;
+
+COMMENT ON FUNCTION rate_limiter.distribute(regclass) IS
+'Citus: makes rate_limiter.rate_limits a distributed table (by the column dkey: the key, or name/shard for a global limit) and rate_limiter.definitions a reference table, keeping every row. '
+'colocate_with: a table distributed by a text COLLATE "C" column, whose rows for value K live beside the state of key K. Run on the coordinator; idempotent. '
+'Errors: 25001 in a transaction that has written already; 55000 without Citus, on a worker, max_prepared_transactions = 0 on a node, a worker with rows in its own table, tables distributed otherwise; 42501 neither superuser nor owner; '
+'22023 colocate_with not hash-distributed; 0A000 its distribution column is not text COLLATE "C".';
+
+CREATE FUNCTION rate_limiter.undistribute()
+RETURNS void
+LANGUAGE plpgsql VOLATILE
+SET search_path = pg_catalog, pg_temp
+AS $undistribute$
+DECLARE
+    state_table constant regclass := 'rate_limiter.rate_limits';
+    definitions_table constant regclass := 'rate_limiter.definitions';
+    state_owner oid;
+    distributed_table regclass;
+    citus_trigger record;
+BEGIN
+    IF pg_catalog.to_regclass('pg_catalog.pg_dist_partition') IS NULL THEN
+        RETURN; -- no Citus: nothing is distributed
+    END IF;
+    SELECT c.relowner INTO state_owner FROM pg_catalog.pg_class AS c WHERE c.oid = state_table;
+    IF NOT (SELECT r.rolsuper FROM pg_catalog.pg_roles AS r WHERE r.rolname = current_user)
+       AND NOT pg_catalog.pg_has_role(current_user, state_owner, 'MEMBER') THEN
+        RAISE EXCEPTION 'only a superuser or the owner of rate_limiter''s tables may undistribute them'
+            USING ERRCODE = '42501';
+    END IF;
+    IF NOT EXISTS (SELECT FROM pg_catalog.pg_dist_partition
+                   WHERE logicalrelid IN (state_table, definitions_table)) THEN
+        RETURN; -- not distributed
+    END IF;
+    IF (SELECT groupid FROM pg_catalog.pg_dist_local_group) <> 0 THEN
+        RAISE EXCEPTION 'rate_limiter.undistribute() runs on the coordinator'
+            USING ERRCODE = '55000',
+                  HINT = 'Connect to the coordinator and call it there.';
+    END IF;
+    LOCK TABLE rate_limiter.rate_limits, rate_limiter.definitions IN EXCLUSIVE MODE;
+    CREATE TEMPORARY TABLE rate_limiter_state ON COMMIT DROP AS
+        SELECT name, key, shard, value, ts FROM rate_limiter.rate_limits;
+    CREATE TEMPORARY TABLE rate_limiter_definitions ON COMMIT DROP AS
+        SELECT * FROM rate_limiter.definitions;
+    -- Citus's undistribute_table refuses a table an extension owns (and
+    -- would give it a new OID); what its DROP TABLE trigger calls removes
+    -- the shards and the metadata and keeps the table.
+    FOR distributed_table IN
+        SELECT logicalrelid FROM pg_catalog.pg_dist_partition
+        WHERE logicalrelid IN (state_table, definitions_table)
+    LOOP
+        PERFORM master_remove_distributed_table_metadata_from_workers(distributed_table, 'rate_limiter',
+            (SELECT relname FROM pg_catalog.pg_class WHERE oid = distributed_table));
+        PERFORM citus_drop_all_shards(distributed_table, 'rate_limiter',
+            (SELECT relname FROM pg_catalog.pg_class WHERE oid = distributed_table), false);
+        PERFORM master_remove_partition_metadata(distributed_table, 'rate_limiter',
+            (SELECT relname FROM pg_catalog.pg_class WHERE oid = distributed_table));
+    END LOOP;
+    -- Citus's TRUNCATE trigger on each (truncate_trigger_<oid>).
+    FOR citus_trigger IN
+        SELECT t.tgname, t.tgrelid::regclass AS relation FROM pg_catalog.pg_trigger AS t
+        WHERE t.tgrelid IN (state_table, definitions_table)
+          AND t.tgfoid = 'pg_catalog.citus_truncate_trigger()'::regprocedure
+    LOOP
+        EXECUTE pg_catalog.format('DROP TRIGGER %I ON %s', citus_trigger.tgname, citus_trigger.relation);
+    END LOOP;
+    DELETE FROM rate_limiter.rate_limits;
+    DELETE FROM rate_limiter.definitions;
+    IF EXISTS (SELECT FROM pg_catalog.pg_constraint
+               WHERE conrelid = state_table AND conname = 'rate_limits_name_key_shard_dkey_key') THEN
+        ALTER TABLE rate_limiter.rate_limits
+            DROP CONSTRAINT rate_limits_name_key_shard_dkey_key,
+            ADD CONSTRAINT rate_limits_name_key_shard_key UNIQUE NULLS NOT DISTINCT (name, key, shard)
+                WITH (fillfactor = 100);
+    END IF;
+    ALTER TABLE rate_limiter.rate_limits ALTER COLUMN dkey DROP NOT NULL, REPLICA IDENTITY DEFAULT;
+    INSERT INTO rate_limiter.definitions SELECT * FROM rate_limiter_definitions;
+    INSERT INTO rate_limiter.rate_limits (name, key, shard, value, ts)
+        SELECT name, key, shard, value, ts FROM rate_limiter_state;
+END
+$undistribute$;
+
+COMMENT ON FUNCTION rate_limiter.undistribute() IS
+'Citus: makes rate_limiter.rate_limits and rate_limiter.definitions local tables of the coordinator again (however they were distributed), keeping every row. '
+'Run on the coordinator; idempotent, and nothing to do without Citus. Errors: 42501 neither superuser nor owner; 55000 on a worker.';
+
+CREATE FUNCTION rate_limiter._rate_limit_at(
+    dkey    text,
+    name    text,
+    key     text,
+    count   float8,
+    reserve boolean,
+    config  rate_limiter.config,
+    consume boolean)
+RETURNS TABLE (ok boolean, retry_after bigint, remaining float8, verdict int2,
+               reserved boolean, near_limit boolean, contended boolean)
+LANGUAGE c VOLATILE ROWS 1
+AS 'MODULE_PATHNAME', '_rate_limit_at_wrapper';
+
+COMMENT ON FUNCTION rate_limiter._rate_limit_at(text, text, text, float8, boolean, rate_limiter.config, boolean) IS
+'Internal (Citus): rate_limit (consume => true) or rate_check on the node that holds the row of dkey, which Citus delegates the call to. '
+'Errors: 55000 when the row is not on this node or the call is outside a transaction block.';
+
+DO $revoke$
+DECLARE
+    grantee_name name;
+BEGIN
+    REVOKE ALL ON FUNCTION rate_limiter.distribute(regclass), rate_limiter.undistribute(),
+        rate_limiter._rate_limit_at(text, text, text, float8, boolean, rate_limiter.config, boolean) FROM PUBLIC;
+    FOR grantee_name IN
+        SELECT DISTINCT r.rolname
+        FROM (
+            SELECT (pg_catalog.aclexplode(p.proacl)).grantee, p.proowner AS owner
+            FROM pg_catalog.pg_proc AS p
+            WHERE p.oid IN ('rate_limiter.distribute(regclass)'::pg_catalog.regprocedure,
+                            'rate_limiter.undistribute()'::pg_catalog.regprocedure,
+                            'rate_limiter._rate_limit_at(text, text, text, float8, boolean, rate_limiter.config, boolean)'::pg_catalog.regprocedure)
+        ) AS granted
+        JOIN pg_catalog.pg_roles AS r ON r.oid = granted.grantee
+        WHERE granted.grantee <> granted.owner
+    LOOP
+        EXECUTE pg_catalog.format('REVOKE ALL ON FUNCTION rate_limiter.distribute(regclass), rate_limiter.undistribute(), '
+            'rate_limiter._rate_limit_at(text, text, text, float8, boolean, rate_limiter.config, boolean) FROM %I', grantee_name);
+    END LOOP;
+END
+$revoke$;
+
+GRANT EXECUTE ON FUNCTION rate_limiter.distribute(regclass), rate_limiter.undistribute(),
+    rate_limiter._rate_limit_at(text, text, text, float8, boolean, rate_limiter.config, boolean)
+    TO @extowner@ WITH GRANT OPTION;

@@ -1,0 +1,762 @@
+//! Citus (SPEC section 10): where a state row lives once
+//! `rate_limiter.distribute()` has made `rate_limiter.rate_limits` a
+//! distributed table, and running a call on the node that holds its row.
+//!
+//! - The row of (name, key, shard) has the distribution value `dkey`: the
+//!   key, or `name/shard` for a global limit ([`distribution_value`]).
+//! - Citus's metadata is read from its catalogs with the catalog snapshot
+//!   (fresh under REPEATABLE READ too), once per relcache invalidation
+//!   (Citus invalidates the distributed table's relcache entry when a shard
+//!   moves or splits): the hash function of the column's type, the sorted
+//!   hash ranges of the shards and the group of each shard's placement.
+//!   Citus's C functions are not linked to: its library hides them from
+//!   PostgreSQL 16 on (docs/citus-design.md §9).
+//! - A row on this node: the call takes the lock Citus's executor takes for
+//!   a write to that shard (ShareLock on the colocated shards' metadata,
+//!   which a shard move takes in ExclusiveLock before it switches the
+//!   placement), re-reads the metadata if an invalidation arrived, and then
+//!   reads and writes the shard relation `rate_limits_<shardid>` directly,
+//!   as on a single server ([`on_shard`] tells `storage` which relation).
+//! - A row on another node: the call runs `rate_limiter._rate_limit_at()`
+//!   through SPI with the distribution value as a constant; Citus delegates
+//!   that function (`force_delegation`) to the node holding the shard,
+//!   inside the caller's distributed transaction. There the function checks
+//!   that the row is local and in a transaction block, or fails closed.
+
+use crate::catalog;
+use crate::errors::{report, CallError};
+use crate::limit::{self, Call};
+use crate::result_row;
+use crate::stats::Counted;
+use pgrx::datum::DatumWithOid;
+use pgrx::fcinfo::pg_getarg;
+use pgrx::heap_tuple::PgHeapTuple;
+use pgrx::pg_sys;
+use pgrx::prelude::*;
+use pgrx::AllocatedByRust;
+use rate_limiter_algorithm::{Decision, LimitError, Verdict};
+use std::cell::{Cell, RefCell};
+use std::ffi::{CStr, CString};
+use std::rc::Rc;
+
+/// One shard of the state table: its hash range and where it is placed.
+#[derive(Debug, Clone, Copy)]
+struct Shard {
+    min: i32,
+    max: i32,
+    id: i64,
+    /// The group (node) of its placement; `None` unless it has exactly one
+    /// (a copy being made, or none at all: calls fail closed).
+    group: Option<i32>,
+}
+
+/// How Citus distributes the state table, as read from its catalogs.
+pub struct Distribution {
+    colocation_id: u32,
+    /// The distribution column's collation (its type is text: checked).
+    collation: pg_sys::Oid,
+    /// Sorted by `min`: a shard's position is its index in Citus's
+    /// sorted shard array, which the metadata lock's tag names.
+    shards: Vec<Shard>,
+    /// `pg_dist_local_group.groupid`: 0 on the coordinator.
+    local_group: i32,
+    /// Why calls must fail closed, when the tables are not distributed as
+    /// `distribute()` distributes them.
+    problem: Option<&'static str>,
+}
+
+thread_local! {
+    static DISTRIBUTION: RefCell<Option<Rc<Distribution>>> = const { RefCell::new(None) };
+    static ROUTE: Cell<Option<Route>> = const { Cell::new(None) };
+}
+
+/// Forgets the metadata read; called on every relcache invalidation.
+pub fn forget() {
+    DISTRIBUTION.with(|cell| cell.replace(None));
+}
+
+/// The value of the distribution column `dkey` of the row (name, key,
+/// shard): the key, or `name/shard` for a global limit (so the shards of a
+/// global limit spread over the nodes).
+pub fn distribution_value(name: &[u8], key: Option<&[u8]>, shard: i16) -> Vec<u8> {
+    match key {
+        Some(key) => key.to_vec(),
+        None => {
+            let mut value = name.to_vec();
+            value.extend_from_slice(format!("/{shard}").as_bytes());
+            value
+        }
+    }
+}
+
+/// Calls `visit` with a column reader for each row of the catalog
+/// `pg_catalog.<name>` (none when it does not exist), read with the catalog
+/// snapshot.
+///
+/// # Safety
+/// In a transaction.
+unsafe fn each_row(name: &CStr, mut visit: impl FnMut(&dyn Fn(&CStr) -> Option<pg_sys::Datum>)) {
+    let relation_id = pg_sys::get_relname_relid(
+        name.as_ptr(),
+        pg_sys::Oid::from(pg_sys::PG_CATALOG_NAMESPACE),
+    );
+    if relation_id == pg_sys::InvalidOid {
+        return;
+    }
+    let relation = pg_sys::table_open(relation_id, pg_sys::AccessShareLock as i32);
+    let scan = pg_sys::systable_beginscan(
+        relation,
+        pg_sys::InvalidOid,
+        false,
+        std::ptr::null_mut(),
+        0,
+        std::ptr::null_mut(),
+    );
+    loop {
+        let tuple = pg_sys::systable_getnext(scan);
+        if tuple.is_null() {
+            break;
+        }
+        let column = |column: &CStr| {
+            let number = pg_sys::get_attnum(relation_id, column.as_ptr());
+            if number <= 0 {
+                return None;
+            }
+            let mut is_null = false;
+            let datum =
+                pg_sys::heap_getattr(tuple, number as i32, (*relation).rd_att, &mut is_null);
+            (!is_null).then_some(datum)
+        };
+        visit(&column);
+    }
+    pg_sys::systable_endscan(scan);
+    pg_sys::table_close(relation, pg_sys::AccessShareLock as i32);
+}
+
+/// A `text` datum as a Rust string (lossy: only digits and node strings).
+unsafe fn text(datum: pg_sys::Datum) -> String {
+    String::from_datum(datum, false).unwrap_or_default()
+}
+
+/// Reads how Citus distributes `table` (the state table) and `definitions`;
+/// `None` when it distributes neither.
+unsafe fn read(table: pg_sys::Oid, definitions: pg_sys::Oid) -> Option<Distribution> {
+    let mut state = None;
+    let mut definitions_method = None;
+    each_row(c"pg_dist_partition", |column| {
+        let Some(relation) = column(c"logicalrelid").map(|d| pg_sys::Oid::from_datum(d, false))
+        else {
+            return;
+        };
+        let method = column(c"partmethod").map(|d| d.value() as u8);
+        if relation == Some(table) {
+            let key = column(c"partkey").map(|d| text(d));
+            let colocation = column(c"colocationid").map(|d| d.value() as u32);
+            let replication = column(c"repmodel").map(|d| d.value() as u8);
+            state = Some((method, key, colocation, replication));
+        } else if relation == Some(definitions) {
+            definitions_method = method;
+        }
+    });
+    if state.is_none() && definitions_method.is_none() {
+        return None;
+    }
+    let mut distribution = Distribution {
+        colocation_id: 0,
+        collation: pg_sys::InvalidOid,
+        shards: Vec::new(),
+        local_group: 0,
+        problem: None,
+    };
+    each_row(c"pg_dist_local_group", |column| {
+        if let Some(group) = column(c"groupid") {
+            distribution.local_group = group.value() as i32;
+        }
+    });
+    let dkey_column = pg_sys::get_attnum(table, c"dkey".as_ptr());
+    let Some((Some(b'h'), Some(key), Some(colocation), Some(b's'))) = state else {
+        distribution.problem = Some(if state.is_none() {
+            "rate_limiter.definitions is distributed, but rate_limiter.rate_limits is not"
+        } else {
+            "rate_limiter.rate_limits is not a hash-distributed table with one placement per shard"
+        });
+        return Some(distribution);
+    };
+    // partkey is a Var in nodeToString form.
+    let Ok(key) = CString::new(key) else {
+        distribution.problem =
+            Some("rate_limiter.rate_limits has an unreadable distribution column");
+        return Some(distribution);
+    };
+    let var = pg_sys::stringToNode(key.as_ptr()) as *mut pg_sys::Var;
+    if var.is_null()
+        || (*var).xpr.type_ != pg_sys::NodeTag::T_Var
+        || dkey_column <= 0
+        || (*var).varattno != dkey_column
+        || (*var).vartype != pg_sys::TEXTOID
+    {
+        distribution.problem = Some(
+            "rate_limiter.rate_limits is distributed by another column than dkey (not by rate_limiter.distribute())",
+        );
+        return Some(distribution);
+    }
+    if definitions_method != Some(b'n') {
+        distribution.problem = Some("rate_limiter.definitions is not a reference table");
+        return Some(distribution);
+    }
+    distribution.colocation_id = colocation;
+    distribution.collation = (*var).varcollid;
+    let mut shards = Vec::new();
+    each_row(c"pg_dist_shard", |column| {
+        if column(c"logicalrelid").and_then(|d| pg_sys::Oid::from_datum(d, false)) != Some(table) {
+            return;
+        }
+        let bound = |name: &CStr| column(name).and_then(|d| text(d).parse::<i32>().ok());
+        if let (Some(id), Some(min), Some(max)) = (
+            column(c"shardid").map(|d| d.value() as i64),
+            bound(c"shardminvalue"),
+            bound(c"shardmaxvalue"),
+        ) {
+            shards.push(Shard {
+                min,
+                max,
+                id,
+                group: None,
+            });
+        }
+    });
+    let mut placements: Vec<(i64, i32)> = Vec::new();
+    each_row(c"pg_dist_placement", |column| {
+        if let (Some(shard), Some(group)) = (
+            column(c"shardid").map(|d| d.value() as i64),
+            column(c"groupid").map(|d| d.value() as i32),
+        ) {
+            if shards.iter().any(|s| s.id == shard) {
+                placements.push((shard, group));
+            }
+        }
+    });
+    for shard in &mut shards {
+        let mut groups = placements.iter().filter(|(id, _)| *id == shard.id);
+        shard.group = match (groups.next(), groups.next()) {
+            (Some(&(_, group)), None) => Some(group),
+            _ => None,
+        };
+    }
+    shards.sort_by_key(|shard| shard.min);
+    if shards.is_empty() {
+        distribution.problem = Some("rate_limiter.rate_limits has no shards");
+    }
+    distribution.shards = shards;
+    Some(distribution)
+}
+
+/// How Citus distributes the tables, read once per invalidation; `None`
+/// when they are local.
+pub fn distribution() -> Option<Rc<Distribution>> {
+    if let Some(distribution) = DISTRIBUTION.with(|cell| cell.borrow().clone()) {
+        return Some(distribution);
+    }
+    let objects = catalog::objects();
+    if !objects.distributed {
+        return None;
+    }
+    // SAFETY: catalog reads in a transaction.
+    let distribution = Rc::new(unsafe { read(objects.table, objects.definitions) }?);
+    DISTRIBUTION.with(|cell| cell.replace(Some(distribution.clone())));
+    Some(distribution)
+}
+
+/// The error of a call that storage was asked to make on a distributed
+/// install without a route: 55000 if the tables are not distributed as
+/// `distribute()` distributes them, else 0A000 (a function that does not
+/// run on a distributed install yet). `None` when not distributed.
+pub fn unsupported() -> Option<CallError> {
+    let distribution = distribution()?;
+    Some(match distribution.check() {
+        Err(error) => error,
+        Ok(()) => CallError::NotOnCluster("this function"),
+    })
+}
+
+/// Where the row with distribution value `dkey` lives.
+#[derive(Debug, Clone, Copy)]
+struct Place {
+    /// Position in the sorted shard array (the metadata lock's tag).
+    index: usize,
+    shard: i64,
+    group: i32,
+}
+
+impl Distribution {
+    /// Fails closed (55000) unless the tables are distributed as
+    /// `distribute()` distributes them.
+    fn check(&self) -> Result<(), CallError> {
+        match self.problem {
+            None => Ok(()),
+            Some(problem) => Err(CallError::Cluster(
+                format!("rate_limiter cannot use its tables: {problem}"),
+                "Distribute them with rate_limiter.distribute() only: on the coordinator, SELECT rate_limiter.undistribute(); then SELECT rate_limiter.distribute();",
+            )),
+        }
+    }
+
+    /// The shard of `dkey`, as Citus finds it: the hash of the value (the
+    /// type's hash function, with the column's collation) falls in one
+    /// shard's [min, max] range.
+    fn place(&self, dkey: &[u8]) -> Result<Place, CallError> {
+        self.check()?;
+        // SAFETY: the type cache entry lives for the backend; the datum is
+        // a text varlena built from the bytes.
+        let hash = unsafe {
+            let entry = pg_sys::lookup_type_cache(
+                pg_sys::TEXTOID,
+                pg_sys::TYPECACHE_HASH_PROC_FINFO as i32,
+            );
+            let datum = dkey.into_datum().unwrap_or(pg_sys::Datum::from(0));
+            pg_sys::FunctionCall1Coll(&mut (*entry).hash_proc_finfo, self.collation, datum).value()
+                as i32
+        };
+        let index = self
+            .shards
+            .iter()
+            .position(|shard| shard.min <= hash && hash <= shard.max)
+            .ok_or_else(|| {
+                CallError::Cluster(
+                    "rate_limiter.rate_limits has no shard for a hash value (its shards do not cover every value)".into(),
+                    "Check pg_dist_shard for rate_limiter.rate_limits: a split or move may be unfinished.",
+                )
+            })?;
+        let shard = self.shards[index];
+        let group = shard.group.ok_or_else(|| {
+            CallError::Cluster(
+                format!("shard {} of rate_limiter.rate_limits does not have exactly one placement", shard.id),
+                "A shard copy or move may be unfinished (citus_rebalance_status(), pg_dist_placement); the limiter needs one placement per shard.",
+            )
+        })?;
+        Ok(Place {
+            index,
+            shard: shard.id,
+            group,
+        })
+    }
+}
+
+/// The relation a storage call reads and writes instead of the state
+/// table: a shard of it on this node, and the row's distribution value.
+#[derive(Debug, Clone, Copy)]
+pub struct Route {
+    pub table: pg_sys::Oid,
+    pub index: pg_sys::Oid,
+    /// The `dkey` datum (text) of the rows written.
+    pub dkey: pg_sys::Datum,
+}
+
+/// The route set by [`on_shard`] for the storage calls it runs, if any.
+pub fn route() -> Option<Route> {
+    ROUTE.with(Cell::get)
+}
+
+/// Runs `body` with storage reading and writing `route`'s shard.
+fn on_shard<R>(route: Route, body: impl FnOnce() -> R) -> R {
+    struct Restore(Option<Route>);
+    impl Drop for Restore {
+        fn drop(&mut self) {
+            ROUTE.with(|cell| cell.set(self.0));
+        }
+    }
+    let _restore = Restore(ROUTE.with(|cell| cell.replace(Some(route))));
+    body()
+}
+
+/// Citus's lock on the metadata of the colocated shards at `index`
+/// (`LockShardDistributionMetadata`: an advisory lock tag with class 8),
+/// in `mode`, until the transaction ends.
+fn lock_shard_metadata(colocation_id: u32, index: usize, mode: u32) {
+    // SAFETY: a lock tag filled as Citus's SET_LOCKTAG_COLOCATED_SHARDS_METADATA_RESOURCE.
+    unsafe {
+        let tag = pg_sys::LOCKTAG {
+            locktag_field1: pg_sys::MyDatabaseId.to_u32(),
+            locktag_field2: index as u32,
+            locktag_field3: colocation_id,
+            locktag_field4: 8,
+            locktag_type: pg_sys::LockTagType::LOCKTAG_ADVISORY as u8,
+            locktag_lockmethodid: pg_sys::USER_LOCKMETHOD as u8,
+        };
+        pg_sys::LockAcquire(&tag, mode as i32, false, false);
+    }
+}
+
+/// Where a call for (name, key) runs.
+pub enum Site {
+    /// On this node, in the shard `Route` names (its metadata locked).
+    Here(Route),
+    /// On another node: through `_rate_limit_at`.
+    Elsewhere,
+}
+
+/// Times the metadata may change under a call before it gives up.
+const LOOKUPS: usize = 3;
+
+/// Finds the node of the row with distribution value `dkey`. For a row on
+/// this node, takes Citus's metadata lock for a write to its shard (so a
+/// move cannot switch the placement until the transaction ends) and
+/// re-reads the metadata if it changed meanwhile.
+pub fn site(dkey: &[u8], for_write: bool) -> Result<Site, CallError> {
+    for _ in 0..LOOKUPS {
+        let Some(distribution) = distribution() else {
+            return Err(CallError::Cluster(
+                "rate_limiter.rate_limits is no longer distributed".into(),
+                "Retry the call.",
+            ));
+        };
+        let place = distribution.place(dkey)?;
+        if place.group != distribution.local_group {
+            return Ok(Site::Elsewhere);
+        }
+        let generation = catalog::generation();
+        if for_write {
+            lock_shard_metadata(distribution.colocation_id, place.index, pg_sys::ShareLock);
+        }
+        // SAFETY: processes pending invalidations (a move that committed
+        // while this call waited for the lock).
+        unsafe { pg_sys::AcceptInvalidationMessages() };
+        if catalog::generation() != generation {
+            continue;
+        }
+        return Ok(Site::Here(shard_route(place, dkey)?));
+    }
+    Err(CallError::Cluster(
+        "Citus's metadata for rate_limiter.rate_limits kept changing during the call".into(),
+        "Retry the transaction (a shard move or split was under way).",
+    ))
+}
+
+/// The shard relation of `place` on this node and its unique index.
+fn shard_route(place: Place, dkey: &[u8]) -> Result<Route, CallError> {
+    let objects = catalog::objects();
+    let table_name = CString::new(format!("rate_limits_{}", place.shard)).unwrap_or_default();
+    let index_name = CString::new(format!(
+        "rate_limits_name_key_shard_dkey_key_{}",
+        place.shard
+    ))
+    .unwrap_or_default();
+    // SAFETY: catalog cache lookups.
+    let (table, index) = unsafe {
+        (
+            pg_sys::get_relname_relid(table_name.as_ptr(), objects.schema),
+            pg_sys::get_relname_relid(index_name.as_ptr(), objects.schema),
+        )
+    };
+    if table == pg_sys::InvalidOid || index == pg_sys::InvalidOid {
+        return Err(CallError::Cluster(
+            format!(
+                "shard {} of rate_limiter.rate_limits is placed on this node, but its table or unique index is missing",
+                place.shard
+            ),
+            "Check the shard with citus_shards and pg_dist_placement.",
+        ));
+    }
+    // The datum lives in the call's memory context.
+    let dkey = dkey.into_datum().unwrap_or(pg_sys::Datum::from(0));
+    Ok(Route { table, index, dkey })
+}
+
+/// Runs `body` on this node's shard of `dkey`, or returns `None` when the
+/// row lives on another node (the caller then goes there).
+pub fn here<R>(
+    dkey: &[u8],
+    for_write: bool,
+    body: impl FnOnce() -> Result<R, CallError>,
+) -> Result<Option<R>, CallError> {
+    match site(dkey, for_write)? {
+        Site::Here(route) => {
+            let answer = on_shard(route, body)?;
+            if for_write {
+                wrote(Some(dkey))?;
+            }
+            Ok(Some(answer))
+        }
+        Site::Elsewhere => Ok(None),
+    }
+}
+
+/// The statement that runs a call on the node holding its row: Citus
+/// delegates `_rate_limit_at` (a distributed function colocated with the
+/// state table, `force_delegation`) by its first argument, which planning
+/// turns into a constant (never NULL: a NULL crashes Citus 13.2.2).
+const ELSEWHERE: &str =
+    "SELECT ok, retry_after, remaining, verdict, reserved, near_limit, contended \
+     FROM rate_limiter._rate_limit_at($1, $2, $3, $4, $5, $6, $7)";
+
+/// How a verdict travels between nodes (`_rate_limit_at`'s `verdict`).
+fn verdict_number(verdict: Verdict) -> i16 {
+    match verdict {
+        Verdict::Admitted => 0,
+        Verdict::Refused => 1,
+        Verdict::ShadowRefused => 2,
+    }
+}
+
+fn verdict_of(number: i16) -> Verdict {
+    match number {
+        0 => Verdict::Admitted,
+        1 => Verdict::Refused,
+        _ => Verdict::ShadowRefused,
+    }
+}
+
+/// Runs `call` on the node holding the row of `dkey`: consumes
+/// (`consume`) or checks there, inside this transaction (Citus's
+/// distributed transaction: rollback undoes it; a transaction that wrote
+/// on several nodes commits with two-phase commit). The decision as
+/// answered, and for a consuming call how it is counted (here: statistics
+/// count on the node where the function was called).
+pub fn elsewhere(
+    call: &Call<'_>,
+    dkey: &[u8],
+    consume: bool,
+) -> Result<(Decision, Option<Counted>), CallError> {
+    let config = match call.config_argument {
+        // SAFETY: the argument's datum, of its declared type.
+        Some((datum, type_id)) => unsafe { DatumWithOid::new(datum, type_id) },
+        None => DatumWithOid::null_oid(pgrx::regtypein("rate_limiter.config")),
+    };
+    // SAFETY: the bytes of text values become varlenas of type text.
+    let arguments = unsafe {
+        [
+            DatumWithOid::new(dkey, pg_sys::TEXTOID),
+            DatumWithOid::new(call.name, pg_sys::TEXTOID),
+            match call.key {
+                Some(key) => DatumWithOid::new(key, pg_sys::TEXTOID),
+                None => DatumWithOid::null_oid(pg_sys::TEXTOID),
+            },
+            DatumWithOid::from(call.request.count),
+            DatumWithOid::from(call.request.reserve),
+            config,
+            DatumWithOid::from(consume),
+        ]
+    };
+    // As the calling role: Citus keys its connections by role, so the
+    // call reuses the connection this transaction's own statements on the
+    // tenant's colocated rows use (one node, no 2PC), and the node holding
+    // the row checks that role's privileges as this one would.
+    let row = {
+        Spi::connect_mut(|client| {
+            let table = client.update(ELSEWHERE, Some(1), &arguments)?;
+            let row = table.first();
+            Ok::<_, pgrx::spi::SpiError>((
+                row.get::<bool>(1)?,
+                row.get::<i64>(2)?,
+                row.get::<f64>(3)?,
+                row.get::<i16>(4)?,
+                row.get::<bool>(5)?,
+                row.get::<bool>(6)?,
+                row.get::<bool>(7)?,
+            ))
+        })
+    }?;
+    let (Some(ok), retry_after, Some(remaining), verdict, reserved, near_limit, contended) = row
+    else {
+        return Err(CallError::Cluster(
+            "rate_limiter._rate_limit_at() on another node returned no answer".into(),
+            "Check that every node runs the same version of rate_limiter.",
+        ));
+    };
+    let decision = Decision {
+        ok,
+        retry_after,
+        remaining,
+        new_state: None,
+    };
+    let counted = verdict.map(|verdict| Counted {
+        verdict: verdict_of(verdict),
+        count: call.request.count,
+        reserved: reserved.unwrap_or(false),
+        near_limit: near_limit.unwrap_or(false),
+        contended: contended.unwrap_or(false),
+    });
+    Ok((decision, counted))
+}
+
+/// [`elsewhere`] for a consuming call: the decision and how it counts.
+pub fn consume_elsewhere(call: &Call<'_>, dkey: &[u8]) -> Result<(Decision, Counted), CallError> {
+    let (decision, counted) = elsewhere(call, dkey, true)?;
+    wrote(None)?;
+    counted.map(|counted| (decision, counted)).ok_or_else(|| {
+        CallError::Cluster(
+            "rate_limiter._rate_limit_at() on another node did not say how its decision counts"
+                .into(),
+            "Check that every node runs the same version of rate_limiter.",
+        )
+    })
+}
+
+/// The body of `_rate_limit_at`: the call as the node holding its row
+/// makes it, or an error (55000 if the row is not here, or outside a
+/// transaction block: Citus runs a delegated call inside the caller's
+/// distributed transaction, and anything else would commit on its own).
+fn at(
+    dkey: Option<&[u8]>,
+    call: &Call<'_>,
+    consume: bool,
+) -> Result<(Decision, Option<Counted>), CallError> {
+    let expected = distribution_value(call.name, call.key, 0);
+    if dkey != Some(expected.as_slice()) {
+        return Err(CallError::Limit(LimitError::invalid(
+            "dkey",
+            "dkey is not the distribution value of (name, key)".to_string(),
+        )));
+    }
+    // SAFETY: reads the transaction state.
+    if consume && !unsafe { pg_sys::IsTransactionBlock() } {
+        return Err(CallError::Cluster(
+            "rate_limiter._rate_limit_at() consumes only inside a transaction block".into(),
+            "It is internal: call rate_limiter.rate_limit(), which reaches the node holding the row inside your transaction.",
+        ));
+    }
+    if !catalog::objects().distributed {
+        return Err(CallError::Cluster(
+            "rate_limiter._rate_limit_at() was called, but rate_limiter.rate_limits is not distributed".into(),
+            "It is internal: call rate_limiter.rate_limit().",
+        ));
+    }
+    let answer = here(&expected, consume, || {
+        if consume {
+            limit::consume_here(call).map(|(decision, counted)| (decision, Some(counted)))
+        } else {
+            limit::check_here(call).map(|decision| (decision, None))
+        }
+    })?;
+    answer.ok_or_else(|| {
+        CallError::Cluster(
+            "the row of this limit is not on this node".into(),
+            "Citus did not delegate rate_limiter._rate_limit_at() to the node holding the row (plan_cache_mode = force_generic_plan, or citus.enable_local_execution and delegation settings): retry with the default settings.",
+        )
+    })
+}
+
+/// `rate_limiter._rate_limit_at(dkey, name, key, count, reserve, config,
+/// consume)`: see sql/citus.sql and [`elsewhere`].
+///
+/// # Safety
+/// Called by PostgreSQL with the function's seven arguments.
+#[no_mangle]
+#[pg_guard]
+pub unsafe extern "C-unwind" fn _rate_limit_at_wrapper(
+    fcinfo: pg_sys::FunctionCallInfo,
+) -> pg_sys::Datum {
+    let dkey = pg_getarg::<&[u8]>(fcinfo, 0);
+    let consume = pg_getarg::<bool>(fcinfo, 6).unwrap_or(false);
+    let call = match Call::new(
+        pg_getarg::<&[u8]>(fcinfo, 1),
+        pg_getarg::<&[u8]>(fcinfo, 2),
+        pg_getarg::<f64>(fcinfo, 3),
+        pg_getarg::<bool>(fcinfo, 4),
+        Some(false),
+        pg_getarg::<PgHeapTuple<'_, AllocatedByRust>>(fcinfo, 5),
+    ) {
+        Ok(call) => Call {
+            config_argument: limit::config_argument(fcinfo, 5),
+            ..call
+        },
+        Err(error) => report(CallError::Limit(error)),
+    };
+    match at(dkey, &call, consume) {
+        Ok((decision, counted)) => result_row::put_rows(
+            fcinfo,
+            [[
+                Some(pg_sys::Datum::from(decision.ok)),
+                decision.retry_after.and_then(IntoDatum::into_datum),
+                decision.remaining.into_datum(),
+                counted.map(|counted| pg_sys::Datum::from(verdict_number(counted.verdict))),
+                counted.map(|counted| pg_sys::Datum::from(counted.reserved)),
+                counted.map(|counted| pg_sys::Datum::from(counted.near_limit)),
+                counted.map(|counted| pg_sys::Datum::from(counted.contended)),
+            ]],
+        ),
+        Err(error) => report(error),
+    }
+}
+
+#[no_mangle]
+pub extern "C" fn pg_finfo__rate_limit_at_wrapper() -> &'static pg_sys::Pg_finfo_record {
+    const CALLING_CONVENTION: pg_sys::Pg_finfo_record = pg_sys::Pg_finfo_record { api_version: 1 };
+    &CALLING_CONVENTION
+}
+
+/// What this transaction consumed where, for [`two_phase_commit_if_needed`].
+#[derive(Default)]
+struct Writes {
+    /// The distribution value of a row written directly on this node.
+    here: Option<Vec<u8>>,
+    /// Whether a row on another node was consumed (through Citus).
+    elsewhere: bool,
+    /// Whether Citus was told that this node's writes need 2PC.
+    told: bool,
+}
+
+thread_local! {
+    static WRITES: RefCell<Writes> = RefCell::new(Writes::default());
+}
+
+/// Forgets what the ending transaction wrote.
+#[pg_guard]
+unsafe extern "C-unwind" fn at_transaction_end(
+    event: pg_sys::XactEvent::Type,
+    _argument: *mut std::ffi::c_void,
+) {
+    if matches!(
+        event,
+        pg_sys::XactEvent::XACT_EVENT_COMMIT
+            | pg_sys::XactEvent::XACT_EVENT_ABORT
+            | pg_sys::XactEvent::XACT_EVENT_PREPARE
+            | pg_sys::XactEvent::XACT_EVENT_PARALLEL_COMMIT
+            | pg_sys::XactEvent::XACT_EVENT_PARALLEL_ABORT
+    ) {
+        WRITES.with(|writes| writes.take());
+    }
+}
+
+/// Called once when the library is loaded: forget each transaction's
+/// writes at its end.
+pub fn register() {
+    // SAFETY: registering a callback that lives as long as the library.
+    unsafe { pg_sys::RegisterXactCallback(Some(at_transaction_end), std::ptr::null_mut()) };
+}
+
+/// A statement that changes nothing, routed to this node's shard of `$1`:
+/// Citus runs it with local execution, which makes a transaction that
+/// also wrote on other nodes commit everywhere with two-phase commit.
+/// (Citus cannot see the direct writes: without it, the other nodes would
+/// commit before this one, each on its own.)
+const TELL_CITUS: &str = "DELETE FROM rate_limiter.rate_limits WHERE dkey = $1 AND shard = -1";
+
+/// Notes a direct write on this node (`dkey` its row's value) or a
+/// consumption on another node, and once a transaction has both, runs
+/// [`TELL_CITUS`] (once). A transaction that consumed on one node only
+/// (a tenant's colocated rows) stays one-phase.
+fn wrote(here: Option<&[u8]>) -> Result<(), CallError> {
+    let dkey = WRITES.with(|writes| {
+        let mut writes = writes.borrow_mut();
+        match here {
+            Some(dkey) if writes.here.is_none() => writes.here = Some(dkey.to_vec()),
+            Some(_) => {}
+            None => writes.elsewhere = true,
+        }
+        if writes.told || !writes.elsewhere {
+            return None;
+        }
+        let dkey = writes.here.clone()?;
+        writes.told = true;
+        Some(dkey)
+    });
+    if let Some(dkey) = dkey {
+        // SAFETY: the bytes of a text value become a varlena of type text.
+        let argument = unsafe { DatumWithOid::new(dkey.as_slice(), pg_sys::TEXTOID) };
+        crate::security::as_owner(|| {
+            Spi::connect_mut(|client| client.update(TELL_CITUS, None, &[argument]).map(|_| ()))
+        })?;
+    }
+    Ok(())
+}
