@@ -631,7 +631,7 @@ fn at(
     answer.ok_or_else(|| {
         CallError::Cluster(
             "the row of this limit is not on this node".into(),
-            "Citus did not delegate rate_limiter._rate_limit_at() to the node holding the row (plan_cache_mode = force_generic_plan, or citus.enable_local_execution and delegation settings): retry with the default settings.",
+            "Retry the transaction: a shard move may have switched the row to another node meanwhile. If it keeps failing, Citus did not delegate rate_limiter._rate_limit_at() to the node holding the row (plan_cache_mode = force_generic_plan, or a session where Citus stopped delegating: reconnect).",
         )
     })
 }

@@ -17,7 +17,12 @@
 //!   capacity of each limit;
 //! - a definition made on any node is used by every node's next call;
 //! - a state table distributed otherwise fails closed with `55000`, and the
-//!   hint's `undistribute()` brings it back.
+//!   hint's `undistribute()` brings it back;
+//! - a shard moved under load loses no row and admits no more than its
+//!   capacity;
+//! - a worker killed with SIGKILL between PREPARE and COMMIT PREPARED: the
+//!   prepared transaction holds its row until Citus's recovery commits it,
+//!   and then the state is what committed.
 //!
 //! Ignored by default; `scripts/test.sh` runs them with `--ignored`, one at
 //! a time, against the cluster it starts. Each test sets up the state it
@@ -970,4 +975,346 @@ fn an_update_from_0_4_0_keeps_every_row_and_then_distributes() {
     assert!(consume(&mut coordinator, "old", Some("b")));
     assert_eq!(stored(&mut coordinator, "old", "b"), Some(7.0));
     forget("old");
+}
+
+/// The port in a connection string.
+fn port_of(url: &str) -> i32 {
+    url.split_whitespace()
+        .find_map(|part| part.strip_prefix("port="))
+        .and_then(|port| port.parse().ok())
+        .unwrap_or_else(|| panic!("no port in {url}"))
+}
+
+#[test]
+#[ignore = "needs the Citus cluster of scripts/test.sh"]
+fn a_shard_moved_under_load_loses_no_row_and_never_over_admits() {
+    use std::sync::atomic::{AtomicBool, AtomicU32, Ordering};
+    make_distributed();
+    forget("move");
+    const CAPACITY: f64 = 100_000.0;
+    let urls = urls();
+    let mut coordinator = coordinator();
+    define(&mut coordinator, "move", CAPACITY);
+    let (key, _) = keys_on_each_worker(&mut coordinator, "move-");
+    let shard: i64 = coordinator
+        .query_one(
+            "SELECT get_shard_id_for_distribution_column('rate_limiter.rate_limits', $1::text)",
+            &[&key],
+        )
+        .expect("the key's shard")
+        .get(0);
+    // Other rows of the same shard, which the move must carry over too.
+    let neighbours: Vec<String> = (0..2000)
+        .map(|n| format!("move-neighbour-{n}"))
+        .filter(|candidate| {
+            coordinator
+                .query_one(
+                    "SELECT get_shard_id_for_distribution_column('rate_limiter.rate_limits', $1::text) = $2",
+                    &[candidate, &shard],
+                )
+                .expect("shard")
+                .get(0)
+        })
+        .take(20)
+        .collect();
+    for neighbour in &neighbours {
+        assert!(consume(&mut coordinator, "move", Some(neighbour)));
+    }
+
+    let stop = AtomicBool::new(false);
+    let calls = AtomicU32::new(0);
+    let (admitted, failed): (u32, u32) = std::thread::scope(|scope| {
+        let clients: Vec<_> = (0..6)
+            .map(|thread| {
+                let url = urls[thread % 3].clone();
+                let (stop, calls, key) = (&stop, &calls, &key);
+                scope.spawn(move || {
+                    let mut client = connect(&url);
+                    let (mut admitted, mut failed) = (0u32, 0u32);
+                    while !stop.load(Ordering::Relaxed) {
+                        match client
+                            .query_one("SELECT ok FROM rate_limiter.rate_limit('move', $1)", &[key])
+                        {
+                            Ok(row) => admitted += u32::from(row.get::<_, bool>(0)),
+                            // Rolled back: nothing consumed (a lock or
+                            // metadata wait that gave up, say).
+                            Err(error) => {
+                                if failed == 0 {
+                                    eprintln!(
+                                        "a call during the move failed: {}",
+                                        error.as_db_error().map_or(error.to_string(), |e| format!(
+                                            "{} {}",
+                                            e.code().code(),
+                                            e.message()
+                                        ))
+                                    );
+                                }
+                                failed += 1
+                            }
+                        }
+                        calls.fetch_add(1, Ordering::Relaxed);
+                    }
+                    (admitted, failed)
+                })
+            })
+            .collect();
+        let wait_for_calls = |more: u32| {
+            let target = calls.load(Ordering::Relaxed) + more;
+            while calls.load(Ordering::Relaxed) < target {
+                std::thread::yield_now();
+            }
+        };
+        wait_for_calls(200);
+        let mut mover = connect(&urls[0]);
+        mover
+            .execute(
+                "SELECT citus_move_shard_placement($1, '127.0.0.1', $2, '127.0.0.1', $3, \
+                 shard_transfer_mode => 'force_logical')",
+                &[&shard, &port_of(&urls[1]), &port_of(&urls[2])],
+            )
+            .expect("move the shard from worker 1 to worker 2 under load");
+        wait_for_calls(200);
+        stop.store(true, Ordering::Relaxed);
+        clients
+            .into_iter()
+            .map(|client| client.join().expect("a client"))
+            .fold((0, 0), |(a, f), (admitted, failed)| {
+                (a + admitted, f + failed)
+            })
+    });
+    eprintln!("shard move under load: {admitted} admitted, {failed} failed calls");
+    assert_eq!(
+        node_of(&mut coordinator, &key),
+        2,
+        "the shard is on worker 2 now"
+    );
+    assert!(admitted > 0, "calls were admitted ({failed} failed)");
+    // What is stored is what committed: capacity minus every admission.
+    let remaining = stored(&mut coordinator, "move", &key).expect("the row survived the move");
+    assert_eq!(
+        remaining.round(),
+        CAPACITY - f64::from(admitted),
+        "stored state equals the admissions ({admitted} admitted, {failed} failed)"
+    );
+    for neighbour in &neighbours {
+        assert_eq!(
+            stored(&mut coordinator, "move", neighbour),
+            Some(CAPACITY - 1.0),
+            "{neighbour} moved with its shard"
+        );
+    }
+    forget("move");
+}
+
+/// Undoes the coordinator's `synchronous_standby_names` when dropped, so a
+/// failed test leaves no commit waiting.
+struct CommitsWait;
+
+impl CommitsWait {
+    /// From now on, every commit on the coordinator that wrote waits for a
+    /// synchronous standby that does not exist.
+    fn start() -> CommitsWait {
+        set_synchronous_standby_names("'rate_limiter_test_nobody'").expect("make commits wait");
+        CommitsWait
+    }
+}
+
+/// `ALTER SYSTEM SET synchronous_standby_names` on the coordinator, then a
+/// reload (two statements: `ALTER SYSTEM` runs outside a transaction).
+fn set_synchronous_standby_names(value: &str) -> Result<(), postgres::Error> {
+    let mut coordinator = coordinator();
+    coordinator.batch_execute(&format!(
+        "ALTER SYSTEM SET synchronous_standby_names = {value}"
+    ))?;
+    coordinator.batch_execute("SELECT pg_reload_conf()")
+}
+
+impl Drop for CommitsWait {
+    fn drop(&mut self) {
+        let _ = set_synchronous_standby_names("DEFAULT");
+    }
+}
+
+/// A connection to `url` once the server accepts connections again (after
+/// a crash, its recovery).
+fn reconnect(url: &str) -> Client {
+    for _ in 0..600 {
+        if let Ok(client) = Client::connect(url, NoTls) {
+            return client;
+        }
+        std::thread::sleep(std::time::Duration::from_millis(100));
+    }
+    panic!("{url} did not come back within a minute");
+}
+
+/// Polls `query` (one boolean) on `client` until it is true.
+fn wait_until(client: &mut Client, query: &str, what: &str) {
+    for _ in 0..600 {
+        if client.query_one(query, &[]).expect(what).get::<_, bool>(0) {
+            return;
+        }
+        std::thread::sleep(std::time::Duration::from_millis(100));
+    }
+    panic!("waited a minute for {what}");
+}
+
+#[test]
+#[ignore = "needs the Citus cluster of scripts/test.sh"]
+fn a_worker_killed_between_prepare_and_commit_keeps_what_committed_and_never_over_admits() {
+    make_distributed();
+    forget("crash");
+    let urls = urls();
+    let mut coordinator = coordinator();
+    define(&mut coordinator, "crash", 10.0);
+    let (one, two) = keys_on_each_worker(&mut coordinator, "crash-");
+
+    // Between Citus's PREPARE TRANSACTION on the workers (at pre-commit)
+    // and its COMMIT PREPARED (after the local commit) the coordinator
+    // waits here: its commit record waits for a synchronous standby that
+    // does not exist.
+    let waiting = CommitsWait::start();
+    let committer = {
+        let url = urls[0].clone();
+        let (one, two) = (one.clone(), two.clone());
+        std::thread::spawn(move || {
+            let mut client = connect(&url);
+            client
+                .batch_execute("SET application_name = 'rate_limiter_committer'")
+                .expect("application_name");
+            let mut transaction = client.transaction().expect("begin");
+            for (key, count) in [(&one, 3.0), (&two, 4.0)] {
+                let ok: bool = transaction
+                    .query_one(
+                        "SELECT ok FROM rate_limiter.rate_limit('crash', $1, $2)",
+                        &[key, &count],
+                    )
+                    .expect("rate_limit")
+                    .get(0);
+                assert!(ok);
+            }
+            transaction.commit()
+        })
+    };
+    let mut observer = connect(&urls[0]);
+    wait_until(
+        &mut observer,
+        "SELECT EXISTS (SELECT FROM pg_stat_activity \
+         WHERE application_name = 'rate_limiter_committer' AND wait_event = 'SyncRep')",
+        "the coordinator's commit to wait after PREPARE",
+    );
+    let mut worker = connect(&urls[2]);
+    let prepared: i64 = worker
+        .query_one("SELECT count(*) FROM pg_prepared_xacts", &[])
+        .expect("prepared transactions")
+        .get(0);
+    assert_eq!(prepared, 1, "worker 2 prepared the transaction");
+
+    // SIGKILL a process of worker 2: its postmaster kills the others and
+    // recovers from WAL, as after a crash; the prepared transaction
+    // survives, and the coordinator's connection to worker 2 is gone.
+    let pid: i32 = worker
+        .query_one("SELECT pg_backend_pid()", &[])
+        .expect("pid")
+        .get(0);
+    let killed = std::process::Command::new("kill")
+        .args(["-KILL", &pid.to_string()])
+        .status()
+        .expect("run kill");
+    assert!(killed.success(), "SIGKILL worker 2's backend {pid}");
+    drop(worker);
+    let mut worker = reconnect(&urls[2]);
+    let prepared: i64 = worker
+        .query_one("SELECT count(*) FROM pg_prepared_xacts", &[])
+        .expect("prepared transactions")
+        .get(0);
+    assert_eq!(prepared, 1, "the prepared transaction survived the crash");
+
+    // Let the coordinator commit: it commits worker 1 (COMMIT PREPARED);
+    // worker 2's COMMIT PREPARED cannot be sent (its connection died with
+    // the crash), which Citus reports as a warning.
+    drop(waiting);
+    let started = std::time::Instant::now();
+    committer
+        .join()
+        .expect("the committing client")
+        .expect("the transaction committed on the coordinator");
+    eprintln!(
+        "the commit returned {:?} after the standby wait ended",
+        started.elapsed()
+    );
+
+    // Until Citus's recovery commits it, the prepared transaction holds
+    // worker 2's row: no call admits against the old state meanwhile.
+    for url in [&urls[0], &urls[2]] {
+        let mut client = connect(url);
+        client
+            .batch_execute("SET lock_timeout = '300ms'")
+            .expect("lock_timeout");
+        client
+            .batch_execute("SET statement_timeout = '2s'")
+            .expect("statement_timeout");
+        let started = std::time::Instant::now();
+        let answer = client.query_one(
+            "SELECT ok FROM rate_limiter.rate_limit('crash', $1, 7.0)",
+            &[&two],
+        );
+        eprintln!(
+            "while prepared, through {url}: {:?} after {:?}",
+            answer
+                .as_ref()
+                .map(|row| row.get::<_, bool>(0))
+                .map_err(|error| error.code().cloned()),
+            started.elapsed()
+        );
+        match answer {
+            Ok(row) => assert!(
+                !row.get::<_, bool>(0),
+                "admitted 7 against a row with 6 left (through {url})"
+            ),
+            // Waits for the prepared transaction's row lock; through the
+            // coordinator, the worker's wait ends at the statement timeout.
+            Err(error) => assert!(
+                [SqlState::LOCK_NOT_AVAILABLE, SqlState::QUERY_CANCELED]
+                    .iter()
+                    .any(|code| error.code() == Some(code)),
+                "waits for the prepared transaction: {error}"
+            ),
+        }
+    }
+
+    // Citus's recovery (its maintenance daemon runs it every minute; here
+    // at once) commits the prepared transaction on worker 2.
+    // (A new session: the old one's connection to worker 2 died.)
+    connect(&urls[0])
+        .execute("SELECT recover_prepared_transactions()", &[])
+        .expect("recover_prepared_transactions()");
+    wait_until(
+        &mut worker,
+        "SELECT NOT EXISTS (SELECT FROM pg_prepared_xacts)",
+        "worker 2's prepared transaction to be resolved",
+    );
+    let mut coordinator = connect(&urls[0]);
+    assert_eq!(
+        stored(&mut coordinator, "crash", &one),
+        Some(7.0),
+        "worker 1 committed"
+    );
+    assert_eq!(
+        stored(&mut coordinator, "crash", &two),
+        Some(6.0),
+        "worker 2 holds what committed"
+    );
+    let ok = |client: &mut Client, count: f64| -> bool {
+        client
+            .query_one(
+                "SELECT ok FROM rate_limiter.rate_limit('crash', $1, $2)",
+                &[&two, &count],
+            )
+            .expect("rate_limit")
+            .get(0)
+    };
+    assert!(!ok(&mut coordinator, 7.0), "7 of 6 left: refused");
+    assert!(ok(&mut coordinator, 6.0), "6 of 6 left: admitted");
+    assert!(!ok(&mut coordinator, 1.0), "nothing left");
+    forget("crash");
 }
