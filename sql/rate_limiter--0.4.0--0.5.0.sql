@@ -2,8 +2,9 @@
 --
 -- 0.5.0 runs on Citus (SPEC section 10): rate_limiter.distribute() and
 -- undistribute(), and the internal function that runs a call on the node
--- holding its row. The state table gets the column dkey (NULL until
--- distribute(); a NULL adds no bytes to a row). Every definition and state
+-- holding its row (one per type of the distribution column: text and
+-- bigint). The state table gets the column dkey (NULL until distribute();
+-- a NULL adds no bytes to a row). Every definition and state
 -- row keeps its meaning; the new functions are granted to nobody but the
 -- installing role, as after CREATE EXTENSION.
 
@@ -22,6 +23,9 @@ DECLARE
     state_column text;
     definitions_method "char";
     colocated_column record;
+    -- dkey's type: text, or bigint to colocate with a bigint column.
+    bigint_dkey boolean := false;
+    bad_key text;
     worker record;
 BEGIN
     -- Who and where.
@@ -88,8 +92,9 @@ BEGIN
             RAISE EXCEPTION '% is not a hash-distributed table', colocate_with
                 USING ERRCODE = '22023';
         END IF;
-        IF colocated_column.type <> 'text' OR colocated_column.attcollation <> 'pg_catalog."C"'::regcollation THEN
-            RAISE EXCEPTION 'rate_limiter can colocate only with a table distributed by a text column with COLLATE "C"; %''s distribution column is % (collation %)',
+        bigint_dkey := colocated_column.type = 'bigint';
+        IF NOT bigint_dkey AND (colocated_column.type <> 'text' OR colocated_column.attcollation <> 'pg_catalog."C"'::regcollation) THEN
+            RAISE EXCEPTION 'rate_limiter can colocate only with a table distributed by a bigint column or a text column with COLLATE "C"; %''s distribution column is % (collation %)',
                 colocate_with, colocated_column.type, colocated_column.attcollation::regcollation
                 USING ERRCODE = '0A000';
         END IF;
@@ -103,9 +108,41 @@ BEGIN
         END IF;
     END LOOP;
 
+    -- Citus checks colocation against each worker's own table too (the
+    -- extension's, which becomes the distributed table's shell there):
+    -- its dkey gets the type the coordinator's gets (the tables are empty,
+    -- checked above).
+    FOR worker IN SELECT * FROM run_command_on_workers(pg_catalog.format(
+            'ALTER TABLE rate_limiter.rate_limits ALTER COLUMN dkey TYPE %s USING NULL',
+            CASE WHEN bigint_dkey THEN 'bigint' ELSE 'text COLLATE "C"' END)) LOOP
+        IF NOT worker.success THEN
+            RAISE EXCEPTION 'could not change the type of rate_limiter.rate_limits.dkey on worker %:%: %', worker.nodename, worker.nodeport, worker.result
+                USING ERRCODE = '55000',
+                      HINT = 'Check that every node runs the same version of rate_limiter, then call distribute() again.';
+        END IF;
+    END LOOP;
+
     LOCK TABLE rate_limiter.rate_limits, rate_limiter.definitions IN EXCLUSIVE MODE;
-    -- The distribution column: the key, or name/shard for a global limit.
-    UPDATE rate_limiter.rate_limits SET dkey = coalesce(key, name || '/' || shard);
+    -- The distribution column: the key, or name/shard for a global limit;
+    -- as a bigint, the key as a decimal integer (the tenant id; the
+    -- limiter reads it the same way) or the hash of name/shard.
+    IF bigint_dkey THEN
+        SELECT key INTO bad_key FROM rate_limiter.rate_limits
+        WHERE key IS NOT NULL AND CASE WHEN key ~ '^[[:space:]]*[+-]?[0-9]+[[:space:]]*$'
+                   THEN NOT key::numeric BETWEEN -9223372036854775808 AND 9223372036854775807
+                   ELSE true END
+        LIMIT 1;
+        IF FOUND THEN
+            RAISE EXCEPTION 'key % of rate_limiter.rate_limits is not a bigint, and % is distributed by a bigint column', pg_catalog.quote_literal(bad_key), colocate_with
+                USING ERRCODE = '22P02',
+                      HINT = 'Every key of a keyed limit must be a decimal integer (a tenant id) to colocate with it: rate_reset() or delete the others first.';
+        END IF;
+        ALTER TABLE rate_limiter.rate_limits ALTER COLUMN dkey TYPE bigint
+            USING CASE WHEN key IS NULL THEN pg_catalog.hashtextextended(name || '/' || shard, 0)
+                       ELSE key::bigint END;
+    ELSE
+        UPDATE rate_limiter.rate_limits SET dkey = coalesce(key, name || '/' || shard);
+    END IF;
     ALTER TABLE rate_limiter.rate_limits ALTER COLUMN dkey SET NOT NULL;
     -- Citus needs the distribution column in every unique constraint; dkey
     -- is a function of (name, key, shard), so uniqueness is unchanged.
@@ -124,16 +161,18 @@ BEGIN
         colocate_with => coalesce(colocate_with::text, 'none'));
     PERFORM truncate_local_data_after_distributing_table(state_table);
     PERFORM create_distributed_function(
-        'rate_limiter._rate_limit_at(text, text, text, float8, boolean, rate_limiter.config, boolean)',
+        CASE WHEN bigint_dkey
+             THEN 'rate_limiter._rate_limit_at(bigint, text, text, float8, boolean, rate_limiter.config, boolean)'
+             ELSE 'rate_limiter._rate_limit_at(text, text, text, float8, boolean, rate_limiter.config, boolean)' END::regprocedure,
         'dkey', colocate_with => 'rate_limiter.rate_limits', force_delegation => true);
 END
 $distribute$;
 
 COMMENT ON FUNCTION rate_limiter.distribute(regclass) IS
 'Citus: makes rate_limiter.rate_limits a distributed table (by the column dkey: the key, or name/shard for a global limit) and rate_limiter.definitions a reference table, keeping every row. '
-'colocate_with: a table distributed by a text COLLATE "C" column, whose rows for value K live beside the state of key K. Run on the coordinator; idempotent. '
+'colocate_with: a table distributed by a bigint column or a text COLLATE "C" column, whose rows for value K live beside the state of key K (with bigint, every key must be a decimal integer). Run on the coordinator; idempotent. '
 'Errors: 25001 in a transaction that has written already; 55000 without Citus, on a worker, max_prepared_transactions = 0 on a node, a worker with rows in its own table, tables distributed otherwise; 42501 neither superuser nor owner; '
-'22023 colocate_with not hash-distributed; 0A000 its distribution column is not text COLLATE "C".';
+'22023 colocate_with not hash-distributed; 0A000 its distribution column is neither bigint nor text COLLATE "C"; 22P02 with bigint, a stored key that is not a decimal integer.';
 
 CREATE FUNCTION rate_limiter.undistribute()
 RETURNS void
@@ -202,6 +241,11 @@ BEGIN
                 WITH (fillfactor = 100);
     END IF;
     ALTER TABLE rate_limiter.rate_limits ALTER COLUMN dkey DROP NOT NULL, REPLICA IDENTITY DEFAULT;
+    IF (SELECT a.atttypid FROM pg_catalog.pg_attribute AS a
+        WHERE a.attrelid = state_table AND a.attname = 'dkey') <> 'pg_catalog.text'::regtype THEN
+        -- (The table is empty here.)
+        ALTER TABLE rate_limiter.rate_limits ALTER COLUMN dkey TYPE text COLLATE "C" USING NULL;
+    END IF;
     INSERT INTO rate_limiter.definitions SELECT * FROM rate_limiter_definitions;
     INSERT INTO rate_limiter.rate_limits (name, key, shard, value, ts)
         SELECT name, key, shard, value, ts FROM rate_limiter_state;
@@ -229,12 +273,30 @@ COMMENT ON FUNCTION rate_limiter._rate_limit_at(text, text, text, float8, boolea
 'Internal (Citus): rate_limit (consume => true) or rate_check on the node that holds the row of dkey, which Citus delegates the call to. '
 'Errors: 55000 when the row is not on this node or the call is outside a transaction block.';
 
+CREATE FUNCTION rate_limiter._rate_limit_at(
+    dkey    bigint,
+    name    text,
+    key     text,
+    count   float8,
+    reserve boolean,
+    config  rate_limiter.config,
+    consume boolean)
+RETURNS TABLE (ok boolean, retry_after bigint, remaining float8, verdict int2,
+               reserved boolean, near_limit boolean, contended boolean)
+LANGUAGE c VOLATILE ROWS 1
+AS 'MODULE_PATHNAME', '_rate_limit_at_bigint_wrapper';
+
+COMMENT ON FUNCTION rate_limiter._rate_limit_at(bigint, text, text, float8, boolean, rate_limiter.config, boolean) IS
+'Internal (Citus): _rate_limit_at for a state table colocated with a table distributed by a bigint column (dkey: the key as a bigint). '
+'Errors: 55000 when the row is not on this node or the call is outside a transaction block; 22P02 a key that is not a decimal integer.';
+
 DO $revoke$
 DECLARE
     grantee_name name;
 BEGIN
     REVOKE ALL ON FUNCTION rate_limiter.distribute(regclass), rate_limiter.undistribute(),
-        rate_limiter._rate_limit_at(text, text, text, float8, boolean, rate_limiter.config, boolean) FROM PUBLIC;
+        rate_limiter._rate_limit_at(text, text, text, float8, boolean, rate_limiter.config, boolean),
+        rate_limiter._rate_limit_at(bigint, text, text, float8, boolean, rate_limiter.config, boolean) FROM PUBLIC;
     FOR grantee_name IN
         SELECT DISTINCT r.rolname
         FROM (
@@ -242,17 +304,20 @@ BEGIN
             FROM pg_catalog.pg_proc AS p
             WHERE p.oid IN ('rate_limiter.distribute(regclass)'::pg_catalog.regprocedure,
                             'rate_limiter.undistribute()'::pg_catalog.regprocedure,
-                            'rate_limiter._rate_limit_at(text, text, text, float8, boolean, rate_limiter.config, boolean)'::pg_catalog.regprocedure)
+                            'rate_limiter._rate_limit_at(text, text, text, float8, boolean, rate_limiter.config, boolean)'::pg_catalog.regprocedure,
+                            'rate_limiter._rate_limit_at(bigint, text, text, float8, boolean, rate_limiter.config, boolean)'::pg_catalog.regprocedure)
         ) AS granted
         JOIN pg_catalog.pg_roles AS r ON r.oid = granted.grantee
         WHERE granted.grantee <> granted.owner
     LOOP
         EXECUTE pg_catalog.format('REVOKE ALL ON FUNCTION rate_limiter.distribute(regclass), rate_limiter.undistribute(), '
-            'rate_limiter._rate_limit_at(text, text, text, float8, boolean, rate_limiter.config, boolean) FROM %I', grantee_name);
+            'rate_limiter._rate_limit_at(text, text, text, float8, boolean, rate_limiter.config, boolean), '
+            'rate_limiter._rate_limit_at(bigint, text, text, float8, boolean, rate_limiter.config, boolean) FROM %I', grantee_name);
     END LOOP;
 END
 $revoke$;
 
 GRANT EXECUTE ON FUNCTION rate_limiter.distribute(regclass), rate_limiter.undistribute(),
-    rate_limiter._rate_limit_at(text, text, text, float8, boolean, rate_limiter.config, boolean)
+    rate_limiter._rate_limit_at(text, text, text, float8, boolean, rate_limiter.config, boolean),
+    rate_limiter._rate_limit_at(bigint, text, text, float8, boolean, rate_limiter.config, boolean)
     TO @extowner@ WITH GRANT OPTION;

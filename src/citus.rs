@@ -3,7 +3,11 @@
 //! distributed table, and running a call on the node that holds its row.
 //!
 //! - The row of (name, key, shard) has the distribution value `dkey`: the
-//!   key, or `name/shard` for a global limit ([`distribution_value`]).
+//!   key, or `name/shard` for a global limit ([`distribution_value`]); of
+//!   type `text`, or `bigint` when `distribute(colocate_with)` colocated
+//!   the state with a table distributed by a bigint column (the key read
+//!   as a decimal integer, `hashtextextended(name/shard, 0)` for a global
+//!   limit).
 //! - Citus's metadata is read from its catalogs with the catalog snapshot
 //!   (fresh under REPEATABLE READ too), once per relcache invalidation
 //!   (Citus invalidates the distributed table's relcache entry when a shard
@@ -53,7 +57,9 @@ struct Shard {
 /// How Citus distributes the state table, as read from its catalogs.
 pub struct Distribution {
     colocation_id: u32,
-    /// The distribution column's collation (its type is text: checked).
+    /// The distribution column's type: `text` or `bigint` (checked).
+    column_type: pg_sys::Oid,
+    /// The distribution column's collation (none for bigint).
     collation: pg_sys::Oid,
     /// Sorted by `min`: a shard's position is its index in Citus's
     /// sorted shard array, which the metadata lock's tag names.
@@ -75,17 +81,115 @@ pub fn forget() {
     DISTRIBUTION.with(|cell| cell.replace(None));
 }
 
+/// A value of the distribution column `dkey`, of the column's type.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum DistributionValue {
+    /// `text COLLATE "C"`: the bytes.
+    Text(Vec<u8>),
+    /// `bigint`.
+    BigInt(i64),
+}
+
+impl DistributionValue {
+    fn type_oid(&self) -> pg_sys::Oid {
+        match self {
+            DistributionValue::Text(_) => pg_sys::TEXTOID,
+            DistributionValue::BigInt(_) => pg_sys::INT8OID,
+        }
+    }
+
+    /// As a datum of [`Self::type_oid`] (a text one is allocated in the
+    /// current memory context).
+    fn datum(&self) -> pg_sys::Datum {
+        match self {
+            DistributionValue::Text(bytes) => bytes
+                .as_slice()
+                .into_datum()
+                .unwrap_or(pg_sys::Datum::from(0)),
+            DistributionValue::BigInt(value) => pg_sys::Datum::from(*value),
+        }
+    }
+
+    /// As an argument of an SPI statement.
+    fn argument(&self) -> DatumWithOid<'_> {
+        match self {
+            // SAFETY: the bytes of a text value become a varlena of type text.
+            DistributionValue::Text(bytes) => unsafe {
+                DatumWithOid::new(bytes.as_slice(), pg_sys::TEXTOID)
+            },
+            DistributionValue::BigInt(value) => DatumWithOid::from(*value),
+        }
+    }
+}
+
+/// Whether `c` is white space to PostgreSQL's `int8in` (C's `isspace`).
+fn is_space(c: u8) -> bool {
+    matches!(c, b' ' | b'\t' | b'\n' | b'\r' | 0x0b | 0x0c)
+}
+
+/// `key` as a bigint distribution value: a decimal integer, with an
+/// optional sign and white space around it (what `distribute()` checks
+/// with `^[[:space:]]*[+-]?[0-9]+[[:space:]]*$` before `key::bigint`), in
+/// range; `None` otherwise.
+pub fn parse_bigint(key: &[u8]) -> Option<i64> {
+    let start = key.iter().position(|&c| !is_space(c))?;
+    let end = key.iter().rposition(|&c| !is_space(c))? + 1;
+    let digits = &key[start..end];
+    let unsigned = digits
+        .strip_prefix(b"+")
+        .or_else(|| digits.strip_prefix(b"-"))
+        .unwrap_or(digits);
+    if unsigned.is_empty() || !unsigned.iter().all(u8::is_ascii_digit) {
+        return None;
+    }
+    std::str::from_utf8(digits).ok()?.parse().ok()
+}
+
+/// `hashtextextended(value, 0)`: the bigint distribution value of a global
+/// limit's row, as `distribute()` computes it in SQL.
+fn hash_text_extended(value: &[u8]) -> i64 {
+    // SAFETY: a text datum and seed 0 for hashtextextended(text, bigint),
+    // with a deterministic collation (for which it hashes the bytes, as
+    // for the column's own).
+    unsafe {
+        let datum = value.into_datum().unwrap_or(pg_sys::Datum::from(0));
+        pg_sys::OidFunctionCall2Coll(
+            pg_sys::Oid::from(pg_sys::F_HASHTEXTEXTENDED),
+            pg_sys::C_COLLATION_OID,
+            datum,
+            pg_sys::Datum::from(0i64),
+        )
+        .value() as i64
+    }
+}
+
 /// The value of the distribution column `dkey` of the row (name, key,
 /// shard): the key, or `name/shard` for a global limit (so the shards of a
-/// global limit spread over the nodes).
-pub fn distribution_value(name: &[u8], key: Option<&[u8]>, shard: i16) -> Vec<u8> {
-    match key {
+/// global limit spread over the nodes). For a bigint column, the key read
+/// as a decimal integer (a tenant id: 22P02 otherwise), or
+/// `hashtextextended(name/shard, 0)`.
+pub fn distribution_value(
+    name: &[u8],
+    key: Option<&[u8]>,
+    shard: i16,
+) -> Result<DistributionValue, CallError> {
+    let text = match key {
         Some(key) => key.to_vec(),
         None => {
             let mut value = name.to_vec();
             value.extend_from_slice(format!("/{shard}").as_bytes());
             value
         }
+    };
+    let column_type = distribution().map_or(pg_sys::TEXTOID, |d| d.column_type);
+    if column_type != pg_sys::INT8OID {
+        return Ok(DistributionValue::Text(text));
+    }
+    match key {
+        Some(key) => parse_bigint(key)
+            .map(DistributionValue::BigInt)
+            .ok_or_else(|| CallError::KeyNotBigInt(key.to_vec())),
+        None => Ok(DistributionValue::BigInt(hash_text_extended(&text))),
     }
 }
 
@@ -163,6 +267,7 @@ unsafe fn read(table: pg_sys::Oid, definitions: pg_sys::Oid) -> Option<Distribut
     }
     let mut distribution = Distribution {
         colocation_id: 0,
+        column_type: pg_sys::TEXTOID,
         collation: pg_sys::InvalidOid,
         shards: Vec::new(),
         local_group: 0,
@@ -193,7 +298,7 @@ unsafe fn read(table: pg_sys::Oid, definitions: pg_sys::Oid) -> Option<Distribut
         || (*var).xpr.type_ != pg_sys::NodeTag::T_Var
         || dkey_column <= 0
         || (*var).varattno != dkey_column
-        || (*var).vartype != pg_sys::TEXTOID
+        || ((*var).vartype != pg_sys::TEXTOID && (*var).vartype != pg_sys::INT8OID)
     {
         distribution.problem = Some(
             "rate_limiter.rate_limits is distributed by another column than dkey (not by rate_limiter.distribute())",
@@ -205,6 +310,7 @@ unsafe fn read(table: pg_sys::Oid, definitions: pg_sys::Oid) -> Option<Distribut
         return Some(distribution);
     }
     distribution.colocation_id = colocation;
+    distribution.column_type = (*var).vartype;
     distribution.collation = (*var).varcollid;
     let mut shards = Vec::new();
     each_row(c"pg_dist_shard", |column| {
@@ -304,16 +410,23 @@ impl Distribution {
     /// The shard of `dkey`, as Citus finds it: the hash of the value (the
     /// type's hash function, with the column's collation) falls in one
     /// shard's [min, max] range.
-    fn place(&self, dkey: &[u8]) -> Result<Place, CallError> {
+    fn place(&self, dkey: &DistributionValue) -> Result<Place, CallError> {
         self.check()?;
+        if dkey.type_oid() != self.column_type {
+            return Err(CallError::Cluster(
+                "rate_limiter.rate_limits's distribution column changed type during the call"
+                    .into(),
+                "Retry the transaction.",
+            ));
+        }
         // SAFETY: the type cache entry lives for the backend; the datum is
-        // a text varlena built from the bytes.
+        // of the column's type.
         let hash = unsafe {
             let entry = pg_sys::lookup_type_cache(
-                pg_sys::TEXTOID,
+                self.column_type,
                 pg_sys::TYPECACHE_HASH_PROC_FINFO as i32,
             );
-            let datum = dkey.into_datum().unwrap_or(pg_sys::Datum::from(0));
+            let datum = dkey.datum();
             pg_sys::FunctionCall1Coll(&mut (*entry).hash_proc_finfo, self.collation, datum).value()
                 as i32
         };
@@ -348,7 +461,7 @@ impl Distribution {
 pub struct Route {
     pub table: pg_sys::Oid,
     pub index: pg_sys::Oid,
-    /// The `dkey` datum (text) of the rows written.
+    /// The `dkey` datum (of the column's type) of the rows written.
     pub dkey: pg_sys::Datum,
 }
 
@@ -402,7 +515,7 @@ const LOOKUPS: usize = 3;
 /// this node, takes Citus's metadata lock for a write to its shard (so a
 /// move cannot switch the placement until the transaction ends) and
 /// re-reads the metadata if it changed meanwhile.
-pub fn site(dkey: &[u8], for_write: bool) -> Result<Site, CallError> {
+pub fn site(dkey: &DistributionValue, for_write: bool) -> Result<Site, CallError> {
     for _ in 0..LOOKUPS {
         let Some(distribution) = distribution() else {
             return Err(CallError::Cluster(
@@ -433,7 +546,7 @@ pub fn site(dkey: &[u8], for_write: bool) -> Result<Site, CallError> {
 }
 
 /// The shard relation of `place` on this node and its unique index.
-fn shard_route(place: Place, dkey: &[u8]) -> Result<Route, CallError> {
+fn shard_route(place: Place, dkey: &DistributionValue) -> Result<Route, CallError> {
     let objects = catalog::objects();
     let table_name = CString::new(format!("rate_limits_{}", place.shard)).unwrap_or_default();
     let index_name = CString::new(format!(
@@ -457,15 +570,18 @@ fn shard_route(place: Place, dkey: &[u8]) -> Result<Route, CallError> {
             "Check the shard with citus_shards and pg_dist_placement.",
         ));
     }
-    // The datum lives in the call's memory context.
-    let dkey = dkey.into_datum().unwrap_or(pg_sys::Datum::from(0));
-    Ok(Route { table, index, dkey })
+    // A text datum lives in the call's memory context.
+    Ok(Route {
+        table,
+        index,
+        dkey: dkey.datum(),
+    })
 }
 
 /// Runs `body` on this node's shard of `dkey`, or returns `None` when the
 /// row lives on another node (the caller then goes there).
 pub fn here<R>(
-    dkey: &[u8],
+    dkey: &DistributionValue,
     for_write: bool,
     body: impl FnOnce() -> Result<R, CallError>,
 ) -> Result<Option<R>, CallError> {
@@ -514,7 +630,7 @@ fn verdict_of(number: i16) -> Verdict {
 /// count on the node where the function was called).
 pub fn elsewhere(
     call: &Call<'_>,
-    dkey: &[u8],
+    dkey: &DistributionValue,
     consume: bool,
 ) -> Result<(Decision, Option<Counted>), CallError> {
     let config = match call.config_argument {
@@ -525,7 +641,7 @@ pub fn elsewhere(
     // SAFETY: the bytes of text values become varlenas of type text.
     let arguments = unsafe {
         [
-            DatumWithOid::new(dkey, pg_sys::TEXTOID),
+            dkey.argument(),
             DatumWithOid::new(call.name, pg_sys::TEXTOID),
             match call.key {
                 Some(key) => DatumWithOid::new(key, pg_sys::TEXTOID),
@@ -580,7 +696,10 @@ pub fn elsewhere(
 }
 
 /// [`elsewhere`] for a consuming call: the decision and how it counts.
-pub fn consume_elsewhere(call: &Call<'_>, dkey: &[u8]) -> Result<(Decision, Counted), CallError> {
+pub fn consume_elsewhere(
+    call: &Call<'_>,
+    dkey: &DistributionValue,
+) -> Result<(Decision, Counted), CallError> {
     let (decision, counted) = elsewhere(call, dkey, true)?;
     wrote(None)?;
     counted.map(|counted| (decision, counted)).ok_or_else(|| {
@@ -597,12 +716,12 @@ pub fn consume_elsewhere(call: &Call<'_>, dkey: &[u8]) -> Result<(Decision, Coun
 /// transaction block: Citus runs a delegated call inside the caller's
 /// distributed transaction, and anything else would commit on its own).
 fn at(
-    dkey: Option<&[u8]>,
+    dkey: Option<DistributionValue>,
     call: &Call<'_>,
     consume: bool,
 ) -> Result<(Decision, Option<Counted>), CallError> {
-    let expected = distribution_value(call.name, call.key, 0);
-    if dkey != Some(expected.as_slice()) {
+    let expected = distribution_value(call.name, call.key, 0)?;
+    if dkey.as_ref() != Some(&expected) {
         return Err(CallError::Limit(LimitError::invalid(
             "dkey",
             "dkey is not the distribution value of (name, key)".to_string(),
@@ -636,8 +755,8 @@ fn at(
     })
 }
 
-/// `rate_limiter._rate_limit_at(dkey, name, key, count, reserve, config,
-/// consume)`: see sql/citus.sql and [`elsewhere`].
+/// `rate_limiter._rate_limit_at(dkey text, name, key, count, reserve,
+/// config, consume)`: see sql/citus.sql and [`elsewhere`].
 ///
 /// # Safety
 /// Called by PostgreSQL with the function's seven arguments.
@@ -646,7 +765,32 @@ fn at(
 pub unsafe extern "C-unwind" fn _rate_limit_at_wrapper(
     fcinfo: pg_sys::FunctionCallInfo,
 ) -> pg_sys::Datum {
-    let dkey = pg_getarg::<&[u8]>(fcinfo, 0);
+    let dkey = pg_getarg::<&[u8]>(fcinfo, 0).map(|bytes| DistributionValue::Text(bytes.to_vec()));
+    rate_limit_at(fcinfo, dkey)
+}
+
+/// `rate_limiter._rate_limit_at(dkey bigint, ...)`: the same, on a state
+/// table distributed by a bigint column.
+///
+/// # Safety
+/// Called by PostgreSQL with the function's seven arguments.
+#[no_mangle]
+#[pg_guard]
+pub unsafe extern "C-unwind" fn _rate_limit_at_bigint_wrapper(
+    fcinfo: pg_sys::FunctionCallInfo,
+) -> pg_sys::Datum {
+    let dkey = pg_getarg::<i64>(fcinfo, 0).map(DistributionValue::BigInt);
+    rate_limit_at(fcinfo, dkey)
+}
+
+/// The body of both `_rate_limit_at` wrappers, `dkey` their first argument.
+///
+/// # Safety
+/// `fcinfo` holds `_rate_limit_at`'s seven arguments.
+unsafe fn rate_limit_at(
+    fcinfo: pg_sys::FunctionCallInfo,
+    dkey: Option<DistributionValue>,
+) -> pg_sys::Datum {
     let consume = pg_getarg::<bool>(fcinfo, 6).unwrap_or(false);
     let call = match Call::new(
         pg_getarg::<&[u8]>(fcinfo, 1),
@@ -679,9 +823,16 @@ pub unsafe extern "C-unwind" fn _rate_limit_at_wrapper(
     }
 }
 
+/// Version 1 calling convention, for both wrappers.
+const CALLING_CONVENTION: pg_sys::Pg_finfo_record = pg_sys::Pg_finfo_record { api_version: 1 };
+
 #[no_mangle]
 pub extern "C" fn pg_finfo__rate_limit_at_wrapper() -> &'static pg_sys::Pg_finfo_record {
-    const CALLING_CONVENTION: pg_sys::Pg_finfo_record = pg_sys::Pg_finfo_record { api_version: 1 };
+    &CALLING_CONVENTION
+}
+
+#[no_mangle]
+pub extern "C" fn pg_finfo__rate_limit_at_bigint_wrapper() -> &'static pg_sys::Pg_finfo_record {
     &CALLING_CONVENTION
 }
 
@@ -689,7 +840,7 @@ pub extern "C" fn pg_finfo__rate_limit_at_wrapper() -> &'static pg_sys::Pg_finfo
 #[derive(Default)]
 struct Writes {
     /// The distribution value of a row written directly on this node.
-    here: Option<Vec<u8>>,
+    here: Option<DistributionValue>,
     /// Whether a row on another node was consumed (through Citus).
     elsewhere: bool,
     /// Whether Citus was told that this node's writes need 2PC.
@@ -736,11 +887,11 @@ const TELL_CITUS: &str = "DELETE FROM rate_limiter.rate_limits WHERE dkey = $1 A
 /// consumption on another node, and once a transaction has both, runs
 /// [`TELL_CITUS`] (once). A transaction that consumed on one node only
 /// (a tenant's colocated rows) stays one-phase.
-fn wrote(here: Option<&[u8]>) -> Result<(), CallError> {
+fn wrote(here: Option<&DistributionValue>) -> Result<(), CallError> {
     let dkey = WRITES.with(|writes| {
         let mut writes = writes.borrow_mut();
         match here {
-            Some(dkey) if writes.here.is_none() => writes.here = Some(dkey.to_vec()),
+            Some(dkey) if writes.here.is_none() => writes.here = Some(dkey.clone()),
             Some(_) => {}
             None => writes.elsewhere = true,
         }
@@ -752,10 +903,12 @@ fn wrote(here: Option<&[u8]>) -> Result<(), CallError> {
         Some(dkey)
     });
     if let Some(dkey) = dkey {
-        // SAFETY: the bytes of a text value become a varlena of type text.
-        let argument = unsafe { DatumWithOid::new(dkey.as_slice(), pg_sys::TEXTOID) };
         crate::security::as_owner(|| {
-            Spi::connect_mut(|client| client.update(TELL_CITUS, None, &[argument]).map(|_| ()))
+            Spi::connect_mut(|client| {
+                client
+                    .update(TELL_CITUS, None, &[dkey.argument()])
+                    .map(|_| ())
+            })
         })?;
     }
     Ok(())

@@ -51,6 +51,10 @@ pub enum CallError {
     /// Citus: something this version does not do on a distributed install
     /// yet (SQLSTATE 0A000); the message says what.
     NotOnCluster(&'static str),
+    /// Citus: the state is colocated with a table distributed by a bigint
+    /// column, and this key (bytes) is not a decimal integer (SQLSTATE
+    /// 22P02).
+    KeyNotBigInt(Vec<u8>),
 }
 
 impl From<LimitError> for CallError {
@@ -127,6 +131,14 @@ pub fn report(error: CallError) -> ! {
             PgSqlErrorCode::ERRCODE_FEATURE_NOT_SUPPORTED,
             format!("{what} is not supported yet when rate_limiter's tables are distributed by Citus"),
             Some("Call SELECT rate_limiter.undistribute() on the coordinator to go back to local tables.".to_string()),
+        ),
+        CallError::KeyNotBigInt(key) => (
+            PgSqlErrorCode::ERRCODE_INVALID_TEXT_REPRESENTATION,
+            format!(
+                "key \"{}\" is not a bigint, and rate_limiter.rate_limits is distributed by a bigint column",
+                names::for_message(&key)
+            ),
+            Some("rate_limiter.distribute(colocate_with => ...) colocated the limits with a table distributed by a bigint column: every key must be that table's distribution value, a decimal integer (a global limit's key is NULL).".to_string()),
         ),
         CallError::StatisticsOff => (
             PgSqlErrorCode::ERRCODE_OBJECT_NOT_IN_PREREQUISITE_STATE,

@@ -139,7 +139,7 @@ pub fn answered(
 /// try).
 pub fn consume(call: &Call<'_>) -> Result<(Decision, Counted), CallError> {
     if crate::catalog::objects().distributed {
-        let dkey = citus::distribution_value(call.name, call.key, 0);
+        let dkey = citus::distribution_value(call.name, call.key, 0)?;
         return match citus::here(&dkey, true, || consume_here(call))? {
             Some(answer) => Ok(answer),
             None => citus::consume_elsewhere(call, &dkey),
@@ -208,7 +208,7 @@ fn consume_once(call: &Call<'_>) -> Result<(Decision, Definition, bool), CallErr
 /// for the two fullest (see `evaluate_all`).
 pub fn check(call: &Call<'_>) -> Result<Decision, CallError> {
     if crate::catalog::objects().distributed {
-        let dkey = citus::distribution_value(call.name, call.key, 0);
+        let dkey = citus::distribution_value(call.name, call.key, 0)?;
         return match citus::here(&dkey, false, || check_here(call))? {
             Some(answer) => Ok(answer),
             None => citus::elsewhere(call, &dkey, false).map(|(decision, _)| decision),

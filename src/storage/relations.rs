@@ -48,7 +48,7 @@ fn altered(what: &str) -> ! {
         PgLogLevel::ERROR,
         PgSqlErrorCode::ERRCODE_OBJECT_NOT_IN_PREREQUISITE_STATE,
         format!("rate_limiter.rate_limits has been altered: {what}"),
-        "rate_limit() writes the table directly, as INSERT ... ON CONFLICT (name, key, shard) DO UPDATE would, but without firing triggers or rules, checking constraints or applying row-level security; it needs the columns (name text, key text, shard smallint, value float8, ts timestamptz, dkey text), its unique index on (name, key, shard), and nothing else that a write would have to do."
+        "rate_limit() writes the table directly, as INSERT ... ON CONFLICT (name, key, shard) DO UPDATE would, but without firing triggers or rules, checking constraints or applying row-level security; it needs the columns (name text, key text, shard smallint, value float8, ts timestamptz, dkey text or bigint), its unique index on (name, key, shard), and nothing else that a write would have to do."
     );
     unreachable!("an ERROR report does not return")
 }
@@ -114,18 +114,19 @@ unsafe fn has_bytewise_equality(index: pg_sys::Relation) -> bool {
     let count = (*(*index).rd_index).indnkeyatts as usize;
     let families = std::slice::from_raw_parts((*index).rd_opfamily, count);
     let collations = std::slice::from_raw_parts((*index).rd_indcollation, count);
-    // A fourth column is dkey (is_arbiter), text like name and key.
-    let text_columns: &[usize] = if count > KEY_COLUMNS {
-        &[NAME, KEY, KEY_COLUMNS]
-    } else {
-        &[NAME, KEY]
+    let text_bytewise = |column: usize| {
+        families[column].to_u32() == TEXT_BTREE_FAMILY
+            && collations[column] != pg_sys::InvalidOid
+            && pg_sys::get_collation_isdeterministic(collations[column])
     };
+    // A fourth column is dkey (is_arbiter): text like name and key, or
+    // bigint.
     families[SHARD].to_u32() == INTEGER_BTREE_FAMILY
-        && text_columns.iter().all(|&column| {
-            families[column].to_u32() == TEXT_BTREE_FAMILY
-                && collations[column] != pg_sys::InvalidOid
-                && pg_sys::get_collation_isdeterministic(collations[column])
-        })
+        && text_bytewise(NAME)
+        && text_bytewise(KEY)
+        && (count == KEY_COLUMNS
+            || text_bytewise(KEY_COLUMNS)
+            || families[KEY_COLUMNS].to_u32() == INTEGER_BTREE_FAMILY)
 }
 
 impl Relations {
@@ -218,7 +219,11 @@ impl Relations {
             }
             for (column, expected) in COLUMN_TYPES.iter().take(columns).enumerate() {
                 let attribute = compat::attribute(descriptor, column);
-                if (*attribute).attisdropped || (*attribute).atttypid.to_u32() != *expected {
+                // dkey is text, or bigint on a state table colocated with a
+                // table distributed by a bigint column.
+                let type_id = (*attribute).atttypid.to_u32();
+                let bigint_dkey = column == DKEY && type_id == pg_sys::INT8OID.to_u32();
+                if (*attribute).attisdropped || (type_id != *expected && !bigint_dkey) {
                     altered("a column has a different type");
                 }
             }

@@ -12,7 +12,8 @@
 //! - calls on any node reach the row's node inside the caller's
 //!   transaction: rollback and savepoints undo them, a transaction that
 //!   wrote on two nodes commits with two-phase commit, one that wrote on
-//!   one node does not; a colocated tenant transaction stays on one node;
+//!   one node does not; a colocated tenant transaction stays on one node,
+//!   with a text or a bigint tenant column;
 //! - exactness: 16 connections over the three nodes admit exactly the
 //!   capacity of each limit;
 //! - a definition made on any node is used by every node's next call;
@@ -1317,4 +1318,269 @@ fn a_worker_killed_between_prepare_and_commit_keeps_what_committed_and_never_ove
     assert!(ok(&mut coordinator, 6.0), "6 of 6 left: admitted");
     assert!(!ok(&mut coordinator, 1.0), "nothing left");
     forget("crash");
+}
+
+/// The node (0 coordinator, 1 and 2 workers) holding `app.orders`' rows of
+/// `tenant` (a bigint distribution column).
+fn node_of_tenant(client: &mut Client, tenant: i64) -> usize {
+    let port: i32 = client
+        .query_one(
+            "SELECT n.nodeport FROM pg_dist_placement AS p JOIN pg_dist_node AS n USING (groupid) \
+             WHERE p.shardid = get_shard_id_for_distribution_column('app.orders', $1::bigint)",
+            &[&tenant],
+        )
+        .expect("find the tenant's node")
+        .get(0);
+    urls()
+        .iter()
+        .position(|url| url.contains(&format!("port={port} ")))
+        .unwrap_or_else(|| panic!("no node listens on {port}"))
+}
+
+/// The stored tokens of (name, key) on a state table distributed by a
+/// bigint column, read through a query Citus routes by that value.
+fn stored_bigint(client: &mut Client, name: &str, key: Option<&str>, dkey: i64) -> Option<f64> {
+    client
+        .query_opt(
+            "SELECT round(value::numeric, 3)::float8 FROM rate_limiter.rate_limits \
+             WHERE dkey = $3 AND name = $1 AND key IS NOT DISTINCT FROM $2",
+            &[&name, &key, &dkey],
+        )
+        .expect("read the state")
+        .map(|row| row.get(0))
+}
+
+#[test]
+#[ignore = "needs the Citus cluster of scripts/test.sh"]
+fn colocated_with_a_bigint_tenant_column_a_tenant_transaction_stays_on_one_worker() {
+    make_local();
+    forget("orders");
+    let urls = urls();
+    let mut coordinator = coordinator();
+    coordinator
+        .batch_execute(
+            "DROP SCHEMA IF EXISTS app CASCADE; CREATE SCHEMA app; \
+             CREATE TABLE app.orders (tenant_id bigint NOT NULL, body text); \
+             SELECT create_distributed_table('app.orders', 'tenant_id')",
+        )
+        .expect("an application table distributed by a bigint tenant id");
+    define(&mut coordinator, "orders", 10.0);
+    define(&mut coordinator, "orders-global", 10.0);
+
+    // State written before distributing, and a key that is no tenant id:
+    // distribute() refuses (22P02) and changes nothing.
+    // Keys as distribute() (key::bigint) and the calls read them.
+    const TENANT_KEYS: [(&str, i64); 4] = [(" 42", 42), ("+7", 7), ("-3", -3), ("0042\t", 42)];
+    for (key, _) in TENANT_KEYS {
+        assert!(consume(&mut coordinator, "orders", Some(key)));
+    }
+    assert!(consume(&mut coordinator, "orders-global", None));
+    assert!(consume(&mut coordinator, "orders", Some("not-a-tenant")));
+    let error = coordinator
+        .batch_execute("SELECT rate_limiter.distribute(colocate_with => 'app.orders')")
+        .expect_err("a key that is not a bigint");
+    assert_eq!(
+        error.code(),
+        Some(&SqlState::INVALID_TEXT_REPRESENTATION),
+        "{error}"
+    );
+    assert_eq!(distribution(&mut coordinator), None, "still local");
+    coordinator
+        .execute(
+            "SELECT rate_limiter.rate_reset('orders', 'not-a-tenant')",
+            &[],
+        )
+        .expect("rate_reset");
+    coordinator
+        .batch_execute("SELECT rate_limiter.distribute(colocate_with => 'app.orders')")
+        .expect("the limiter colocated with app.orders");
+    let (column_type, together): (String, bool) = {
+        let row = coordinator
+            .query_one(
+                "SELECT format_type(atttypid, atttypmod), \
+                        (SELECT colocationid FROM pg_dist_partition WHERE logicalrelid = 'app.orders'::regclass) \
+                      = (SELECT colocationid FROM pg_dist_partition WHERE logicalrelid = 'rate_limiter.rate_limits'::regclass) \
+                 FROM pg_attribute WHERE attrelid = 'rate_limiter.rate_limits'::regclass AND attname = 'dkey'",
+                &[],
+            )
+            .expect("dkey's type and the colocation");
+        (row.get(0), row.get(1))
+    };
+    assert_eq!(column_type, "bigint");
+    assert!(together, "one colocation group");
+
+    // The rows kept their state, each in the shard Citus routes its value
+    // to: the key as a bigint, hashtextextended(name/shard, 0) for a
+    // global limit.
+    for (key, tenant) in TENANT_KEYS {
+        assert_eq!(
+            stored_bigint(&mut coordinator, "orders", Some(key), tenant),
+            Some(9.0),
+            "{key:?}"
+        );
+    }
+    let global_dkey: i64 = coordinator
+        .query_one("SELECT hashtextextended('orders-global/0', 0)", &[])
+        .expect("hash")
+        .get(0);
+    assert_eq!(
+        stored_bigint(&mut coordinator, "orders-global", None, global_dkey),
+        Some(9.0)
+    );
+
+    // Calls from every node reach those rows; a global limit too.
+    for (node, url) in urls.iter().enumerate() {
+        let mut client = connect(url);
+        for (key, _) in TENANT_KEYS {
+            assert!(
+                consume(&mut client, "orders", Some(key)),
+                "{key:?} from node {node}"
+            );
+        }
+        assert!(
+            consume(&mut client, "orders-global", None),
+            "from node {node}"
+        );
+        let error = client
+            .query_one(
+                "SELECT ok FROM rate_limiter.rate_limit('orders', 'x1')",
+                &[],
+            )
+            .expect_err("a key that is not a bigint");
+        assert_eq!(
+            error.code(),
+            Some(&SqlState::INVALID_TEXT_REPRESENTATION),
+            "{error}"
+        );
+    }
+    for (key, tenant) in TENANT_KEYS {
+        assert_eq!(
+            stored_bigint(&mut coordinator, "orders", Some(key), tenant),
+            Some(6.0),
+            "{key:?}: every call found the row distribute() moved"
+        );
+    }
+    // What key::bigint would take but distribute() refuses is refused by
+    // the calls too (22P02), as is what is out of range or no integer.
+    for key in ["4_2", "0x2A", "9223372036854775808", "", " ", "1e3"] {
+        let error = coordinator
+            .query_one(
+                "SELECT ok FROM rate_limiter.rate_check('orders', $1)",
+                &[&key],
+            )
+            .expect_err("not a decimal bigint");
+        assert_eq!(
+            error.code(),
+            Some(&SqlState::INVALID_TEXT_REPRESENTATION),
+            "{key:?}: {error}"
+        );
+    }
+    assert_eq!(
+        stored_bigint(&mut coordinator, "orders-global", None, global_dkey),
+        Some(6.0)
+    );
+
+    // Tenants on worker 1 and on worker 2.
+    let tenant_on = |coordinator: &mut Client, node: usize| {
+        (1000..1100)
+            .find(|&tenant| node_of_tenant(coordinator, tenant) == node)
+            .expect("a tenant on that worker")
+    };
+    let (one, two) = (
+        tenant_on(&mut coordinator, 1),
+        tenant_on(&mut coordinator, 2),
+    );
+    // The tenant transaction, from the coordinator and from the tenant's
+    // worker: one node, one-phase commit, nothing on the other worker.
+    for url in [&urls[0], &urls[1]] {
+        let (mut client, notices) = connect_with_notices(url);
+        client
+            .batch_execute("SET citus.log_remote_commands = on")
+            .expect("log remote commands");
+        taken(&notices);
+        let mut transaction = client.transaction().expect("begin");
+        let ok: bool = transaction
+            .query_one(
+                "SELECT ok FROM rate_limiter.rate_limit('orders', $1)",
+                &[&one.to_string()],
+            )
+            .expect("rate_limit")
+            .get(0);
+        assert!(ok);
+        transaction
+            .execute("INSERT INTO app.orders VALUES ($1, 'an order')", &[&one])
+            .expect("the tenant's insert");
+        transaction.commit().expect("commit");
+        let log = taken(&notices);
+        assert!(
+            !log.iter().any(|line| line.contains("PREPARE TRANSACTION")),
+            "one node, one-phase commit ({url}): {log:#?}"
+        );
+        assert!(
+            !log.iter().any(|line| line.contains("55442")),
+            "nothing ran on the other worker ({url}): {log:#?}"
+        );
+    }
+    assert_eq!(
+        stored_bigint(&mut coordinator, "orders", Some(&one.to_string()), one),
+        Some(8.0)
+    );
+    // Both workers in one transaction, from worker 1 (a direct write and a
+    // delegated one): two-phase commit.
+    let (mut worker, notices) = connect_with_notices(&urls[1]);
+    worker
+        .batch_execute("SET citus.log_remote_commands = on")
+        .expect("log remote commands");
+    let mut transaction = worker.transaction().expect("begin");
+    for tenant in [one, two] {
+        transaction
+            .execute(
+                "SELECT * FROM rate_limiter.rate_limit('orders', $1)",
+                &[&tenant.to_string()],
+            )
+            .expect("rate_limit");
+    }
+    transaction.commit().expect("commit");
+    let log = taken(&notices);
+    assert!(
+        log.iter().any(|line| line.contains("PREPARE TRANSACTION")),
+        "two workers commit with 2PC: {log:#?}"
+    );
+    assert_eq!(
+        stored_bigint(&mut coordinator, "orders", Some(&one.to_string()), one),
+        Some(7.0)
+    );
+    assert_eq!(
+        stored_bigint(&mut coordinator, "orders", Some(&two.to_string()), two),
+        Some(9.0)
+    );
+
+    // undistribute() goes back to a text dkey, keeping the rows.
+    make_local();
+    let column_type: String = coordinator
+        .query_one(
+            "SELECT format_type(atttypid, atttypmod) FROM pg_attribute \
+             WHERE attrelid = 'rate_limiter.rate_limits'::regclass AND attname = 'dkey'",
+            &[],
+        )
+        .expect("dkey's type")
+        .get(0);
+    assert_eq!(column_type, "text");
+    assert_eq!(
+        stored(&mut coordinator, "orders", &one.to_string()),
+        None,
+        "dkey is NULL when local"
+    );
+    let remaining: f64 = coordinator
+        .query_one(
+            "SELECT remaining FROM rate_limiter.rate_check('orders', $1)",
+            &[&one.to_string()],
+        )
+        .expect("rate_check")
+        .get(0);
+    assert_eq!(remaining.round(), 6.0, "7 stored, minus the checked token");
+    coordinator
+        .batch_execute("DROP SCHEMA app CASCADE")
+        .expect("drop the application");
+    forget("orders");
 }
