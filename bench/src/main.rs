@@ -15,8 +15,11 @@
 //! `RATE_LIMITER_BENCH_REDIS_ALWAYS`, `RATE_LIMITER_BENCH_REDIS_EVERYSEC`
 //! (redis URLs: no persistence, appendfsync always, appendfsync everysec),
 //! `RATE_LIMITER_BENCH_OUT` (report directory). `RATE_LIMITER_BENCH_QUICK=1`
-//! shrinks every scenario for a smoke run.
+//! shrinks every scenario for a smoke run. Scenario 7 (Citus) runs only
+//! through `bench/citus.sh`, against a Citus coordinator; the redis
+//! addresses are then not needed.
 
+mod citus;
 mod hot_limit;
 mod latency;
 mod per_call;
@@ -106,6 +109,12 @@ fn env(name: &str) -> String {
     std::env::var(name).unwrap_or_else(|_| panic!("{name} is not set: run bench/run.sh"))
 }
 
+/// A redis address, empty when not set (scenario 7 needs none; the
+/// scenarios that do fail to connect to an empty one).
+fn env_or_empty(name: &str) -> String {
+    std::env::var(name).unwrap_or_default()
+}
+
 /// A scenario: measures and adds its sections and targets to the report.
 type Scenario = fn(&Bench, &mut Report);
 
@@ -116,9 +125,9 @@ fn main() {
             .split_whitespace()
             .map(str::to_string)
             .collect(),
-        redis_url: env("RATE_LIMITER_BENCH_REDIS"),
-        redis_always_url: env("RATE_LIMITER_BENCH_REDIS_ALWAYS"),
-        redis_everysec_url: env("RATE_LIMITER_BENCH_REDIS_EVERYSEC"),
+        redis_url: env_or_empty("RATE_LIMITER_BENCH_REDIS"),
+        redis_always_url: env_or_empty("RATE_LIMITER_BENCH_REDIS_ALWAYS"),
+        redis_everysec_url: env_or_empty("RATE_LIMITER_BENCH_REDIS_EVERYSEC"),
         scale: if std::env::var("RATE_LIMITER_BENCH_QUICK").is_ok() {
             0.05
         } else {
@@ -138,20 +147,22 @@ fn main() {
         .expect("install the extension and the baselines");
     let mut report = Report::new(&mut client);
 
-    // RATE_LIMITER_BENCH_SCENARIOS=1,6 runs only those (default: all).
+    // RATE_LIMITER_BENCH_SCENARIOS=1,6 runs only those (default: all but
+    // 7, which needs a Citus cluster: bench/citus.sh).
     let chosen = std::env::var("RATE_LIMITER_BENCH_SCENARIOS").ok();
     let wanted = |number: &str| {
         chosen
             .as_deref()
-            .is_none_or(|list| list.split(',').any(|n| n.trim() == number))
+            .map_or(number != "7", |list| list.split(',').any(|n| n.trim() == number))
     };
-    let scenarios: [(&str, &str, Scenario); 6] = [
+    let scenarios: [(&str, &str, Scenario); 7] = [
         ("1", "per-call server cost", per_call::run),
         ("2", "throughput with pgbench", throughput::run),
         ("3", "client-observed latency", latency::run),
         ("4", "storage", storage::run),
         ("5", "one hot limit", hot_limit::run),
         ("6", "the cost of statistics", stats_overhead::run),
+        ("7", "Citus", citus::run),
     ];
     for (number, title, run) in scenarios {
         if wanted(number) {
