@@ -151,9 +151,9 @@ fn main() {
     // 7, which needs a Citus cluster: bench/citus.sh).
     let chosen = std::env::var("RATE_LIMITER_BENCH_SCENARIOS").ok();
     let wanted = |number: &str| {
-        chosen
-            .as_deref()
-            .map_or(number != "7", |list| list.split(',').any(|n| n.trim() == number))
+        chosen.as_deref().map_or(number != "7", |list| {
+            list.split(',').any(|n| n.trim() == number)
+        })
     };
     let scenarios: [(&str, &str, Scenario); 7] = [
         ("1", "per-call server cost", per_call::run),
