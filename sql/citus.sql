@@ -157,6 +157,11 @@ BEGIN
              THEN 'rate_limiter._rate_limit_at(bigint, text, text, float8, boolean, rate_limiter.config, boolean)'
              ELSE 'rate_limiter._rate_limit_at(text, text, text, float8, boolean, rate_limiter.config, boolean)' END::regprocedure,
         'dkey', colocate_with => 'rate_limiter.rate_limits', force_delegation => true);
+    PERFORM create_distributed_function(
+        CASE WHEN bigint_dkey
+             THEN 'rate_limiter._rate_state_at(bigint, text, text, int2)'
+             ELSE 'rate_limiter._rate_state_at(text, text, text, int2)' END::regprocedure,
+        'dkey', colocate_with => 'rate_limiter.rate_limits', force_delegation => true);
 END
 $distribute$;
 
@@ -281,3 +286,29 @@ AS 'MODULE_PATHNAME', '_rate_limit_at_bigint_wrapper';
 COMMENT ON FUNCTION rate_limiter._rate_limit_at(bigint, text, text, float8, boolean, rate_limiter.config, boolean) IS
 'Internal (Citus): _rate_limit_at for a state table colocated with a table distributed by a bigint column (dkey: the key as a bigint). '
 'Errors: 55000 when the row is not on this node or the call is outside a transaction block; 22P02 a key that is not a decimal integer.';
+
+CREATE FUNCTION rate_limiter._rate_state_at(
+    dkey   text,
+    name   text,
+    key    text,
+    shards int2)
+RETURNS TABLE (shard int2, value float8, ts timestamptz)
+LANGUAGE c VOLATILE
+AS 'MODULE_PATHNAME', '_rate_state_at_wrapper';
+
+COMMENT ON FUNCTION rate_limiter._rate_state_at(text, text, text, int2) IS
+'Internal (Citus): the stored state rows of (name, key), shards 0 to shards - 1, read without locking on the node that holds them, which Citus delegates the call to (status and http_headers). '
+'Errors: 55000 when the rows are not on this node.';
+
+CREATE FUNCTION rate_limiter._rate_state_at(
+    dkey   bigint,
+    name   text,
+    key    text,
+    shards int2)
+RETURNS TABLE (shard int2, value float8, ts timestamptz)
+LANGUAGE c VOLATILE
+AS 'MODULE_PATHNAME', '_rate_state_at_bigint_wrapper';
+
+COMMENT ON FUNCTION rate_limiter._rate_state_at(bigint, text, text, int2) IS
+'Internal (Citus): _rate_state_at for a state table colocated with a table distributed by a bigint column. '
+'Errors: 55000 when the rows are not on this node; 22P02 a key that is not a decimal integer.';

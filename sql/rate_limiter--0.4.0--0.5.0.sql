@@ -1,12 +1,13 @@
 -- rate_limiter 0.4.0 -> 0.5.0 (ALTER EXTENSION rate_limiter UPDATE).
 --
 -- 0.5.0 runs on Citus (SPEC section 10): rate_limiter.distribute() and
--- undistribute(), and the internal function that runs a call on the node
--- holding its row (one per type of the distribution column: text and
--- bigint). The state table gets the column dkey (NULL until distribute();
--- a NULL adds no bytes to a row). Every definition and state
--- row keeps its meaning; the new functions are granted to nobody but the
--- installing role, as after CREATE EXTENSION.
+-- undistribute(), the internal function that runs a call on the node
+-- holding its row and the one that reads its state there (each one per
+-- type of the distribution column: text and bigint). The state table gets
+-- the column dkey (NULL until distribute(); a NULL adds no bytes to a
+-- row). Every definition and state row keeps its meaning; the new
+-- functions are granted to nobody but the installing role, as after
+-- CREATE EXTENSION.
 
 ALTER TABLE rate_limiter.rate_limits ADD COLUMN dkey text COLLATE "C";
 
@@ -165,6 +166,11 @@ BEGIN
              THEN 'rate_limiter._rate_limit_at(bigint, text, text, float8, boolean, rate_limiter.config, boolean)'
              ELSE 'rate_limiter._rate_limit_at(text, text, text, float8, boolean, rate_limiter.config, boolean)' END::regprocedure,
         'dkey', colocate_with => 'rate_limiter.rate_limits', force_delegation => true);
+    PERFORM create_distributed_function(
+        CASE WHEN bigint_dkey
+             THEN 'rate_limiter._rate_state_at(bigint, text, text, int2)'
+             ELSE 'rate_limiter._rate_state_at(text, text, text, int2)' END::regprocedure,
+        'dkey', colocate_with => 'rate_limiter.rate_limits', force_delegation => true);
 END
 $distribute$;
 
@@ -290,13 +296,40 @@ COMMENT ON FUNCTION rate_limiter._rate_limit_at(bigint, text, text, float8, bool
 'Internal (Citus): _rate_limit_at for a state table colocated with a table distributed by a bigint column (dkey: the key as a bigint). '
 'Errors: 55000 when the row is not on this node or the call is outside a transaction block; 22P02 a key that is not a decimal integer.';
 
+CREATE FUNCTION rate_limiter._rate_state_at(
+    dkey   text,
+    name   text,
+    key    text,
+    shards int2)
+RETURNS TABLE (shard int2, value float8, ts timestamptz)
+LANGUAGE c VOLATILE
+AS 'MODULE_PATHNAME', '_rate_state_at_wrapper';
+
+COMMENT ON FUNCTION rate_limiter._rate_state_at(text, text, text, int2) IS
+'Internal (Citus): the stored state rows of (name, key), shards 0 to shards - 1, read without locking on the node that holds them, which Citus delegates the call to (status and http_headers). '
+'Errors: 55000 when the rows are not on this node.';
+
+CREATE FUNCTION rate_limiter._rate_state_at(
+    dkey   bigint,
+    name   text,
+    key    text,
+    shards int2)
+RETURNS TABLE (shard int2, value float8, ts timestamptz)
+LANGUAGE c VOLATILE
+AS 'MODULE_PATHNAME', '_rate_state_at_bigint_wrapper';
+
+COMMENT ON FUNCTION rate_limiter._rate_state_at(bigint, text, text, int2) IS
+'Internal (Citus): _rate_state_at for a state table colocated with a table distributed by a bigint column. '
+'Errors: 55000 when the rows are not on this node; 22P02 a key that is not a decimal integer.';
+
 DO $revoke$
 DECLARE
     grantee_name name;
 BEGIN
     REVOKE ALL ON FUNCTION rate_limiter.distribute(regclass), rate_limiter.undistribute(),
         rate_limiter._rate_limit_at(text, text, text, float8, boolean, rate_limiter.config, boolean),
-        rate_limiter._rate_limit_at(bigint, text, text, float8, boolean, rate_limiter.config, boolean) FROM PUBLIC;
+        rate_limiter._rate_limit_at(bigint, text, text, float8, boolean, rate_limiter.config, boolean),
+        rate_limiter._rate_state_at(text, text, text, int2), rate_limiter._rate_state_at(bigint, text, text, int2) FROM PUBLIC;
     FOR grantee_name IN
         SELECT DISTINCT r.rolname
         FROM (
@@ -305,19 +338,23 @@ BEGIN
             WHERE p.oid IN ('rate_limiter.distribute(regclass)'::pg_catalog.regprocedure,
                             'rate_limiter.undistribute()'::pg_catalog.regprocedure,
                             'rate_limiter._rate_limit_at(text, text, text, float8, boolean, rate_limiter.config, boolean)'::pg_catalog.regprocedure,
-                            'rate_limiter._rate_limit_at(bigint, text, text, float8, boolean, rate_limiter.config, boolean)'::pg_catalog.regprocedure)
+                            'rate_limiter._rate_limit_at(bigint, text, text, float8, boolean, rate_limiter.config, boolean)'::pg_catalog.regprocedure,
+                            'rate_limiter._rate_state_at(text, text, text, int2)'::pg_catalog.regprocedure,
+                            'rate_limiter._rate_state_at(bigint, text, text, int2)'::pg_catalog.regprocedure)
         ) AS granted
         JOIN pg_catalog.pg_roles AS r ON r.oid = granted.grantee
         WHERE granted.grantee <> granted.owner
     LOOP
         EXECUTE pg_catalog.format('REVOKE ALL ON FUNCTION rate_limiter.distribute(regclass), rate_limiter.undistribute(), '
             'rate_limiter._rate_limit_at(text, text, text, float8, boolean, rate_limiter.config, boolean), '
-            'rate_limiter._rate_limit_at(bigint, text, text, float8, boolean, rate_limiter.config, boolean) FROM %I', grantee_name);
+            'rate_limiter._rate_limit_at(bigint, text, text, float8, boolean, rate_limiter.config, boolean), '
+            'rate_limiter._rate_state_at(text, text, text, int2), rate_limiter._rate_state_at(bigint, text, text, int2) FROM %I', grantee_name);
     END LOOP;
 END
 $revoke$;
 
 GRANT EXECUTE ON FUNCTION rate_limiter.distribute(regclass), rate_limiter.undistribute(),
     rate_limiter._rate_limit_at(text, text, text, float8, boolean, rate_limiter.config, boolean),
-    rate_limiter._rate_limit_at(bigint, text, text, float8, boolean, rate_limiter.config, boolean)
+    rate_limiter._rate_limit_at(bigint, text, text, float8, boolean, rate_limiter.config, boolean),
+    rate_limiter._rate_state_at(text, text, text, int2), rate_limiter._rate_state_at(bigint, text, text, int2)
     TO @extowner@ WITH GRANT OPTION;

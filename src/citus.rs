@@ -38,7 +38,7 @@ use pgrx::heap_tuple::PgHeapTuple;
 use pgrx::pg_sys;
 use pgrx::prelude::*;
 use pgrx::AllocatedByRust;
-use rate_limiter_algorithm::{Decision, LimitError, Verdict};
+use rate_limiter_algorithm::{Decision, LimitError, State, Verdict};
 use std::cell::{Cell, RefCell};
 use std::ffi::{CStr, CString};
 use std::rc::Rc;
@@ -545,6 +545,58 @@ pub fn site(dkey: &DistributionValue, for_write: bool) -> Result<Site, CallError
     ))
 }
 
+/// The shards of the state table placed on this node, as qualified
+/// relation names (for `prune`), each with Citus's metadata lock for a
+/// write to it held until the transaction ends (so no move switches them
+/// meanwhile). A shard with other than one placement (a copy or move
+/// under way) is left out.
+///
+/// Errors: 55000 when the tables are not distributed as `distribute()`
+/// distributes them, when the metadata changed while the locks were
+/// taken, or when a shard placed here has no relation here.
+pub fn local_shards() -> Result<Vec<String>, CallError> {
+    let Some(distribution) = distribution() else {
+        return Err(CallError::Cluster(
+            "rate_limiter.rate_limits is no longer distributed".into(),
+            "Retry the call.",
+        ));
+    };
+    distribution.check()?;
+    let generation = catalog::generation();
+    let objects = catalog::objects();
+    let mut tables = Vec::new();
+    for (index, shard) in distribution.shards.iter().enumerate() {
+        if shard.group != Some(distribution.local_group) {
+            continue;
+        }
+        lock_shard_metadata(distribution.colocation_id, index, pg_sys::ShareLock);
+        let name = format!("rate_limits_{}", shard.id);
+        let relation_name = CString::new(name.as_str()).unwrap_or_default();
+        // SAFETY: a catalog cache lookup.
+        let table = unsafe { pg_sys::get_relname_relid(relation_name.as_ptr(), objects.schema) };
+        if table == pg_sys::InvalidOid {
+            return Err(CallError::Cluster(
+                format!(
+                    "shard {} of rate_limiter.rate_limits is placed on this node, but its table is missing",
+                    shard.id
+                ),
+                "Check the shard with citus_shards and pg_dist_placement.",
+            ));
+        }
+        tables.push(format!("rate_limiter.{name}"));
+    }
+    // SAFETY: processes pending invalidations (a move that committed while
+    // this call waited for a lock).
+    unsafe { pg_sys::AcceptInvalidationMessages() };
+    if catalog::generation() != generation {
+        return Err(CallError::Cluster(
+            "Citus's metadata for rate_limiter.rate_limits changed during prune()".into(),
+            "Retry (a shard move or split was under way).",
+        ));
+    }
+    Ok(tables)
+}
+
 /// The shard relation of `place` on this node and its unique index.
 fn shard_route(place: Place, dkey: &DistributionValue) -> Result<Route, CallError> {
     let objects = catalog::objects();
@@ -833,6 +885,181 @@ pub extern "C" fn pg_finfo__rate_limit_at_wrapper() -> &'static pg_sys::Pg_finfo
 
 #[no_mangle]
 pub extern "C" fn pg_finfo__rate_limit_at_bigint_wrapper() -> &'static pg_sys::Pg_finfo_record {
+    &CALLING_CONVENTION
+}
+
+/// The statement that reads the stored rows of (name, key) on the node
+/// holding them: Citus delegates `_rate_state_at` (distributed like
+/// `_rate_limit_at`) by its first argument.
+const STATE_ELSEWHERE: &str =
+    "SELECT shard, value, ts FROM rate_limiter._rate_state_at($1, $2, $3, $4)";
+
+/// The stored state of shards `0..shards` of (name, key) on a distributed
+/// install, read without locking where the rows live, as
+/// `storage::read_shards` reads them on one server: `states[i]` is shard
+/// `i`. A row on another node is read there through `_rate_state_at`, as
+/// the calling role and inside its transaction (read-only ones too).
+///
+/// Errors: 0A000 for a global limit with several shards (its shards live
+/// on several nodes); 55000 as [`site`]; 22P02 as [`distribution_value`].
+pub fn read_states(
+    name: &[u8],
+    key: Option<&[u8]>,
+    shards: i16,
+) -> Result<Vec<Option<State>>, CallError> {
+    if shards > 1 && key.is_none() {
+        return Err(CallError::NotOnCluster(
+            "a global limit with several shards",
+        ));
+    }
+    let dkey = distribution_value(name, key, 0)?;
+    if let Some(states) = here(&dkey, false, || {
+        Ok(crate::storage::read_shards(name, key, shards))
+    })? {
+        return Ok(states);
+    }
+    // SAFETY: the bytes of text values become varlenas of type text.
+    let arguments = unsafe {
+        [
+            dkey.argument(),
+            DatumWithOid::new(name, pg_sys::TEXTOID),
+            match key {
+                Some(key) => DatumWithOid::new(key, pg_sys::TEXTOID),
+                None => DatumWithOid::null_oid(pg_sys::TEXTOID),
+            },
+            DatumWithOid::from(shards),
+        ]
+    };
+    let mut states = vec![None; shards.max(0) as usize];
+    Spi::connect_mut(|client| {
+        for row in client.update(STATE_ELSEWHERE, None, &arguments)? {
+            if let (Some(shard), Some(value), Some(ts)) = (
+                row.get::<i16>(1)?,
+                row.get::<f64>(2)?,
+                row.get::<TimestampWithTimeZone>(3)?,
+            ) {
+                if let Some(slot) = states.get_mut(shard.max(0) as usize) {
+                    *slot = Some(State {
+                        value,
+                        ts: ts.into_inner(),
+                    });
+                }
+            }
+        }
+        Ok::<_, pgrx::spi::SpiError>(())
+    })?;
+    Ok(states)
+}
+
+/// The body of `_rate_state_at`: the stored rows of (name, key) on this
+/// node, which must hold them.
+fn state_at(
+    dkey: Option<DistributionValue>,
+    name: Option<&[u8]>,
+    key: Option<&[u8]>,
+    shards: Option<i16>,
+) -> Result<Vec<Option<State>>, CallError> {
+    let name = crate::config::required(name, "name")?;
+    let shards = crate::config::required(shards, "shards")?;
+    if shards < 1 {
+        return Err(CallError::Limit(LimitError::invalid(
+            "shards",
+            "shards must be at least 1".to_string(),
+        )));
+    }
+    if !catalog::objects().distributed {
+        return Err(CallError::Cluster(
+            "rate_limiter._rate_state_at() was called, but rate_limiter.rate_limits is not distributed".into(),
+            "It is internal: call rate_limiter.status().",
+        ));
+    }
+    let expected = distribution_value(name, key, 0)?;
+    if dkey.as_ref() != Some(&expected) {
+        return Err(CallError::Limit(LimitError::invalid(
+            "dkey",
+            "dkey is not the distribution value of (name, key)".to_string(),
+        )));
+    }
+    here(&expected, false, || {
+        Ok(crate::storage::read_shards(name, key, shards))
+    })?
+    .ok_or_else(|| {
+        CallError::Cluster(
+            "the rows of this limit are not on this node".into(),
+            "Retry the transaction: a shard move may have switched the rows to another node meanwhile.",
+        )
+    })
+}
+
+/// `rate_limiter._rate_state_at(dkey text, name, key, shards)`: see
+/// sql/citus.sql and [`read_states`].
+///
+/// # Safety
+/// Called by PostgreSQL with the function's four arguments.
+#[no_mangle]
+#[pg_guard]
+pub unsafe extern "C-unwind" fn _rate_state_at_wrapper(
+    fcinfo: pg_sys::FunctionCallInfo,
+) -> pg_sys::Datum {
+    let dkey = pg_getarg::<&[u8]>(fcinfo, 0).map(|bytes| DistributionValue::Text(bytes.to_vec()));
+    rate_state_at(fcinfo, dkey)
+}
+
+/// `rate_limiter._rate_state_at(dkey bigint, ...)`: the same, on a state
+/// table distributed by a bigint column.
+///
+/// # Safety
+/// Called by PostgreSQL with the function's four arguments.
+#[no_mangle]
+#[pg_guard]
+pub unsafe extern "C-unwind" fn _rate_state_at_bigint_wrapper(
+    fcinfo: pg_sys::FunctionCallInfo,
+) -> pg_sys::Datum {
+    let dkey = pg_getarg::<i64>(fcinfo, 0).map(DistributionValue::BigInt);
+    rate_state_at(fcinfo, dkey)
+}
+
+/// The body of both `_rate_state_at` wrappers: one result row per stored
+/// shard.
+///
+/// # Safety
+/// `fcinfo` holds `_rate_state_at`'s four arguments.
+unsafe fn rate_state_at(
+    fcinfo: pg_sys::FunctionCallInfo,
+    dkey: Option<DistributionValue>,
+) -> pg_sys::Datum {
+    let rows = state_at(
+        dkey,
+        pg_getarg::<&[u8]>(fcinfo, 1),
+        pg_getarg::<&[u8]>(fcinfo, 2),
+        pg_getarg::<i16>(fcinfo, 3),
+    )
+    .and_then(|states| {
+        let mut rows = Vec::new();
+        for (shard, state) in states.into_iter().enumerate() {
+            if let Some(state) = state {
+                rows.push([
+                    Some(pg_sys::Datum::from(shard as i16)),
+                    state.value.into_datum(),
+                    crate::storage::timestamp(state.ts)?.into_datum(),
+                ]);
+            }
+        }
+        Ok(rows)
+    });
+    match rows {
+        Ok(rows) => result_row::put_rows(fcinfo, rows),
+        Err(error) => report(error),
+    }
+}
+
+#[no_mangle]
+pub extern "C" fn pg_finfo__rate_state_at_wrapper() -> &'static pg_sys::Pg_finfo_record {
+    &CALLING_CONVENTION
+}
+
+#[no_mangle]
+pub extern "C" fn pg_finfo__rate_state_at_bigint_wrapper() -> &'static pg_sys::Pg_finfo_record {
     &CALLING_CONVENTION
 }
 

@@ -15,6 +15,13 @@
 //! `older_than` is given and its `ts` is older than `now - older_than`.
 //! `prune` goes through the executor, so it obeys everything attached to
 //! the table, and in a read-only transaction it fails with 25006.
+//!
+//! On a distributed install (Citus) it prunes the shards placed on the node
+//! it runs on, each through its own relation (`rate_limits_<shardid>`,
+//! where a ctid means something), with Citus's metadata lock for a write
+//! to that shard held until the transaction ends, as a call's write holds
+//! it ([`crate::citus::local_shards`]). Run it on every node that holds
+//! shards.
 
 use crate::clock;
 use crate::definitions;
@@ -30,10 +37,29 @@ use std::collections::HashMap;
 /// Rows judged per batch.
 const BATCH: i64 = 1000;
 
-const SELECT_ROWS: &str = "SELECT ctid, name, key, shard, value, ts FROM rate_limiter.rate_limits";
-const LOCK_ROWS: &str = "SELECT ctid, name, key, shard, value, ts FROM rate_limiter.rate_limits \
-                         WHERE ctid = ANY($1) FOR UPDATE SKIP LOCKED";
-const DELETE_ROWS: &str = "DELETE FROM rate_limiter.rate_limits WHERE ctid = ANY($1)";
+/// The state table: on a single server the table, on a distributed
+/// install each shard of this node in turn.
+const STATE_TABLE: &str = "rate_limiter.rate_limits";
+
+/// The statements of a prune of `table` (a qualified relation name).
+struct Statements {
+    select: String,
+    lock: String,
+    delete: String,
+}
+
+impl Statements {
+    fn of(table: &str) -> Self {
+        Statements {
+            select: format!("SELECT ctid, name, key, shard, value, ts FROM {table}"),
+            lock: format!(
+                "SELECT ctid, name, key, shard, value, ts FROM {table} \
+                 WHERE ctid = ANY($1) FOR UPDATE SKIP LOCKED"
+            ),
+            delete: format!("DELETE FROM {table} WHERE ctid = ANY($1)"),
+        }
+    }
+}
 
 /// `rate_limiter.prune(older_than)`: how many rows were deleted. See
 /// sql/functions.sql.
@@ -44,12 +70,19 @@ fn prune(older_than: Option<Interval>) -> i64 {
         .transpose()
         .map_err(CallError::Limit)
         .and_then(|older_than| {
-            // Its statements name rows by ctid, which means nothing across
-            // the shards of a distributed table.
-            if crate::catalog::objects().distributed {
-                return Err(CallError::NotOnCluster("prune()"));
-            }
-            write_as_owner(c"prune()", |client| prune_rows(client, older_than))
+            // Its statements name rows by ctid, which means something
+            // within one relation: on a distributed install, each shard of
+            // this node.
+            let tables = if crate::catalog::objects().distributed {
+                crate::citus::local_shards()?
+            } else {
+                vec![STATE_TABLE.to_string()]
+            };
+            write_as_owner(c"prune()", |client| {
+                tables.iter().try_fold(0, |deleted, table| {
+                    Ok(deleted + prune_rows(client, &Statements::of(table), older_than)?)
+                })
+            })
         });
     match result {
         Ok(deleted) => deleted,
@@ -164,8 +197,12 @@ fn tid_array(tids: Vec<pg_sys::ItemPointerData>) -> DatumWithOid<'static> {
     unsafe { DatumWithOid::new(tids.into_datum(), pg_sys::TIDARRAYOID) }
 }
 
-fn prune_rows(client: &mut SpiClient<'_>, older_than: Option<Micros>) -> Result<i64, CallError> {
-    let mut cursor = client.try_open_cursor_mut(SELECT_ROWS, &[])?;
+fn prune_rows(
+    client: &mut SpiClient<'_>,
+    statements: &Statements,
+    older_than: Option<Micros>,
+) -> Result<i64, CallError> {
+    let mut cursor = client.try_open_cursor_mut(statements.select.as_str(), &[])?;
     let mut configs = HashMap::new();
     let mut deleted = 0;
     loop {
@@ -180,11 +217,12 @@ fn prune_rows(client: &mut SpiClient<'_>, older_than: Option<Micros>) -> Result<
         }
         // ...then locked, read again and judged again, the clock read
         // after the locks.
-        let locked = read_rows(client.update(LOCK_ROWS, None, &[tid_array(candidates)])?)?;
+        let locked =
+            read_rows(client.update(statements.lock.as_str(), None, &[tid_array(candidates)])?)?;
         let doomed = doomed(&locked, clock::now(), older_than, &mut configs)?;
         if !doomed.is_empty() {
             deleted += client
-                .update(DELETE_ROWS, None, &[tid_array(doomed)])?
+                .update(statements.delete.as_str(), None, &[tid_array(doomed)])?
                 .len() as i64;
         }
     }

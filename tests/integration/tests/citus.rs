@@ -912,8 +912,7 @@ fn what_is_not_distributed_yet_is_refused_with_0a000() {
     for statement in [
         "SELECT * FROM rate_limiter.rate_limit_all(ARRAY[('sharded', 'k', 1, NULL)]::rate_limiter.request[])",
         "SELECT rate_limiter.rate_credit('sharded', 'k', 1)",
-        "SELECT * FROM rate_limiter.status('sharded', 'k')",
-        "SELECT rate_limiter.prune(interval '0')",
+        "SELECT * FROM rate_limiter.status('sharded')",
     ] {
         let error = coordinator
             .batch_execute(statement)
@@ -931,7 +930,7 @@ fn what_is_not_distributed_yet_is_refused_with_0a000() {
         )
         .expect("count")
         .get(0);
-    assert!(rows >= 1, "prune() deleted nothing");
+    assert!(rows >= 1, "nothing deleted");
     forget("sharded");
 }
 
@@ -1583,4 +1582,200 @@ fn colocated_with_a_bigint_tenant_column_a_tenant_transaction_stays_on_one_worke
         .batch_execute("DROP SCHEMA app CASCADE")
         .expect("drop the application");
     forget("orders");
+}
+
+#[test]
+#[ignore = "needs the Citus cluster of scripts/test.sh"]
+fn prune_on_each_node_deletes_what_its_shards_no_longer_need() {
+    make_distributed();
+    forget("prune");
+    let urls = urls();
+    let mut coordinator = coordinator();
+    coordinator
+        .batch_execute(
+            "SELECT rate_limiter.define('prune-short', rate_limiter.token_bucket(10, '1 second')); \
+             SELECT rate_limiter.define('prune-long', rate_limiter.token_bucket(10, '1000 days'))",
+        )
+        .expect("define");
+    let keys: Vec<String> = (0..20).map(|n| format!("prune-{n}")).collect();
+    let mut on_worker = [0i64; 3];
+    for key in &keys {
+        assert!(consume(&mut coordinator, "prune-short", Some(key)));
+        assert!(consume(&mut coordinator, "prune-long", Some(key)));
+        on_worker[node_of(&mut coordinator, key)] += 1;
+    }
+    assert!(
+        on_worker[1] > 0 && on_worker[2] > 0,
+        "keys on both workers: {on_worker:?}"
+    );
+    let count = |client: &mut Client, name: &str| -> i64 {
+        client
+            .query_one(
+                "SELECT count(*) FROM rate_limiter.rate_limits WHERE name = $1",
+                &[&name],
+            )
+            .expect("count")
+            .get(0)
+    };
+    // An hour later every prune-short row is full again (prunable); the
+    // prune-long rows are not.
+    let later = "SET rate_limiter.now_override = 'now'; \
+                 SELECT set_config('rate_limiter.now_override', (now() + interval '1 hour')::text, false)";
+    // The coordinator holds no shard: nothing to prune there.
+    coordinator.batch_execute(later).expect("an hour later");
+    let deleted: i64 = coordinator
+        .query_one("SELECT rate_limiter.prune()", &[])
+        .expect("prune() on the coordinator")
+        .get(0);
+    assert_eq!(deleted, 0);
+    for worker in [1, 2] {
+        let mut client = connect(&urls[worker]);
+        client.batch_execute(later).expect("an hour later");
+        let mut transaction = client.transaction().expect("begin");
+        let deleted: i64 = transaction
+            .query_one("SELECT rate_limiter.prune()", &[])
+            .expect("prune() on a worker")
+            .get(0);
+        assert_eq!(
+            deleted, on_worker[worker],
+            "worker {worker} pruned its own rows"
+        );
+        // Citus's metadata lock for a write to each of its shards, held as
+        // a call's write holds it.
+        let (locks, shards): (i64, i64) = {
+            let row = transaction
+                .query_one(
+                    "SELECT (SELECT count(*) FROM pg_locks WHERE pid = pg_backend_pid() \
+                             AND locktype = 'advisory' AND objsubid = 8 AND mode = 'ShareLock'), \
+                            (SELECT count(*) FROM pg_dist_shard JOIN pg_dist_placement USING (shardid) \
+                             WHERE logicalrelid = 'rate_limiter.rate_limits'::regclass \
+                               AND groupid = (SELECT groupid FROM pg_dist_local_group))",
+                    &[],
+                )
+                .expect("locks");
+            (row.get(0), row.get(1))
+        };
+        assert!(shards > 0);
+        assert_eq!(
+            locks, shards,
+            "worker {worker}: one metadata lock per shard of its own"
+        );
+        transaction.commit().expect("commit");
+    }
+    assert_eq!(
+        count(&mut coordinator, "prune-short"),
+        0,
+        "every full row is gone"
+    );
+    assert_eq!(
+        count(&mut coordinator, "prune-long"),
+        20,
+        "no row that still counts"
+    );
+    // A pruned limit answers as before: full.
+    let remaining: f64 = coordinator
+        .query_one(
+            "SELECT remaining FROM rate_limiter.rate_limit('prune-short', 'prune-0')",
+            &[],
+        )
+        .expect("rate_limit")
+        .get(0);
+    assert_eq!(remaining.round(), 9.0);
+    forget("prune");
+}
+
+#[test]
+#[ignore = "needs the Citus cluster of scripts/test.sh"]
+fn status_http_headers_and_postgrest_limit_read_the_row_where_it_lives() {
+    make_distributed();
+    forget("status");
+    let urls = urls();
+    let mut coordinator = coordinator();
+    coordinator
+        .batch_execute(
+            "SELECT rate_limiter.define('status', rate_limiter.token_bucket(10, '1000 days')); \
+             SELECT rate_limiter.define('status-sharded', rate_limiter.token_bucket(80, '1000 days', shards => 8))",
+        )
+        .expect("define");
+    let (one, two) = keys_on_each_worker(&mut coordinator, "status-");
+    coordinator
+        .execute(
+            "SELECT * FROM rate_limiter.rate_limit('status', $1, 3)",
+            &[&one],
+        )
+        .expect("rate_limit");
+    coordinator
+        .execute(
+            "SELECT * FROM rate_limiter.rate_limit('status-sharded', $1)",
+            &[&two],
+        )
+        .expect("rate_limit");
+    for (node, url) in urls.iter().enumerate() {
+        let mut client = connect(url);
+        for (name, key, value, capacity, shards) in [
+            ("status", &one, 7.0, 10.0, 1),
+            ("status", &two, 10.0, 10.0, 1),
+            ("status-sharded", &two, 79.0, 80.0, 8),
+        ] {
+            let row = client
+                .query_one(
+                    "SELECT round(value::numeric, 3)::float8, capacity, shards \
+                     FROM rate_limiter.status($1, $2)",
+                    &[&name, key],
+                )
+                .unwrap_or_else(|error| panic!("status({name}, {key}) on node {node}: {error}"));
+            assert_eq!(
+                (
+                    row.get::<_, f64>(0),
+                    row.get::<_, f64>(1),
+                    row.get::<_, i32>(2)
+                ),
+                (value, capacity, shards),
+                "status({name}, {key}) on node {node}"
+            );
+        }
+        let headers: String = client
+            .query_one(
+                "SELECT rate_limiter.http_headers('status', $1)->>'RateLimit'",
+                &[&one],
+            )
+            .expect("http_headers")
+            .get(0);
+        assert!(
+            headers.starts_with("\"status\";r=7;"),
+            "node {node}: {headers}"
+        );
+    }
+    // PostgREST: a GET (read-only) reports, a POST consumes and reports.
+    let mut client = connect(&urls[0]);
+    for (read_only, remaining) in [(true, 7), (false, 6)] {
+        let mut transaction = client
+            .build_transaction()
+            .read_only(read_only)
+            .start()
+            .expect("begin");
+        transaction
+            .execute("SELECT rate_limiter.postgrest_limit('status', $1)", &[&one])
+            .expect("postgrest_limit");
+        let headers: String = transaction
+            .query_one("SELECT current_setting('response.headers')", &[])
+            .expect("response.headers")
+            .get(0);
+        assert!(
+            headers.contains(&format!("status\\\";r={remaining};t=")),
+            "read only {read_only}: {headers}"
+        );
+        transaction.commit().expect("commit");
+    }
+    assert_eq!(stored(&mut coordinator, "status", &one), Some(6.0));
+    // A global limit with several shards is still refused.
+    let error = coordinator
+        .query_one("SELECT * FROM rate_limiter.status('status-sharded')", &[])
+        .expect_err("a global limit with several shards");
+    assert_eq!(
+        error.code(),
+        Some(&SqlState::FEATURE_NOT_SUPPORTED),
+        "{error}"
+    );
+    forget("status");
 }
