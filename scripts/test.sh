@@ -71,10 +71,11 @@ install_extension
 passed=0
 failed=0
 broken=()   # steps whose runner failed (including failing to build or start)
-count_cargo() { # adds up "test result: ok. N passed; M failed" lines
+count_cargo() { # adds up "test result: ok. N passed; M failed" lines (only
+    # those: a test's own output may say "passed" or "failed" too)
     local p f
-    p=$(grep -Eo '[0-9]+ passed' "$1" | awk '{s+=$1} END {print s+0}')
-    f=$(grep -Eo '[0-9]+ failed' "$1" | awk '{s+=$1} END {print s+0}')
+    p=$(grep -E '^test result: ' "$1" | grep -Eo '[0-9]+ passed' | awk '{s+=$1} END {print s+0}')
+    f=$(grep -E '^test result: ' "$1" | grep -Eo '[0-9]+ failed' | awk '{s+=$1} END {print s+0}')
     passed=$((passed + p)); failed=$((failed + f))
 }
 count_pg() { # per test, pg_regress 15 prints "test NAME ... ok" (or

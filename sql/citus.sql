@@ -162,6 +162,11 @@ BEGIN
              THEN 'rate_limiter._rate_state_at(bigint, text, text, int2)'
              ELSE 'rate_limiter._rate_state_at(text, text, text, int2)' END::regprocedure,
         'dkey', colocate_with => 'rate_limiter.rate_limits', force_delegation => true);
+    PERFORM create_distributed_function(
+        CASE WHEN bigint_dkey
+             THEN 'rate_limiter._rate_credit_at(bigint, text, text, float8, rate_limiter.config)'
+             ELSE 'rate_limiter._rate_credit_at(text, text, text, float8, rate_limiter.config)' END::regprocedure,
+        'dkey', colocate_with => 'rate_limiter.rate_limits', force_delegation => true);
 END
 $distribute$;
 
@@ -312,3 +317,31 @@ AS 'MODULE_PATHNAME', '_rate_state_at_bigint_wrapper';
 COMMENT ON FUNCTION rate_limiter._rate_state_at(bigint, text, text, int2) IS
 'Internal (Citus): _rate_state_at for a state table colocated with a table distributed by a bigint column. '
 'Errors: 55000 when the rows are not on this node; 22P02 a key that is not a decimal integer.';
+
+CREATE FUNCTION rate_limiter._rate_credit_at(
+    dkey   text,
+    name   text,
+    key    text,
+    count  float8,
+    config rate_limiter.config)
+RETURNS float8
+LANGUAGE c VOLATILE
+AS 'MODULE_PATHNAME', '_rate_credit_at_wrapper';
+
+COMMENT ON FUNCTION rate_limiter._rate_credit_at(text, text, text, float8, rate_limiter.config) IS
+'Internal (Citus): rate_credit on the node that holds the rows of dkey, which Citus delegates the call to; the value afterwards. '
+'Errors: 55000 when the rows are not on this node or the call is outside a transaction block; those of rate_credit.';
+
+CREATE FUNCTION rate_limiter._rate_credit_at(
+    dkey   bigint,
+    name   text,
+    key    text,
+    count  float8,
+    config rate_limiter.config)
+RETURNS float8
+LANGUAGE c VOLATILE
+AS 'MODULE_PATHNAME', '_rate_credit_at_bigint_wrapper';
+
+COMMENT ON FUNCTION rate_limiter._rate_credit_at(bigint, text, text, float8, rate_limiter.config) IS
+'Internal (Citus): _rate_credit_at for a state table colocated with a table distributed by a bigint column. '
+'Errors: 55000 when the rows are not on this node or the call is outside a transaction block; 22P02 a key that is not a decimal integer; those of rate_credit.';

@@ -1,9 +1,9 @@
 -- rate_limiter 0.4.0 -> 0.5.0 (ALTER EXTENSION rate_limiter UPDATE).
 --
 -- 0.5.0 runs on Citus (SPEC section 10): rate_limiter.distribute() and
--- undistribute(), the internal function that runs a call on the node
--- holding its row and the one that reads its state there (each one per
--- type of the distribution column: text and bigint). The state table gets
+-- undistribute(), the internal functions that run a call, read the state
+-- and credit tokens on the node holding a row (each one per type of the
+-- distribution column: text and bigint). The state table gets
 -- the column dkey (NULL until distribute(); a NULL adds no bytes to a
 -- row). Every definition and state row keeps its meaning; the new
 -- functions are granted to nobody but the installing role, as after
@@ -171,6 +171,11 @@ BEGIN
              THEN 'rate_limiter._rate_state_at(bigint, text, text, int2)'
              ELSE 'rate_limiter._rate_state_at(text, text, text, int2)' END::regprocedure,
         'dkey', colocate_with => 'rate_limiter.rate_limits', force_delegation => true);
+    PERFORM create_distributed_function(
+        CASE WHEN bigint_dkey
+             THEN 'rate_limiter._rate_credit_at(bigint, text, text, float8, rate_limiter.config)'
+             ELSE 'rate_limiter._rate_credit_at(text, text, text, float8, rate_limiter.config)' END::regprocedure,
+        'dkey', colocate_with => 'rate_limiter.rate_limits', force_delegation => true);
 END
 $distribute$;
 
@@ -322,6 +327,34 @@ COMMENT ON FUNCTION rate_limiter._rate_state_at(bigint, text, text, int2) IS
 'Internal (Citus): _rate_state_at for a state table colocated with a table distributed by a bigint column. '
 'Errors: 55000 when the rows are not on this node; 22P02 a key that is not a decimal integer.';
 
+CREATE FUNCTION rate_limiter._rate_credit_at(
+    dkey   text,
+    name   text,
+    key    text,
+    count  float8,
+    config rate_limiter.config)
+RETURNS float8
+LANGUAGE c VOLATILE
+AS 'MODULE_PATHNAME', '_rate_credit_at_wrapper';
+
+COMMENT ON FUNCTION rate_limiter._rate_credit_at(text, text, text, float8, rate_limiter.config) IS
+'Internal (Citus): rate_credit on the node that holds the rows of dkey, which Citus delegates the call to; the value afterwards. '
+'Errors: 55000 when the rows are not on this node or the call is outside a transaction block; those of rate_credit.';
+
+CREATE FUNCTION rate_limiter._rate_credit_at(
+    dkey   bigint,
+    name   text,
+    key    text,
+    count  float8,
+    config rate_limiter.config)
+RETURNS float8
+LANGUAGE c VOLATILE
+AS 'MODULE_PATHNAME', '_rate_credit_at_bigint_wrapper';
+
+COMMENT ON FUNCTION rate_limiter._rate_credit_at(bigint, text, text, float8, rate_limiter.config) IS
+'Internal (Citus): _rate_credit_at for a state table colocated with a table distributed by a bigint column. '
+'Errors: 55000 when the rows are not on this node or the call is outside a transaction block; 22P02 a key that is not a decimal integer; those of rate_credit.';
+
 DO $revoke$
 DECLARE
     grantee_name name;
@@ -329,7 +362,9 @@ BEGIN
     REVOKE ALL ON FUNCTION rate_limiter.distribute(regclass), rate_limiter.undistribute(),
         rate_limiter._rate_limit_at(text, text, text, float8, boolean, rate_limiter.config, boolean),
         rate_limiter._rate_limit_at(bigint, text, text, float8, boolean, rate_limiter.config, boolean),
-        rate_limiter._rate_state_at(text, text, text, int2), rate_limiter._rate_state_at(bigint, text, text, int2) FROM PUBLIC;
+        rate_limiter._rate_state_at(text, text, text, int2), rate_limiter._rate_state_at(bigint, text, text, int2),
+        rate_limiter._rate_credit_at(text, text, text, float8, rate_limiter.config),
+        rate_limiter._rate_credit_at(bigint, text, text, float8, rate_limiter.config) FROM PUBLIC;
     FOR grantee_name IN
         SELECT DISTINCT r.rolname
         FROM (
@@ -340,7 +375,9 @@ BEGIN
                             'rate_limiter._rate_limit_at(text, text, text, float8, boolean, rate_limiter.config, boolean)'::pg_catalog.regprocedure,
                             'rate_limiter._rate_limit_at(bigint, text, text, float8, boolean, rate_limiter.config, boolean)'::pg_catalog.regprocedure,
                             'rate_limiter._rate_state_at(text, text, text, int2)'::pg_catalog.regprocedure,
-                            'rate_limiter._rate_state_at(bigint, text, text, int2)'::pg_catalog.regprocedure)
+                            'rate_limiter._rate_state_at(bigint, text, text, int2)'::pg_catalog.regprocedure,
+                            'rate_limiter._rate_credit_at(text, text, text, float8, rate_limiter.config)'::pg_catalog.regprocedure,
+                            'rate_limiter._rate_credit_at(bigint, text, text, float8, rate_limiter.config)'::pg_catalog.regprocedure)
         ) AS granted
         JOIN pg_catalog.pg_roles AS r ON r.oid = granted.grantee
         WHERE granted.grantee <> granted.owner
@@ -348,7 +385,9 @@ BEGIN
         EXECUTE pg_catalog.format('REVOKE ALL ON FUNCTION rate_limiter.distribute(regclass), rate_limiter.undistribute(), '
             'rate_limiter._rate_limit_at(text, text, text, float8, boolean, rate_limiter.config, boolean), '
             'rate_limiter._rate_limit_at(bigint, text, text, float8, boolean, rate_limiter.config, boolean), '
-            'rate_limiter._rate_state_at(text, text, text, int2), rate_limiter._rate_state_at(bigint, text, text, int2) FROM %I', grantee_name);
+            'rate_limiter._rate_state_at(text, text, text, int2), rate_limiter._rate_state_at(bigint, text, text, int2), '
+            'rate_limiter._rate_credit_at(text, text, text, float8, rate_limiter.config), '
+            'rate_limiter._rate_credit_at(bigint, text, text, float8, rate_limiter.config) FROM %I', grantee_name);
     END LOOP;
 END
 $revoke$;
@@ -356,5 +395,7 @@ $revoke$;
 GRANT EXECUTE ON FUNCTION rate_limiter.distribute(regclass), rate_limiter.undistribute(),
     rate_limiter._rate_limit_at(text, text, text, float8, boolean, rate_limiter.config, boolean),
     rate_limiter._rate_limit_at(bigint, text, text, float8, boolean, rate_limiter.config, boolean),
-    rate_limiter._rate_state_at(text, text, text, int2), rate_limiter._rate_state_at(bigint, text, text, int2)
+    rate_limiter._rate_state_at(text, text, text, int2), rate_limiter._rate_state_at(bigint, text, text, int2),
+    rate_limiter._rate_credit_at(text, text, text, float8, rate_limiter.config),
+    rate_limiter._rate_credit_at(bigint, text, text, float8, rate_limiter.config)
     TO @extowner@ WITH GRANT OPTION;

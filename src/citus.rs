@@ -763,35 +763,68 @@ pub fn consume_elsewhere(
     })
 }
 
-/// The body of `_rate_limit_at`: the call as the node holding its row
-/// makes it, or an error (55000 if the row is not here, or outside a
-/// transaction block: Citus runs a delegated call inside the caller's
-/// distributed transaction, and anything else would commit on its own).
-fn at(
+/// What every delegated internal function checks first, and the
+/// distribution value of (name, key): the tables are distributed (55000),
+/// a writing call runs inside a transaction block (55000: Citus runs a
+/// delegated call inside the caller's distributed transaction, and
+/// anything else would commit on its own), and `dkey` is that value
+/// (22023). `function` is its name; `hint` names the public function to
+/// call instead.
+fn delegated(
+    function: &str,
+    hint: &'static str,
+    writes: bool,
     dkey: Option<DistributionValue>,
-    call: &Call<'_>,
-    consume: bool,
-) -> Result<(Decision, Option<Counted>), CallError> {
-    let expected = distribution_value(call.name, call.key, 0)?;
+    name: &[u8],
+    key: Option<&[u8]>,
+) -> Result<DistributionValue, CallError> {
+    if !catalog::objects().distributed {
+        return Err(CallError::Cluster(
+            format!("rate_limiter.{function}() was called, but rate_limiter.rate_limits is not distributed"),
+            hint,
+        ));
+    }
+    // SAFETY: reads the transaction state.
+    if writes && !unsafe { pg_sys::IsTransactionBlock() } {
+        return Err(CallError::Cluster(
+            format!("rate_limiter.{function}() writes only inside a transaction block"),
+            hint,
+        ));
+    }
+    let expected = distribution_value(name, key, 0)?;
     if dkey.as_ref() != Some(&expected) {
         return Err(CallError::Limit(LimitError::invalid(
             "dkey",
             "dkey is not the distribution value of (name, key)".to_string(),
         )));
     }
-    // SAFETY: reads the transaction state.
-    if consume && !unsafe { pg_sys::IsTransactionBlock() } {
-        return Err(CallError::Cluster(
-            "rate_limiter._rate_limit_at() consumes only inside a transaction block".into(),
-            "It is internal: call rate_limiter.rate_limit(), which reaches the node holding the row inside your transaction.",
-        ));
-    }
-    if !catalog::objects().distributed {
-        return Err(CallError::Cluster(
-            "rate_limiter._rate_limit_at() was called, but rate_limiter.rate_limits is not distributed".into(),
-            "It is internal: call rate_limiter.rate_limit().",
-        ));
-    }
+    Ok(expected)
+}
+
+/// The error of a delegated call that reached a node without its rows.
+fn not_here() -> CallError {
+    CallError::Cluster(
+        "the row of this limit is not on this node".into(),
+        "Retry the transaction: a shard move may have switched the row to another node meanwhile. If it keeps failing, Citus did not delegate the call to the node holding the row (plan_cache_mode = force_generic_plan, or a session where Citus stopped delegating: reconnect).",
+    )
+}
+
+/// The body of `_rate_limit_at`: the call as the node holding its row
+/// makes it, or an error (see [`delegated`]; 55000 if the row is not
+/// here).
+fn at(
+    dkey: Option<DistributionValue>,
+    call: &Call<'_>,
+    consume: bool,
+) -> Result<(Decision, Option<Counted>), CallError> {
+    let expected = delegated(
+        "_rate_limit_at",
+        "It is internal: call rate_limiter.rate_limit(), which reaches the node holding the row inside your transaction.",
+        consume,
+        dkey,
+        call.name,
+        call.key,
+    )?;
     let answer = here(&expected, consume, || {
         if consume {
             limit::consume_here(call).map(|(decision, counted)| (decision, Some(counted)))
@@ -799,41 +832,81 @@ fn at(
             limit::check_here(call).map(|decision| (decision, None))
         }
     })?;
-    answer.ok_or_else(|| {
-        CallError::Cluster(
-            "the row of this limit is not on this node".into(),
-            "Retry the transaction: a shard move may have switched the row to another node meanwhile. If it keeps failing, Citus did not delegate rate_limiter._rate_limit_at() to the node holding the row (plan_cache_mode = force_generic_plan, or a session where Citus stopped delegating: reconnect).",
-        )
-    })
+    answer.ok_or_else(not_here)
 }
 
-/// `rate_limiter._rate_limit_at(dkey text, name, key, count, reserve,
-/// config, consume)`: see sql/citus.sql and [`elsewhere`].
-///
-/// # Safety
-/// Called by PostgreSQL with the function's seven arguments.
-#[no_mangle]
-#[pg_guard]
-pub unsafe extern "C-unwind" fn _rate_limit_at_wrapper(
-    fcinfo: pg_sys::FunctionCallInfo,
-) -> pg_sys::Datum {
-    let dkey = pg_getarg::<&[u8]>(fcinfo, 0).map(|bytes| DistributionValue::Text(bytes.to_vec()));
-    rate_limit_at(fcinfo, dkey)
+/// Version 1 calling convention, for every entry point below.
+const CALLING_CONVENTION: pg_sys::Pg_finfo_record = pg_sys::Pg_finfo_record { api_version: 1 };
+
+/// Declares the C entry points of a delegated internal function's two
+/// overloads (`dkey text` and `dkey bigint`) and their calling-convention
+/// records: each reads its first argument as a [`DistributionValue`] and
+/// calls `$body(fcinfo, dkey)` (`unsafe fn(pg_sys::FunctionCallInfo,
+/// Option<DistributionValue>) -> pg_sys::Datum`).
+macro_rules! delegated_entry_points {
+    ($function:literal, $body:ident,
+     $text:ident, $text_finfo:ident, $bigint:ident, $bigint_finfo:ident) => {
+        #[doc = concat!("`rate_limiter.", $function, "(dkey text, ...)`: see sql/citus.sql.")]
+        ///
+        /// # Safety
+        /// Called by PostgreSQL with the function's arguments.
+        #[no_mangle]
+        #[pg_guard]
+        pub unsafe extern "C-unwind" fn $text(fcinfo: pg_sys::FunctionCallInfo) -> pg_sys::Datum {
+            let dkey = pg_getarg::<&[u8]>(fcinfo, 0)
+                .map(|bytes| DistributionValue::Text(bytes.to_vec()));
+            $body(fcinfo, dkey)
+        }
+
+        #[doc = concat!("`rate_limiter.", $function, "(dkey bigint, ...)`: the same, on a state table distributed by a bigint column.")]
+        ///
+        /// # Safety
+        /// Called by PostgreSQL with the function's arguments.
+        #[no_mangle]
+        #[pg_guard]
+        pub unsafe extern "C-unwind" fn $bigint(fcinfo: pg_sys::FunctionCallInfo) -> pg_sys::Datum {
+            let dkey = pg_getarg::<i64>(fcinfo, 0).map(DistributionValue::BigInt);
+            $body(fcinfo, dkey)
+        }
+
+        #[no_mangle]
+        pub extern "C" fn $text_finfo() -> &'static pg_sys::Pg_finfo_record {
+            &CALLING_CONVENTION
+        }
+
+        #[no_mangle]
+        pub extern "C" fn $bigint_finfo() -> &'static pg_sys::Pg_finfo_record {
+            &CALLING_CONVENTION
+        }
+    };
 }
 
-/// `rate_limiter._rate_limit_at(dkey bigint, ...)`: the same, on a state
-/// table distributed by a bigint column.
-///
-/// # Safety
-/// Called by PostgreSQL with the function's seven arguments.
-#[no_mangle]
-#[pg_guard]
-pub unsafe extern "C-unwind" fn _rate_limit_at_bigint_wrapper(
-    fcinfo: pg_sys::FunctionCallInfo,
-) -> pg_sys::Datum {
-    let dkey = pg_getarg::<i64>(fcinfo, 0).map(DistributionValue::BigInt);
-    rate_limit_at(fcinfo, dkey)
-}
+delegated_entry_points!(
+    "_rate_limit_at",
+    rate_limit_at,
+    _rate_limit_at_wrapper,
+    pg_finfo__rate_limit_at_wrapper,
+    _rate_limit_at_bigint_wrapper,
+    pg_finfo__rate_limit_at_bigint_wrapper
+);
+
+delegated_entry_points!(
+    "_rate_state_at",
+    rate_state_at,
+    _rate_state_at_wrapper,
+    pg_finfo__rate_state_at_wrapper,
+    _rate_state_at_bigint_wrapper,
+    pg_finfo__rate_state_at_bigint_wrapper
+);
+
+delegated_entry_points!(
+    "_rate_credit_at",
+    rate_credit_at,
+    _rate_credit_at_wrapper,
+    pg_finfo__rate_credit_at_wrapper,
+    _rate_credit_at_bigint_wrapper,
+    pg_finfo__rate_credit_at_bigint_wrapper
+);
 
 /// The body of both `_rate_limit_at` wrappers, `dkey` their first argument.
 ///
@@ -873,19 +946,6 @@ unsafe fn rate_limit_at(
         ),
         Err(error) => report(error),
     }
-}
-
-/// Version 1 calling convention, for both wrappers.
-const CALLING_CONVENTION: pg_sys::Pg_finfo_record = pg_sys::Pg_finfo_record { api_version: 1 };
-
-#[no_mangle]
-pub extern "C" fn pg_finfo__rate_limit_at_wrapper() -> &'static pg_sys::Pg_finfo_record {
-    &CALLING_CONVENTION
-}
-
-#[no_mangle]
-pub extern "C" fn pg_finfo__rate_limit_at_bigint_wrapper() -> &'static pg_sys::Pg_finfo_record {
-    &CALLING_CONVENTION
 }
 
 /// The statement that reads the stored rows of (name, key) on the node
@@ -967,56 +1027,18 @@ fn state_at(
             "shards must be at least 1".to_string(),
         )));
     }
-    if !catalog::objects().distributed {
-        return Err(CallError::Cluster(
-            "rate_limiter._rate_state_at() was called, but rate_limiter.rate_limits is not distributed".into(),
-            "It is internal: call rate_limiter.status().",
-        ));
-    }
-    let expected = distribution_value(name, key, 0)?;
-    if dkey.as_ref() != Some(&expected) {
-        return Err(CallError::Limit(LimitError::invalid(
-            "dkey",
-            "dkey is not the distribution value of (name, key)".to_string(),
-        )));
-    }
+    let expected = delegated(
+        "_rate_state_at",
+        "It is internal: call rate_limiter.status().",
+        false,
+        dkey,
+        name,
+        key,
+    )?;
     here(&expected, false, || {
         Ok(crate::storage::read_shards(name, key, shards))
     })?
-    .ok_or_else(|| {
-        CallError::Cluster(
-            "the rows of this limit are not on this node".into(),
-            "Retry the transaction: a shard move may have switched the rows to another node meanwhile.",
-        )
-    })
-}
-
-/// `rate_limiter._rate_state_at(dkey text, name, key, shards)`: see
-/// sql/citus.sql and [`read_states`].
-///
-/// # Safety
-/// Called by PostgreSQL with the function's four arguments.
-#[no_mangle]
-#[pg_guard]
-pub unsafe extern "C-unwind" fn _rate_state_at_wrapper(
-    fcinfo: pg_sys::FunctionCallInfo,
-) -> pg_sys::Datum {
-    let dkey = pg_getarg::<&[u8]>(fcinfo, 0).map(|bytes| DistributionValue::Text(bytes.to_vec()));
-    rate_state_at(fcinfo, dkey)
-}
-
-/// `rate_limiter._rate_state_at(dkey bigint, ...)`: the same, on a state
-/// table distributed by a bigint column.
-///
-/// # Safety
-/// Called by PostgreSQL with the function's four arguments.
-#[no_mangle]
-#[pg_guard]
-pub unsafe extern "C-unwind" fn _rate_state_at_bigint_wrapper(
-    fcinfo: pg_sys::FunctionCallInfo,
-) -> pg_sys::Datum {
-    let dkey = pg_getarg::<i64>(fcinfo, 0).map(DistributionValue::BigInt);
-    rate_state_at(fcinfo, dkey)
+    .ok_or_else(not_here)
 }
 
 /// The body of both `_rate_state_at` wrappers: one result row per stored
@@ -1053,14 +1075,115 @@ unsafe fn rate_state_at(
     }
 }
 
-#[no_mangle]
-pub extern "C" fn pg_finfo__rate_state_at_wrapper() -> &'static pg_sys::Pg_finfo_record {
-    &CALLING_CONVENTION
+/// The statement that credits (name, key) on the node holding its rows:
+/// Citus delegates `_rate_credit_at` by its first argument (called in
+/// `FROM`: Citus takes `SELECT f(...)` run through SPI for a PL/pgSQL
+/// simple expression and does not delegate it).
+const CREDIT_ELSEWHERE: &str =
+    "SELECT value FROM rate_limiter._rate_credit_at($1, $2, $3, $4, $5) AS value";
+
+/// `rate_credit` on a distributed install: on this node's shard when it
+/// holds the rows (Citus's metadata lock taken as for a consuming call),
+/// else through `_rate_credit_at` on the node that does, as the calling
+/// role and inside this transaction (2PC as for a consuming call).
+/// `config_argument` is the inline config as its SQL value (a composite
+/// datum of `rate_limiter.config`). The limit's value afterwards.
+///
+/// Errors: 0A000 for a global limit with several shards (its shards live
+/// on several nodes); 55000 as [`site`]; 22P02 as [`distribution_value`];
+/// the errors of `rate_credit`.
+pub fn credit(
+    name: &[u8],
+    key: Option<&[u8]>,
+    count: f64,
+    inline: Option<rate_limiter_algorithm::Config>,
+    config_argument: Option<pg_sys::Datum>,
+) -> Result<f64, CallError> {
+    let dkey = distribution_value(name, key, 0)?;
+    if let Some(value) = here(&dkey, true, || {
+        crate::credit::credit_here(name, key, count, inline)
+    })? {
+        return Ok(value);
+    }
+    let config_type = pgrx::regtypein("rate_limiter.config");
+    // SAFETY: the bytes of text values become varlenas of type text; the
+    // config datum is of its type.
+    let arguments = unsafe {
+        [
+            dkey.argument(),
+            DatumWithOid::new(name, pg_sys::TEXTOID),
+            match key {
+                Some(key) => DatumWithOid::new(key, pg_sys::TEXTOID),
+                None => DatumWithOid::null_oid(pg_sys::TEXTOID),
+            },
+            DatumWithOid::from(count),
+            match config_argument {
+                Some(datum) => DatumWithOid::new(datum, config_type),
+                None => DatumWithOid::null_oid(config_type),
+            },
+        ]
+    };
+    let value = Spi::connect_mut(|client| {
+        client
+            .update(CREDIT_ELSEWHERE, Some(1), &arguments)?
+            .first()
+            .get::<f64>(1)
+    })?
+    .ok_or_else(|| {
+        CallError::Cluster(
+            "rate_limiter._rate_credit_at() on another node returned no answer".into(),
+            "Check that every node runs the same version of rate_limiter.",
+        )
+    })?;
+    wrote(None)?;
+    Ok(value)
 }
 
-#[no_mangle]
-pub extern "C" fn pg_finfo__rate_state_at_bigint_wrapper() -> &'static pg_sys::Pg_finfo_record {
-    &CALLING_CONVENTION
+/// The body of `_rate_credit_at`: the credit on this node, which must hold
+/// the rows, inside a transaction block.
+fn credit_at(
+    dkey: Option<DistributionValue>,
+    name: Option<&[u8]>,
+    key: Option<&[u8]>,
+    count: Option<f64>,
+    config: Option<PgHeapTuple<'_, AllocatedByRust>>,
+) -> Result<f64, CallError> {
+    let name = crate::config::required(name, "name")?;
+    let count = crate::config::required(count, "count")?;
+    let inline = crate::config::inline_config(config)?;
+    rate_limiter_algorithm::validate_credit(count)?;
+    let expected = delegated(
+        "_rate_credit_at",
+        "It is internal: call rate_limiter.rate_credit(), which reaches the node holding the row inside your transaction.",
+        true,
+        dkey,
+        name,
+        key,
+    )?;
+    here(&expected, true, || {
+        crate::credit::credit_here(name, key, count, inline)
+    })?
+    .ok_or_else(not_here)
+}
+
+/// The body of both `_rate_credit_at` wrappers.
+///
+/// # Safety
+/// `fcinfo` holds `_rate_credit_at`'s five arguments.
+unsafe fn rate_credit_at(
+    fcinfo: pg_sys::FunctionCallInfo,
+    dkey: Option<DistributionValue>,
+) -> pg_sys::Datum {
+    match credit_at(
+        dkey,
+        pg_getarg::<&[u8]>(fcinfo, 1),
+        pg_getarg::<&[u8]>(fcinfo, 2),
+        pg_getarg::<f64>(fcinfo, 3),
+        pg_getarg::<PgHeapTuple<'_, AllocatedByRust>>(fcinfo, 4),
+    ) {
+        Ok(value) => value.into_datum().unwrap_or(pg_sys::Datum::from(0)),
+        Err(error) => report(error),
+    }
 }
 
 /// What this transaction consumed where, for [`two_phase_commit_if_needed`].

@@ -17,6 +17,8 @@
 //! - exactness: 16 connections over the three nodes admit exactly the
 //!   capacity of each limit;
 //! - a definition made on any node is used by every node's next call;
+//! - `status`, `http_headers`, `postgrest_limit` and `rate_credit` reach
+//!   the rows where they live; `prune()` prunes the shards of its node;
 //! - a state table distributed otherwise fails closed with `55000`, and the
 //!   hint's `undistribute()` brings it back;
 //! - a shard moved under load loses no row and admits no more than its
@@ -911,7 +913,7 @@ fn what_is_not_distributed_yet_is_refused_with_0a000() {
     // Nothing written, nothing deleted by these.
     for statement in [
         "SELECT * FROM rate_limiter.rate_limit_all(ARRAY[('sharded', 'k', 1, NULL)]::rate_limiter.request[])",
-        "SELECT rate_limiter.rate_credit('sharded', 'k', 1)",
+        "SELECT rate_limiter.rate_credit('sharded', NULL, 1)",
         "SELECT * FROM rate_limiter.status('sharded')",
     ] {
         let error = coordinator
@@ -1082,7 +1084,7 @@ fn a_shard_moved_under_load_loses_no_row_and_never_over_admits() {
                 (a + admitted, f + failed)
             })
     });
-    eprintln!("shard move under load: {admitted} admitted, {failed} failed calls");
+    eprintln!("shard move under load: {admitted} admitted, {failed} calls ended in an error");
     assert_eq!(
         node_of(&mut coordinator, &key),
         2,
@@ -1778,4 +1780,156 @@ fn status_http_headers_and_postgrest_limit_read_the_row_where_it_lives() {
         "{error}"
     );
     forget("status");
+}
+
+#[test]
+#[ignore = "needs the Citus cluster of scripts/test.sh"]
+fn rate_credit_reaches_the_row_where_it_lives_inside_the_transaction() {
+    make_distributed();
+    forget("credit");
+    let urls = urls();
+    let (mut client, notices) = connect_with_notices(&urls[0]);
+    define(&mut client, "credit", 10.0);
+    let (one, two) = keys_on_each_worker(&mut client, "credit-");
+    for key in [&one, &two] {
+        client
+            .execute(
+                "SELECT * FROM rate_limiter.rate_limit('credit', $1, 5)",
+                &[key],
+            )
+            .expect("rate_limit");
+    }
+    let credit = |client: &mut postgres::Transaction<'_>, key: &str, count: f64| -> f64 {
+        client
+            .query_one(
+                "SELECT rate_limiter.rate_credit('credit', $1, $2)",
+                &[&key, &count],
+            )
+            .expect("rate_credit")
+            .get(0)
+    };
+    // Rolled back: nothing credited on either worker.
+    let mut transaction = client.transaction().expect("begin");
+    assert_eq!(credit(&mut transaction, &one, 2.0).round(), 7.0);
+    assert_eq!(credit(&mut transaction, &two, 3.0).round(), 8.0);
+    transaction.rollback().expect("rollback");
+    assert_eq!(stored(&mut client, "credit", &one), Some(5.0));
+    assert_eq!(stored(&mut client, "credit", &two), Some(5.0));
+    // Committed: both, with two-phase commit.
+    client
+        .batch_execute("SET citus.log_remote_commands = on")
+        .expect("log remote commands");
+    taken(&notices);
+    let mut transaction = client.transaction().expect("begin");
+    credit(&mut transaction, &one, 2.0);
+    credit(&mut transaction, &two, 3.0);
+    transaction.commit().expect("commit");
+    let log = taken(&notices);
+    assert!(
+        log.iter().any(|line| line.contains("PREPARE TRANSACTION")),
+        "two workers commit with 2PC: {log:#?}"
+    );
+    assert_eq!(stored(&mut client, "credit", &one), Some(7.0));
+    assert_eq!(stored(&mut client, "credit", &two), Some(8.0));
+    // From worker 1: its own row (never above capacity) and worker 2's.
+    let mut worker = connect(&urls[1]);
+    let mut transaction = worker.transaction().expect("begin");
+    assert_eq!(credit(&mut transaction, &one, 10.0).round(), 10.0);
+    assert_eq!(credit(&mut transaction, &two, 1.0).round(), 9.0);
+    transaction.commit().expect("commit");
+    assert_eq!(stored(&mut client, "credit", &one), Some(10.0));
+    assert_eq!(stored(&mut client, "credit", &two), Some(9.0));
+    // An inline config travels to the node holding the row.
+    let inline = "rate_limiter.token_bucket(5, '1000 days')";
+    client
+        .execute(
+            &format!(
+                "SELECT * FROM rate_limiter.rate_limit('credit-inline', $1, 2, config => {inline})"
+            ),
+            &[&two],
+        )
+        .expect("rate_limit with an inline config");
+    let value: f64 = client
+        .query_one(
+            &format!("SELECT rate_limiter.rate_credit('credit-inline', $1, 1, {inline})"),
+            &[&two],
+        )
+        .expect("rate_credit with an inline config")
+        .get(0);
+    assert_eq!(value.round(), 4.0);
+    forget("credit");
+}
+
+#[test]
+#[ignore = "needs the Citus cluster of scripts/test.sh"]
+fn the_internal_functions_fail_closed_where_they_must() {
+    let calls = [
+        "SELECT * FROM rate_limiter._rate_limit_at($1, 'internal', $1, 1, false, NULL, true)",
+        "SELECT * FROM rate_limiter._rate_state_at($1, 'internal', $1, 1::int2)",
+        "SELECT rate_limiter._rate_credit_at($1, 'internal', $1, 1, NULL)",
+    ];
+    let code = |client: &mut Client, statement: &str, dkey: &str| {
+        client
+            .query(statement, &[&dkey])
+            .err()
+            .and_then(|error| error.code().cloned())
+    };
+    // Not distributed: 55000 (and nothing to do).
+    make_local();
+    let mut coordinator = coordinator();
+    define(&mut coordinator, "internal", 10.0);
+    for statement in calls {
+        assert_eq!(
+            code(&mut coordinator, statement, "k"),
+            Some(SqlState::OBJECT_NOT_IN_PREREQUISITE_STATE),
+            "{statement}"
+        );
+    }
+    make_distributed();
+    let urls = urls();
+    let (one, _) = keys_on_each_worker(&mut coordinator, "internal-");
+    let mut worker = connect(&urls[1]);
+    // On the node holding the row, outside a transaction block: the
+    // writing ones refuse (they would commit on their own).
+    for statement in [calls[0], calls[2]] {
+        assert_eq!(
+            code(&mut worker, statement, &one),
+            Some(SqlState::OBJECT_NOT_IN_PREREQUISITE_STATE),
+            "{statement}"
+        );
+    }
+    // A dkey that is not (name, key)'s: 22023.
+    let mut transaction = worker.transaction().expect("begin");
+    let error = transaction
+        .query(
+            "SELECT * FROM rate_limiter._rate_limit_at($1, 'internal', 'another key', 1, false, NULL, true)",
+            &[&one],
+        )
+        .expect_err("a dkey of another key");
+    assert_eq!(
+        error.code(),
+        Some(&SqlState::INVALID_PARAMETER_VALUE),
+        "{error}"
+    );
+    transaction.rollback().expect("rollback");
+    // A call Citus does not delegate (a generic plan) runs where it is
+    // made: on worker 2, for a row on worker 1, 55000 and nothing written.
+    let mut other = connect(&urls[2]);
+    other
+        .batch_execute("SET plan_cache_mode = force_generic_plan")
+        .expect("generic plans");
+    for statement in calls {
+        let mut transaction = other.transaction().expect("begin");
+        let error = transaction
+            .query(statement, &[&one])
+            .expect_err("not delegated");
+        assert_eq!(
+            error.code(),
+            Some(&SqlState::OBJECT_NOT_IN_PREREQUISITE_STATE),
+            "{statement}: {error}"
+        );
+        transaction.rollback().expect("rollback");
+    }
+    assert_eq!(stored(&mut coordinator, "internal", &one), None);
+    forget("internal");
 }
