@@ -657,6 +657,26 @@ const ELSEWHERE: &str =
     "SELECT ok, retry_after, remaining, verdict, reserved, near_limit, contended \
      FROM rate_limiter._rate_limit_at($1, $2, $3, $4, $5, $6, $7)";
 
+/// The SPI arguments of a delegated call: `dkey`, then `name` and `key`
+/// as text (a NULL key for a global limit).
+fn row_arguments<'a>(
+    dkey: &'a DistributionValue,
+    name: &'a [u8],
+    key: Option<&'a [u8]>,
+) -> [DatumWithOid<'a>; 3] {
+    // SAFETY: the bytes of text values become varlenas of type text.
+    unsafe {
+        [
+            dkey.argument(),
+            DatumWithOid::new(name, pg_sys::TEXTOID),
+            match key {
+                Some(key) => DatumWithOid::new(key, pg_sys::TEXTOID),
+                None => DatumWithOid::null_oid(pg_sys::TEXTOID),
+            },
+        ]
+    }
+}
+
 /// How a verdict travels between nodes (`_rate_limit_at`'s `verdict`).
 fn verdict_number(verdict: Verdict) -> i16 {
     match verdict {
@@ -690,21 +710,16 @@ pub fn elsewhere(
         Some((datum, type_id)) => unsafe { DatumWithOid::new(datum, type_id) },
         None => DatumWithOid::null_oid(pgrx::regtypein("rate_limiter.config")),
     };
-    // SAFETY: the bytes of text values become varlenas of type text.
-    let arguments = unsafe {
-        [
-            dkey.argument(),
-            DatumWithOid::new(call.name, pg_sys::TEXTOID),
-            match call.key {
-                Some(key) => DatumWithOid::new(key, pg_sys::TEXTOID),
-                None => DatumWithOid::null_oid(pg_sys::TEXTOID),
-            },
-            DatumWithOid::from(call.request.count),
-            DatumWithOid::from(call.request.reserve),
-            config,
-            DatumWithOid::from(consume),
-        ]
-    };
+    let [dkey, name, key] = row_arguments(dkey, call.name, call.key);
+    let arguments = [
+        dkey,
+        name,
+        key,
+        DatumWithOid::from(call.request.count),
+        DatumWithOid::from(call.request.reserve),
+        config,
+        DatumWithOid::from(consume),
+    ];
     // As the calling role: Citus keys its connections by role, so the
     // call reuses the connection this transaction's own statements on the
     // tenant's colocated rows use (one node, no 2PC), and the node holding
@@ -978,18 +993,8 @@ pub fn read_states(
     })? {
         return Ok(states);
     }
-    // SAFETY: the bytes of text values become varlenas of type text.
-    let arguments = unsafe {
-        [
-            dkey.argument(),
-            DatumWithOid::new(name, pg_sys::TEXTOID),
-            match key {
-                Some(key) => DatumWithOid::new(key, pg_sys::TEXTOID),
-                None => DatumWithOid::null_oid(pg_sys::TEXTOID),
-            },
-            DatumWithOid::from(shards),
-        ]
-    };
+    let [dkey, name, key] = row_arguments(&dkey, name, key);
+    let arguments = [dkey, name, key, DatumWithOid::from(shards)];
     let mut states = vec![None; shards.max(0) as usize];
     Spi::connect_mut(|client| {
         for row in client.update(STATE_ELSEWHERE, None, &arguments)? {
@@ -1106,23 +1111,18 @@ pub fn credit(
         return Ok(value);
     }
     let config_type = pgrx::regtypein("rate_limiter.config");
-    // SAFETY: the bytes of text values become varlenas of type text; the
-    // config datum is of its type.
-    let arguments = unsafe {
-        [
-            dkey.argument(),
-            DatumWithOid::new(name, pg_sys::TEXTOID),
-            match key {
-                Some(key) => DatumWithOid::new(key, pg_sys::TEXTOID),
-                None => DatumWithOid::null_oid(pg_sys::TEXTOID),
-            },
-            DatumWithOid::from(count),
-            match config_argument {
-                Some(datum) => DatumWithOid::new(datum, config_type),
-                None => DatumWithOid::null_oid(config_type),
-            },
-        ]
-    };
+    let [dkey_argument, name, key] = row_arguments(&dkey, name, key);
+    let arguments = [
+        dkey_argument,
+        name,
+        key,
+        DatumWithOid::from(count),
+        match config_argument {
+            // SAFETY: the config datum is of its type.
+            Some(datum) => unsafe { DatumWithOid::new(datum, config_type) },
+            None => DatumWithOid::null_oid(config_type),
+        },
+    ];
     let value = Spi::connect_mut(|client| {
         client
             .update(CREDIT_ELSEWHERE, Some(1), &arguments)?

@@ -212,6 +212,47 @@ fn taken(notices: &Arc<Mutex<Vec<String>>>) -> Vec<String> {
     std::mem::take(&mut *notices.lock().expect("notices"))
 }
 
+/// Runs a tenant transaction through `url` (`BEGIN`, `rate_limit(name,
+/// key)`, then `insert` with the tenant as `$1`, `COMMIT`) with Citus's
+/// remote commands logged, and checks that the call was admitted, that the
+/// commit was one-phase and that nothing ran on worker 2 (the tenant's
+/// rows are on worker 1).
+fn tenant_transaction_stays_on_one_worker(
+    url: &str,
+    name: &str,
+    key: &str,
+    insert: &str,
+    tenant: &(dyn postgres::types::ToSql + Sync),
+) {
+    let (mut client, notices) = connect_with_notices(url);
+    client
+        .batch_execute("SET citus.log_remote_commands = on")
+        .expect("log remote commands");
+    taken(&notices);
+    let mut transaction = client.transaction().expect("begin");
+    let ok: bool = transaction
+        .query_one(
+            "SELECT ok FROM rate_limiter.rate_limit($1, $2)",
+            &[&name, &key],
+        )
+        .expect("rate_limit")
+        .get(0);
+    assert!(ok);
+    transaction
+        .execute(insert, &[tenant])
+        .expect("the tenant's insert");
+    transaction.commit().expect("commit");
+    let log = taken(&notices);
+    assert!(
+        !log.iter().any(|line| line.contains("PREPARE TRANSACTION")),
+        "one node, one-phase commit ({url}): {log:#?}"
+    );
+    assert!(
+        !log.iter().any(|line| line.contains("55442")),
+        "nothing ran on the other worker ({url}): {log:#?}"
+    );
+}
+
 #[test]
 #[ignore = "needs the Citus cluster of scripts/test.sh"]
 fn the_extension_is_created_on_every_node_at_one_version() {
@@ -666,32 +707,12 @@ fn a_colocated_tenant_transaction_stays_on_one_worker_without_two_phase_commit()
     // From the coordinator and from the tenant's worker.
     for url in [&urls[0], &urls[1]] {
         let url = url.replace("user=postgres", "user=citus_tenant");
-        let (mut client, notices) = connect_with_notices(&url);
-        client
-            .batch_execute("SET citus.log_remote_commands = on")
-            .expect("log remote commands");
-        taken(&notices);
-        let mut transaction = client.transaction().expect("begin");
-        let ok: bool = transaction
-            .query_one(
-                "SELECT ok FROM rate_limiter.rate_limit('messages', $1)",
-                &[&tenant],
-            )
-            .expect("rate_limit")
-            .get(0);
-        assert!(ok);
-        transaction
-            .execute("INSERT INTO app.messages VALUES ($1, 'hello')", &[&tenant])
-            .expect("the tenant's insert");
-        transaction.commit().expect("commit");
-        let log = taken(&notices);
-        assert!(
-            !log.iter().any(|line| line.contains("PREPARE TRANSACTION")),
-            "one node, one-phase commit ({url}): {log:#?}"
-        );
-        assert!(
-            !log.iter().any(|line| line.contains("55442")),
-            "nothing ran on the other worker ({url}): {log:#?}"
+        tenant_transaction_stays_on_one_worker(
+            &url,
+            "messages",
+            &tenant,
+            "INSERT INTO app.messages VALUES ($1, 'hello')",
+            &tenant,
         );
     }
     // The third call of a 2-token limit is refused, and rolled back with it.
@@ -1494,32 +1515,12 @@ fn colocated_with_a_bigint_tenant_column_a_tenant_transaction_stays_on_one_worke
     // The tenant transaction, from the coordinator and from the tenant's
     // worker: one node, one-phase commit, nothing on the other worker.
     for url in [&urls[0], &urls[1]] {
-        let (mut client, notices) = connect_with_notices(url);
-        client
-            .batch_execute("SET citus.log_remote_commands = on")
-            .expect("log remote commands");
-        taken(&notices);
-        let mut transaction = client.transaction().expect("begin");
-        let ok: bool = transaction
-            .query_one(
-                "SELECT ok FROM rate_limiter.rate_limit('orders', $1)",
-                &[&one.to_string()],
-            )
-            .expect("rate_limit")
-            .get(0);
-        assert!(ok);
-        transaction
-            .execute("INSERT INTO app.orders VALUES ($1, 'an order')", &[&one])
-            .expect("the tenant's insert");
-        transaction.commit().expect("commit");
-        let log = taken(&notices);
-        assert!(
-            !log.iter().any(|line| line.contains("PREPARE TRANSACTION")),
-            "one node, one-phase commit ({url}): {log:#?}"
-        );
-        assert!(
-            !log.iter().any(|line| line.contains("55442")),
-            "nothing ran on the other worker ({url}): {log:#?}"
+        tenant_transaction_stays_on_one_worker(
+            url,
+            "orders",
+            &one.to_string(),
+            "INSERT INTO app.orders VALUES ($1, 'an order')",
+            &one,
         );
     }
     assert_eq!(
