@@ -471,7 +471,7 @@ pub fn route() -> Option<Route> {
 }
 
 /// Runs `body` with storage reading and writing `route`'s shard.
-fn on_shard<R>(route: Route, body: impl FnOnce() -> R) -> R {
+pub fn on_shard<R>(route: Route, body: impl FnOnce() -> R) -> R {
     struct Restore(Option<Route>);
     impl Drop for Restore {
         fn drop(&mut self) {
@@ -543,6 +543,91 @@ pub fn site(dkey: &DistributionValue, for_write: bool) -> Result<Site, CallError
         "Citus's metadata for rate_limiter.rate_limits kept changing during the call".into(),
         "Retry the transaction (a shard move or split was under way).",
     ))
+}
+
+/// Where the shards `0..shards` of the global limit `name` live (SPEC
+/// §10: they spread over the nodes), read as [`site`] reads one: the ones
+/// on this node, each with its route and distribution value (Citus's
+/// metadata lock for a write to its shard taken), and, for every other
+/// node that holds some, the distribution value of one of them, those
+/// nodes in random order. Its work grows with `shards` (at most 32767).
+/// `for_write`: take the metadata locks (a read takes none, as
+/// [`site`]).
+///
+/// Errors: 55000 as [`site`].
+pub fn spread(name: &[u8], shards: i16, for_write: bool) -> Result<Spread, CallError> {
+    for _ in 0..LOOKUPS {
+        let Some(distribution) = distribution() else {
+            return Err(CallError::Cluster(
+                "rate_limiter.rate_limits is no longer distributed".into(),
+                "Retry the call.",
+            ));
+        };
+        let generation = catalog::generation();
+        let mut here = Vec::new();
+        let mut others: Vec<(i32, DistributionValue)> = Vec::new();
+        for number in 0..shards {
+            let dkey = distribution_value(name, None, number)?;
+            let place = distribution.place(&dkey)?;
+            if place.group == distribution.local_group {
+                here.push((number, place, dkey));
+            } else if !others.iter().any(|(group, _)| *group == place.group) {
+                others.push((place.group, dkey));
+            }
+        }
+        let mut locked: Vec<usize> = Vec::new();
+        for (_, place, _) in &here {
+            if for_write && !locked.contains(&place.index) {
+                lock_shard_metadata(distribution.colocation_id, place.index, pg_sys::ShareLock);
+                locked.push(place.index);
+            }
+        }
+        // SAFETY: processes pending invalidations (a move that committed
+        // while this call waited for a lock).
+        unsafe { pg_sys::AcceptInvalidationMessages() };
+        if catalog::generation() != generation {
+            continue;
+        }
+        let mut local = Vec::with_capacity(here.len());
+        for (number, place, dkey) in here {
+            local.push((number, shard_route(place, &dkey)?, dkey));
+        }
+        let mut elsewhere: Vec<DistributionValue> =
+            others.into_iter().map(|(_, dkey)| dkey).collect();
+        if !elsewhere.is_empty() {
+            let start = crate::shard_choice::draw()[0] as usize % elsewhere.len();
+            elsewhere.rotate_left(start);
+        }
+        return Ok(Spread { local, elsewhere });
+    }
+    Err(CallError::Cluster(
+        "Citus's metadata for rate_limiter.rate_limits kept changing during the call".into(),
+        "Retry the transaction (a shard move or split was under way).",
+    ))
+}
+
+/// Where a global limit's shards live ([`spread`]).
+pub struct Spread {
+    /// The shards on this node: number, route, distribution value.
+    pub local: Vec<(i16, Route, DistributionValue)>,
+    /// One distribution value per other node holding some, in random
+    /// order.
+    pub elsewhere: Vec<DistributionValue>,
+}
+
+impl Spread {
+    /// The local shards as `limit::Shards::Placed` takes them.
+    fn placed(&self, count: i16, held: Option<i16>) -> limit::Shards {
+        limit::Shards::Placed {
+            shards: self
+                .local
+                .iter()
+                .map(|(number, route, _)| (*number, *route))
+                .collect(),
+            count,
+            held,
+        }
+    }
 }
 
 /// The shards of the state table placed on this node, as qualified
@@ -778,6 +863,154 @@ pub fn consume_elsewhere(
     })
 }
 
+/// `rate_limit` of a global limit with `shards` (>= 2) shards on a
+/// distributed install (SPEC §10): the shards on this node first (as on
+/// one server, over those shards only); only when they cannot serve the
+/// call, the other nodes', one node after the other in random order,
+/// through `_rate_limit_at` with the distribution value of one of its
+/// shards, until one admits. There the call uses only that node's shards
+/// and never waits for one another transaction holds (it passes over it,
+/// or answers as refused), so no two calls wait for each other across
+/// nodes. Every node consumes within its own shards' bounds, so the limit
+/// never admits more than the unsharded bound. A refusal answers with the
+/// soonest `retry_after` of the nodes asked.
+///
+/// Errors: 55000 as [`site`]; those of `rate_limit`.
+pub fn consume_spread(call: &Call<'_>, shards: i16) -> Result<(Decision, Counted), CallError> {
+    let spread = spread(call.name, shards, true)?;
+    let mut best: Option<(Decision, Counted)> = None;
+    if let Some((_, _, dkey)) = spread.local.first() {
+        let answer = limit::consume_with(call, spread.placed(shards, None))?;
+        wrote(Some(dkey))?;
+        if answer.1.verdict == Verdict::Admitted {
+            return Ok(answer);
+        }
+        best = Some(answer);
+    }
+    for dkey in &spread.elsewhere {
+        let answer = consume_elsewhere(call, dkey)?;
+        if answer.1.verdict == Verdict::Admitted {
+            return Ok(answer);
+        }
+        best = Some(match best {
+            Some(earlier) if sooner(&earlier.0, &answer.0) => earlier,
+            _ => answer,
+        });
+    }
+    best.ok_or_else(|| {
+        CallError::Cluster(
+            "no shard of this limit is placed on any node".into(),
+            "Check pg_dist_shard and pg_dist_placement for rate_limiter.rate_limits.",
+        )
+    })
+}
+
+/// Whether refusal `a` says to retry no later than `b` (no `retry_after`:
+/// never).
+fn sooner(a: &Decision, b: &Decision) -> bool {
+    match (a.retry_after, b.retry_after) {
+        (Some(a), Some(b)) => a <= b,
+        (Some(_), None) => true,
+        (None, Some(_)) => false,
+        (None, None) => true,
+    }
+}
+
+/// The body of `_rate_limit_at` for a global limit with `shards` (>= 2)
+/// shards: consumes from the shards on this node only, never waiting for
+/// one another transaction holds (see [`consume_spread`]). `dkey` must be
+/// the distribution value of one of its shards (22023), placed here
+/// (55000).
+fn spread_at(
+    dkey: Option<DistributionValue>,
+    call: &Call<'_>,
+    consume: bool,
+    shards: i16,
+) -> Result<(Decision, Option<Counted>), CallError> {
+    checks("_rate_limit_at", RATE_LIMIT_AT_HINT, consume)?;
+    let dkey = one_of_the_shards(dkey, call.name, shards)?;
+    if !consume {
+        return Err(CallError::NotOnCluster(
+            "rate_check of a global limit with several shards",
+        ));
+    }
+    let spread = spread(call.name, shards, true)?;
+    if !spread.local.iter().any(|(_, _, local)| *local == dkey) {
+        return Err(not_here());
+    }
+    let (decision, counted) = limit::consume_with(call, spread.placed(shards, Some(i16::MAX)))?;
+    wrote(Some(&dkey))?;
+    Ok((decision, Some(counted)))
+}
+
+/// `dkey` when it is the distribution value of one of the shards
+/// `0..shards` of the global limit `name`, else 22023.
+fn one_of_the_shards(
+    dkey: Option<DistributionValue>,
+    name: &[u8],
+    shards: i16,
+) -> Result<DistributionValue, CallError> {
+    let Some(dkey) = dkey else {
+        return Err(wrong_dkey());
+    };
+    for number in 0..shards {
+        if distribution_value(name, None, number)? == dkey {
+            return Ok(dkey);
+        }
+    }
+    Err(wrong_dkey())
+}
+
+/// The stored state of the shards of the global limit `name` placed on
+/// this node (`spread.local`), without locking: `states[i]` is shard `i`
+/// of `shards`, `None` for a shard elsewhere or without a row.
+fn read_local_shards(name: &[u8], spread: &Spread, shards: i16) -> Vec<Option<State>> {
+    let mut states = vec![None; shards.max(0) as usize];
+    for (number, route, _) in &spread.local {
+        if let Some(slot) = states.get_mut(*number as usize) {
+            *slot = on_shard(*route, || {
+                crate::storage::read(crate::storage::RowId {
+                    name,
+                    key: None,
+                    shard: *number,
+                })
+            });
+        }
+    }
+    states
+}
+
+/// The error of a `dkey` that is not the one of the row(s) called for.
+fn wrong_dkey() -> CallError {
+    CallError::Limit(LimitError::invalid(
+        "dkey",
+        "dkey is not the distribution value of (name, key)".to_string(),
+    ))
+}
+
+/// What every delegated internal function checks first: the tables are
+/// distributed (55000), and a writing call runs inside a transaction
+/// block (55000: Citus runs a delegated call inside the caller's
+/// distributed transaction, and anything else would commit on its own).
+/// `function` is its name; `hint` names the public function to call
+/// instead.
+fn checks(function: &str, hint: &'static str, writes: bool) -> Result<(), CallError> {
+    if !catalog::objects().distributed {
+        return Err(CallError::Cluster(
+            format!("rate_limiter.{function}() was called, but rate_limiter.rate_limits is not distributed"),
+            hint,
+        ));
+    }
+    // SAFETY: reads the transaction state.
+    if writes && !unsafe { pg_sys::IsTransactionBlock() } {
+        return Err(CallError::Cluster(
+            format!("rate_limiter.{function}() writes only inside a transaction block"),
+            hint,
+        ));
+    }
+    Ok(())
+}
+
 /// What every delegated internal function checks first, and the
 /// distribution value of (name, key): the tables are distributed (55000),
 /// a writing call runs inside a transaction block (55000: Citus runs a
@@ -793,28 +1026,19 @@ fn delegated(
     name: &[u8],
     key: Option<&[u8]>,
 ) -> Result<DistributionValue, CallError> {
-    if !catalog::objects().distributed {
-        return Err(CallError::Cluster(
-            format!("rate_limiter.{function}() was called, but rate_limiter.rate_limits is not distributed"),
-            hint,
-        ));
-    }
-    // SAFETY: reads the transaction state.
-    if writes && !unsafe { pg_sys::IsTransactionBlock() } {
-        return Err(CallError::Cluster(
-            format!("rate_limiter.{function}() writes only inside a transaction block"),
-            hint,
-        ));
-    }
+    checks(function, hint, writes)?;
     let expected = distribution_value(name, key, 0)?;
     if dkey.as_ref() != Some(&expected) {
-        return Err(CallError::Limit(LimitError::invalid(
-            "dkey",
-            "dkey is not the distribution value of (name, key)".to_string(),
-        )));
+        return Err(wrong_dkey());
     }
     Ok(expected)
 }
+
+/// The hint of `_rate_state_at`'s refusals.
+const STATE_AT_HINT: &str = "It is internal: call rate_limiter.status().";
+
+/// The hint of `_rate_limit_at`'s refusals.
+const RATE_LIMIT_AT_HINT: &str = "It is internal: call rate_limiter.rate_limit(), which reaches the node holding the row inside your transaction.";
 
 /// The error of a delegated call that reached a node without its rows.
 fn not_here() -> CallError {
@@ -832,9 +1056,12 @@ fn at(
     call: &Call<'_>,
     consume: bool,
 ) -> Result<(Decision, Option<Counted>), CallError> {
+    if let Some(shards) = call.spread_shards()? {
+        return spread_at(dkey, call, consume, shards);
+    }
     let expected = delegated(
         "_rate_limit_at",
-        "It is internal: call rate_limiter.rate_limit(), which reaches the node holding the row inside your transaction.",
+        RATE_LIMIT_AT_HINT,
         consume,
         dkey,
         call.name,
@@ -975,17 +1202,23 @@ const STATE_ELSEWHERE: &str =
 /// `i`. A row on another node is read there through `_rate_state_at`, as
 /// the calling role and inside its transaction (read-only ones too).
 ///
-/// Errors: 0A000 for a global limit with several shards (its shards live
-/// on several nodes); 55000 as [`site`]; 22P02 as [`distribution_value`].
+/// A global limit with several shards: its shards on this node read here,
+/// the others on each node that holds some, through `_rate_state_at` with
+/// the distribution value of one of them.
+///
+/// Errors: 55000 as [`site`]; 22P02 as [`distribution_value`].
 pub fn read_states(
     name: &[u8],
     key: Option<&[u8]>,
     shards: i16,
 ) -> Result<Vec<Option<State>>, CallError> {
     if shards > 1 && key.is_none() {
-        return Err(CallError::NotOnCluster(
-            "a global limit with several shards",
-        ));
+        let spread = spread(name, shards, false)?;
+        let mut states = read_local_shards(name, &spread, shards);
+        for dkey in &spread.elsewhere {
+            read_elsewhere(dkey, name, None, shards, &mut states)?;
+        }
+        return Ok(states);
     }
     let dkey = distribution_value(name, key, 0)?;
     if let Some(states) = here(&dkey, false, || {
@@ -993,9 +1226,23 @@ pub fn read_states(
     })? {
         return Ok(states);
     }
-    let [dkey, name, key] = row_arguments(&dkey, name, key);
-    let arguments = [dkey, name, key, DatumWithOid::from(shards)];
     let mut states = vec![None; shards.max(0) as usize];
+    read_elsewhere(&dkey, name, key, shards, &mut states)?;
+    Ok(states)
+}
+
+/// Fills `states` with the stored rows of (name, key) that
+/// `_rate_state_at` returns from the node holding the row of `dkey`
+/// (`states[i]` is shard `i`; rows beyond it are ignored).
+fn read_elsewhere(
+    dkey: &DistributionValue,
+    name: &[u8],
+    key: Option<&[u8]>,
+    shards: i16,
+    states: &mut [Option<State>],
+) -> Result<(), CallError> {
+    let [dkey, name, key] = row_arguments(dkey, name, key);
+    let arguments = [dkey, name, key, DatumWithOid::from(shards)];
     Spi::connect_mut(|client| {
         for row in client.update(STATE_ELSEWHERE, None, &arguments)? {
             if let (Some(shard), Some(value), Some(ts)) = (
@@ -1013,11 +1260,12 @@ pub fn read_states(
         }
         Ok::<_, pgrx::spi::SpiError>(())
     })?;
-    Ok(states)
+    Ok(())
 }
 
 /// The body of `_rate_state_at`: the stored rows of (name, key) on this
-/// node, which must hold them.
+/// node, which must hold them (a global limit with several shards: the
+/// rows of its shards on this node, which must hold the one of `dkey`).
 fn state_at(
     dkey: Option<DistributionValue>,
     name: Option<&[u8]>,
@@ -1032,14 +1280,16 @@ fn state_at(
             "shards must be at least 1".to_string(),
         )));
     }
-    let expected = delegated(
-        "_rate_state_at",
-        "It is internal: call rate_limiter.status().",
-        false,
-        dkey,
-        name,
-        key,
-    )?;
+    if key.is_none() && shards > 1 {
+        checks("_rate_state_at", STATE_AT_HINT, false)?;
+        let dkey = one_of_the_shards(dkey, name, shards)?;
+        let spread = spread(name, shards, false)?;
+        if !spread.local.iter().any(|(_, _, local)| *local == dkey) {
+            return Err(not_here());
+        }
+        return Ok(read_local_shards(name, &spread, shards));
+    }
+    let expected = delegated("_rate_state_at", STATE_AT_HINT, false, dkey, name, key)?;
     here(&expected, false, || {
         Ok(crate::storage::read_shards(name, key, shards))
     })?

@@ -17,14 +17,14 @@ use crate::result_row::{self, ResultRow};
 use crate::security::write_as_owner;
 use crate::shard_choice;
 use crate::stats::{self, Counted};
-use crate::storage::{self, LimitRows, RowId};
+use crate::storage::{self, LimitRows, RowId, ShardPlaces};
 use pgrx::fcinfo::pg_getarg;
 use pgrx::heap_tuple::PgHeapTuple;
 use pgrx::pg_sys;
 use pgrx::prelude::*;
 use pgrx::AllocatedByRust;
 use rate_limiter_algorithm::{
-    evaluate, evaluate_all, evaluate_pair, near_limit, verdict, Config, Decision, LimitError,
+    evaluate, evaluate_all, evaluate_looked_at, near_limit, verdict, Config, Decision, LimitError,
     LimitId, Request, ShardedDecision, Verdict,
 };
 
@@ -98,6 +98,33 @@ impl<'a> Call<'a> {
     fn definition(&self) -> Result<Definition, CallError> {
         definitions::resolve(self.name, self.config)
     }
+
+    /// On a distributed install, the number of shards of a global limit
+    /// with several (whose shards spread over the nodes), else `None`.
+    ///
+    /// Errors: 42704 for an undefined limit.
+    pub fn spread_shards(&self) -> Result<Option<i16>, CallError> {
+        if self.key.is_some() {
+            return Ok(None);
+        }
+        let shards = self.definition()?.config.shards;
+        Ok((shards > 1).then_some(shards as i16))
+    }
+}
+
+/// Which of a sharded limit's shards a consuming call may use.
+#[derive(Clone)]
+pub enum Shards {
+    /// Every shard (on one server; a keyed limit on a distributed install).
+    Every,
+    /// On a distributed install, the shards of a global limit of `count`
+    /// shards placed on this node, each with its route
+    /// (`citus::spread`); `held` as `storage::consume_sharded` takes it.
+    Placed {
+        shards: Vec<(i16, citus::Route)>,
+        count: i16,
+        held: Option<i16>,
+    },
 }
 
 /// The answer of a sharded limit, as the result row reports it.
@@ -139,6 +166,9 @@ pub fn answered(
 /// try).
 pub fn consume(call: &Call<'_>) -> Result<(Decision, Counted), CallError> {
     if crate::catalog::objects().distributed {
+        if let Some(shards) = call.spread_shards()? {
+            return citus::consume_spread(call, shards);
+        }
         let dkey = citus::distribution_value(call.name, call.key, 0)?;
         return match citus::here(&dkey, true, || consume_here(call))? {
             Some(answer) => Ok(answer),
@@ -151,7 +181,13 @@ pub fn consume(call: &Call<'_>) -> Result<(Decision, Counted), CallError> {
 /// [`consume`] on this node (on a distributed install: in the shard of
 /// this node that holds the row).
 pub fn consume_here(call: &Call<'_>) -> Result<(Decision, Counted), CallError> {
-    let (decision, definition, contended) = definitions::restarting(|| consume_once(call))?;
+    consume_with(call, Shards::Every)
+}
+
+/// [`consume_here`] using the shards `shards` allows.
+pub fn consume_with(call: &Call<'_>, shards: Shards) -> Result<(Decision, Counted), CallError> {
+    let (decision, definition, contended) =
+        definitions::restarting(|| consume_once(call, shards.clone()))?;
     Ok(answered(
         &definition,
         call.request.count,
@@ -164,30 +200,51 @@ pub fn consume_here(call: &Call<'_>) -> Result<(Decision, Counted), CallError> {
 /// definition changed while the call waited for its rows. The decision as
 /// made, the definition it was made under, and whether a sharded call met
 /// a locked shard.
-fn consume_once(call: &Call<'_>) -> Result<(Decision, Definition, bool), CallError> {
+fn consume_once(
+    call: &Call<'_>,
+    shards: Shards,
+) -> Result<(Decision, Definition, bool), CallError> {
     let definition = call.definition()?;
     let config = definition.config;
     // Check the count against the config before touching the row.
     config.validate_count(call.request.count, call.request.reserve)?;
     let current = || definitions::recheck(call.name, call.config, &definition);
-    if config.shards > 1 && call.key.is_none() && citus::route().is_some() {
-        // Its shards live on several nodes.
-        return Err(CallError::NotOnCluster(
-            "a global limit with several shards",
-        ));
-    }
+    let (places, held) = match shards {
+        Shards::Every => {
+            if config.shards > 1 && call.key.is_none() && citus::route().is_some() {
+                // Its shards live on several nodes: citus::consume_spread.
+                return Err(definition_changed());
+            }
+            (ShardPlaces::All, None)
+        }
+        Shards::Placed {
+            shards,
+            count,
+            held,
+        } => {
+            if config.shards != i32::from(count) {
+                return Err(definition_changed());
+            }
+            (ShardPlaces::Routed(shards), held)
+        }
+    };
     if config.shards > 1 {
-        let (decision, contended) =
-            storage::consume_sharded(call.shards(&config), shard_choice::draw, |candidates| {
+        let (decision, contended) = storage::consume_sharded(
+            call.shards(&config),
+            places,
+            held,
+            shard_choice::draw,
+            |candidates| {
                 current()?;
-                Ok(evaluate_pair(
+                Ok(evaluate_looked_at(
                     &config,
                     call.id(),
                     candidates,
                     clock::now(),
                     call.request,
                 )?)
-            })?;
+            },
+        )?;
         return Ok((answer(decision), definition, contended));
     }
     let decision = storage::consume(call.row(), |stored| {
@@ -208,6 +265,12 @@ fn consume_once(call: &Call<'_>) -> Result<(Decision, Definition, bool), CallErr
 /// for the two fullest (see `evaluate_all`).
 pub fn check(call: &Call<'_>) -> Result<Decision, CallError> {
     if crate::catalog::objects().distributed {
+        if let Some(shards) = call.spread_shards()? {
+            // Its shards spread over the nodes: read them where they live.
+            let definition = call.definition()?;
+            let stored = citus::read_states(call.name, None, shards)?;
+            return check_shards(call, &definition, &stored);
+        }
         let dkey = citus::distribution_value(call.name, call.key, 0)?;
         return match citus::here(&dkey, false, || check_here(call))? {
             Some(answer) => Ok(answer),
@@ -222,18 +285,13 @@ pub fn check_here(call: &Call<'_>) -> Result<Decision, CallError> {
     let definition = call.definition()?;
     let config = definition.config;
     if config.shards > 1 && call.key.is_none() && citus::route().is_some() {
-        return Err(CallError::NotOnCluster(
-            "a global limit with several shards",
-        ));
+        // Its shards live on several nodes: check reads them there.
+        return Err(definition_changed());
     }
     if config.shards > 1 {
         let limit = call.shards(&config);
         let stored = storage::read_shards(limit.name, limit.key, limit.shards);
-        let decision = evaluate_all(&config, call.id(), &stored, clock::now(), call.request)?;
-        for state in decision.new_states.iter().flatten() {
-            storage::timestamp(state.ts)?;
-        }
-        return Ok(verdict::answer(answer(decision), definition.enforce).0);
+        return check_shards(call, &definition, &stored);
     }
     let stored = storage::read(call.row());
     let decision = evaluate(&config, call.id(), stored, clock::now(), call.request)?;
@@ -242,6 +300,30 @@ pub fn check_here(call: &Call<'_>) -> Result<Decision, CallError> {
         storage::timestamp(state.ts)?;
     }
     Ok(verdict::answer(decision, definition.enforce).0)
+}
+
+/// The error of a call whose limit's definition changed between finding
+/// where its shards live and deciding (55000).
+fn definition_changed() -> CallError {
+    CallError::Cluster(
+        "the definition of this limit changed during the call".into(),
+        "Retry the transaction.",
+    )
+}
+
+/// [`check`] of a sharded limit, given the stored state of every shard
+/// (`stored[i]` is shard `i`): the answer for the two fullest.
+fn check_shards(
+    call: &Call<'_>,
+    definition: &Definition,
+    stored: &[Option<rate_limiter_algorithm::State>],
+) -> Result<Decision, CallError> {
+    let config = definition.config;
+    let decision = evaluate_all(&config, call.id(), stored, clock::now(), call.request)?;
+    for state in decision.new_states.iter().flatten() {
+        storage::timestamp(state.ts)?;
+    }
+    Ok(verdict::answer(answer(decision), definition.enforce).0)
 }
 
 /// `rate_limit`'s body: consume, and count the decision.

@@ -34,7 +34,8 @@ pub use decision::{evaluate, Decision, LimitId, Request, State};
 pub use error::{ErrorKind, LimitError};
 pub use prune::prunable;
 pub use shards::{
-    evaluate_all, evaluate_fullest, evaluate_pair, shard_order, Candidate, ShardedDecision,
+    evaluate_all, evaluate_fullest, evaluate_looked_at, evaluate_pair, evaluate_single,
+    shard_order, Candidate, ShardedDecision,
 };
 pub use status::{status, Status};
 pub use time::{period_micros, Micros, MICROS_PER_MILLISECOND};

@@ -186,6 +186,102 @@ pub fn evaluate_pair(
     })
 }
 
+/// Evaluates one call of a sharded limit (`config.shards` >= 2, valid) that
+/// may use only one of its shards: on a Citus cluster, the only shard of
+/// the limit placed on the node the call runs on. That shard is a limit of
+/// its own ([`Config::shard`]), decided as [`crate::evaluate`] decides an
+/// unsharded limit:
+///
+/// - writable: admitted when it alone can serve the call (its new state in
+///   `new_states[0]`), else refused with its own `retry_after`;
+/// - read-only (another transaction holds it): refused, with its
+///   `retry_after` when it could not serve the call either, else 1
+///   microsecond (as [`evaluate_pair`] answers for two read-only shards);
+/// - a count one shard can never serve (more than its capacity, plus its
+///   `max_reserved` with `reserve`), which two shards could: refused with
+///   no `retry_after` (other shards may serve it; this one never will).
+///
+/// `remaining` estimates the whole limit as the shard's value times the
+/// number of shards.
+///
+/// Errors: `InvalidParameter` for a count that no two shards could ever
+/// serve ([`Config::validate_count`]); `OutOfRange` as [`crate::evaluate`].
+pub fn evaluate_single(
+    config: &Config,
+    id: LimitId<'_>,
+    candidate: Candidate,
+    now: Micros,
+    request: Request,
+) -> Result<ShardedDecision, LimitError> {
+    config.validate_count(request.count, request.reserve)?;
+    let shard = config.shard();
+    let shards = f64::from(config.shards);
+    if shard
+        .validate_count(request.count, request.reserve)
+        .is_err()
+    {
+        let state = candidate
+            .stored
+            .unwrap_or_else(|| initial_state(&shard, id, now));
+        return Ok(ShardedDecision {
+            ok: false,
+            retry_after: None,
+            remaining: refill(&shard, state, now).value * shards,
+            new_states: [None, None],
+        });
+    }
+    let decision = crate::decision::evaluate(&shard, id, candidate.stored, now, request)?;
+    let remaining = decision.remaining * shards;
+    if !decision.ok {
+        return Ok(ShardedDecision {
+            ok: false,
+            retry_after: decision.retry_after,
+            remaining,
+            new_states: [None, None],
+        });
+    }
+    if !candidate.writable {
+        let state = candidate
+            .stored
+            .unwrap_or_else(|| initial_state(&shard, id, now));
+        return Ok(ShardedDecision {
+            ok: false,
+            retry_after: Some(1),
+            remaining: refill(&shard, state, now).value * shards,
+            new_states: [None, None],
+        });
+    }
+    Ok(ShardedDecision {
+        ok: true,
+        retry_after: decision.retry_after,
+        remaining,
+        new_states: [decision.new_state, None],
+    })
+}
+
+/// [`evaluate_pair`] for two candidates, [`evaluate_single`] for one.
+///
+/// Errors: theirs; `InvalidParameter` for another number of candidates.
+pub fn evaluate_looked_at(
+    config: &Config,
+    id: LimitId<'_>,
+    candidates: &[Candidate],
+    now: Micros,
+    request: Request,
+) -> Result<ShardedDecision, LimitError> {
+    match *candidates {
+        [single] => evaluate_single(config, id, single, now, request),
+        [first, second] => evaluate_pair(config, id, [first, second], now, request),
+        _ => Err(LimitError::invalid(
+            "shards",
+            format!(
+                "a sharded call decides on one or two shards, not {}",
+                candidates.len()
+            ),
+        )),
+    }
+}
+
 fn finite(value: f64) -> Result<f64, LimitError> {
     if value.is_finite() {
         Ok(value)
@@ -331,6 +427,92 @@ mod tests {
             stored: Some(State { value, ts: 0 }),
             writable: true,
         }
+    }
+
+    fn single(config: &Config, candidate: Candidate, count: f64) -> ShardedDecision {
+        let request = Request {
+            count,
+            reserve: false,
+        };
+        evaluate_single(config, ID, candidate, 0, request).unwrap()
+    }
+
+    #[test]
+    fn one_usable_shard_is_a_limit_of_its_own() {
+        // 4 shards: each holds 2.5 and refills 2.5 a second.
+        let config = config(4, None);
+        let served = single(&config, free(2.5), 2.0);
+        assert!(served.ok);
+        assert_eq!(served.new_states, [Some(State { value: 0.5, ts: 0 }), None]);
+        assert_eq!(served.remaining, 0.5 * 4.0);
+        assert_eq!(served.retry_after, None);
+        // A new row is a full shard.
+        let new = Candidate {
+            stored: None,
+            writable: true,
+        };
+        assert!(single(&config, new, 2.5).ok);
+        // Not enough: refused with the shard's own retry_after (1.5 tokens
+        // missing at 2.5 a second: 0.6 s), as evaluate answers.
+        let refused = single(&config, free(0.5), 2.0);
+        assert!(!refused.ok);
+        assert_eq!(refused.retry_after, Some(600_000));
+        assert_eq!(refused.new_states, [None, None]);
+        assert_eq!(refused.remaining, 0.5 * 4.0);
+    }
+
+    #[test]
+    fn one_usable_shard_refuses_what_only_two_could_serve_without_retry_after() {
+        let config = config(4, None);
+        // 4 is more than one shard's 2.5 but within two shards' 5.
+        let refused = single(&config, free(2.5), 4.0);
+        assert!(!refused.ok);
+        assert_eq!(refused.retry_after, None);
+        assert_eq!(refused.new_states, [None, None]);
+        // More than two shards hold is an error, as for a pair.
+        let request = Request {
+            count: 6.0,
+            reserve: false,
+        };
+        assert!(evaluate_single(&config, ID, free(2.5), 0, request).is_err());
+    }
+
+    #[test]
+    fn one_busy_shard_is_never_consumed_from() {
+        let config = config(4, None);
+        let busy = Candidate {
+            stored: Some(State { value: 2.5, ts: 0 }),
+            writable: false,
+        };
+        let refused = single(&config, busy, 1.0);
+        assert!(!refused.ok);
+        assert_eq!(refused.retry_after, Some(1));
+        assert_eq!(refused.new_states, [None, None]);
+        let empty = Candidate {
+            stored: Some(State { value: 0.0, ts: 0 }),
+            writable: false,
+        };
+        assert_eq!(single(&config, empty, 1.0).retry_after, Some(400_000));
+    }
+
+    #[test]
+    fn looked_at_decides_on_one_or_two_shards() {
+        let config = config(4, None);
+        let request = Request {
+            count: 1.0,
+            reserve: false,
+        };
+        let pair = [free(2.5), free(1.0)];
+        assert_eq!(
+            evaluate_looked_at(&config, ID, &pair, 0, request).unwrap(),
+            evaluate_pair(&config, ID, pair, 0, request).unwrap()
+        );
+        assert_eq!(
+            evaluate_looked_at(&config, ID, &pair[..1], 0, request).unwrap(),
+            evaluate_single(&config, ID, pair[0], 0, request).unwrap()
+        );
+        assert!(evaluate_looked_at(&config, ID, &[], 0, request).is_err());
+        assert!(evaluate_looked_at(&config, ID, &[pair[0]; 3], 0, request).is_err());
     }
 
     fn call(

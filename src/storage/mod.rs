@@ -27,7 +27,7 @@ mod shards;
 pub use all_or_nothing::{consume_all_or_nothing, sort_rows};
 pub use consume::consume;
 pub use credit::credit;
-pub use shards::{consume_sharded, LimitRows};
+pub use shards::{consume_sharded, LimitRows, ShardPlaces};
 
 use crate::errors::CallError;
 use crate::plans::kept_plan;

@@ -41,21 +41,133 @@
 //! shard emptied), it does not wait: it answers with the refusal of the
 //! pair it looked at.
 //!
+//! **Which shards.** On one server, and for a keyed limit on a distributed
+//! install, every shard of the limit, in one relation. For a global limit
+//! on a distributed install, only the shards placed on this node, each in
+//! its own shard relation ([`ShardPlaces::Routed`]; `crate::citus` decides
+//! which and goes to other nodes when these cannot serve the call); with a
+//! single such shard, the math decides on that one alone
+//! (`evaluate_looked_at`). A call that must not wait at all (one sent on
+//! from another node) starts with `held` at the highest shard number, so
+//! it passes over busy shards and answers for them instead.
+//!
 //! New rows are inserted speculatively, one after the other; if another
 //! transaction inserted one of them first, that one is withdrawn, the ones
 //! before it are deleted again (other transactions still wait for them
 //! until this one ends: they count as held), and the call starts again.
 
 use super::consume::{
-    acquire, begin_write, confirm_unwritten, end_write, insert_new, lock, peek, write_locked,
-    Acquired, Lock, LockedRow, Peek,
+    acquire, begin_write, confirm_unwritten, delete_inserted, end_write, insert_one, lock, peek,
+    write_locked, Acquired, Lock, LockedRow, Peek,
 };
 use super::relations::Relations;
 use super::{timestamp, Datums, RowId};
+use crate::citus::Route;
 use crate::errors::CallError;
 use pgrx::pg_sys;
 use pgrx::prelude::*;
 use rate_limiter_algorithm::{shard_order, Candidate, ShardedDecision, State};
+
+/// Which of a limit's shards a call may use, and where each is stored.
+pub enum ShardPlaces {
+    /// Every shard `0..shards`, in the state table (or, on a distributed
+    /// install, in the shard relation the caller routed the call to: a
+    /// keyed limit's shards all live with its key).
+    All,
+    /// Only these shards (at least one, each once), each in the shard
+    /// relation of this node that holds it (`Route`): a global limit's
+    /// shards on a distributed install, where they spread over the nodes
+    /// (`crate::citus`).
+    Routed(Vec<(i16, Route)>),
+}
+
+/// The relations a call reads and writes its shards in.
+struct Places {
+    /// Opened for writing: one for `ShardPlaces::All`, one per shard
+    /// relation for `ShardPlaces::Routed`.
+    relations: Vec<Relations>,
+    /// For `ShardPlaces::Routed`: each usable shard, the index of its
+    /// relations and its route. Empty for `ShardPlaces::All`.
+    routed: Vec<(i16, usize, Route)>,
+}
+
+impl Places {
+    /// Opens the relations of `places` for writing (the first with
+    /// [`begin_write`]'s checks).
+    ///
+    /// # Safety
+    /// As [`begin_write`].
+    unsafe fn open(places: ShardPlaces) -> Places {
+        match places {
+            ShardPlaces::All => Places {
+                relations: vec![begin_write(c"rate_limit()").0],
+                routed: Vec::new(),
+            },
+            ShardPlaces::Routed(shards) if shards.is_empty() => {
+                error!("rate_limiter: a sharded call was given no shard to use")
+            }
+            ShardPlaces::Routed(shards) => {
+                let mut relations: Vec<Relations> = Vec::new();
+                let mut tables: Vec<pg_sys::Oid> = Vec::new();
+                let mut routed = Vec::with_capacity(shards.len());
+                for (number, route) in shards {
+                    let index = match tables.iter().position(|table| *table == route.table) {
+                        Some(index) => index,
+                        None => {
+                            let first = relations.is_empty();
+                            relations.push(crate::citus::on_shard(route, || {
+                                if first {
+                                    begin_write(c"rate_limit()").0
+                                } else {
+                                    Relations::open_for_write()
+                                }
+                            }));
+                            tables.push(route.table);
+                            relations.len() - 1
+                        }
+                    };
+                    routed.push((number, index, route));
+                }
+                Places { relations, routed }
+            }
+        }
+    }
+
+    /// How many shards the call may use.
+    fn count(&self, limit: LimitRows<'_>) -> i16 {
+        if self.routed.is_empty() {
+            limit.shards
+        } else {
+            self.routed.len() as i16
+        }
+    }
+
+    /// The order in which the call looks at the shards it may use
+    /// ([`shard_order`] over them).
+    fn order(&self, limit: LimitRows<'_>, random: [u32; 3]) -> impl Iterator<Item = i16> + '_ {
+        let count = self.count(limit);
+        shard_order(count, random)
+            .filter(move |&index| index < count)
+            .map(move |index| match self.routed.get(index as usize) {
+                Some((number, ..)) => *number,
+                None => index,
+            })
+    }
+
+    /// Runs `body` on the relations of shard `number`, with storage
+    /// writing its distribution value.
+    fn at<R>(&self, number: i16, body: impl FnOnce(&Relations) -> R) -> R {
+        if self.routed.is_empty() {
+            return body(&self.relations[0]);
+        }
+        match self.routed.iter().find(|(shard, ..)| *shard == number) {
+            Some((_, index, route)) => {
+                crate::citus::on_shard(*route, || body(&self.relations[*index]))
+            }
+            None => error!("rate_limiter: shard {number} is not among the shards of this call"),
+        }
+    }
+}
 
 /// Which limit: its name and key (`None`: the global limit).
 #[derive(Debug, Clone, Copy)]
@@ -117,11 +229,14 @@ impl Shard {
     }
 }
 
-/// Consumes from a sharded limit (see the module documentation).
-/// `random` gives the three random numbers of each attempt's shard order;
-/// `decide` runs the math on the pair (reading the clock itself) and may
-/// be called more than once; only its last decision is written and
-/// returned.
+/// Consumes from a sharded limit (see the module documentation), using
+/// the shards `places` allows. `held` is the highest shard the call
+/// already holds, if any (`Some(i16::MAX)`: the call must not wait for
+/// any shard). `random` gives the three random numbers of each attempt's
+/// shard order; `decide` runs the math on the shards looked at (two, or
+/// one when the call may use only one shard), reading the clock itself,
+/// and may be called more than once; only its last decision is written
+/// and returned (`new_states[i]` for the i-th shard given).
 ///
 /// Also says whether the call was *contended*: it passed over or waited
 /// for a shard another transaction held (`rate_limiter.stats`).
@@ -129,15 +244,15 @@ impl Shard {
 /// Errors: as [`super::consume`].
 pub fn consume_sharded(
     limit: LimitRows<'_>,
+    places: ShardPlaces,
+    mut held: Option<i16>,
     mut random: impl FnMut() -> [u32; 3],
-    mut decide: impl FnMut([Candidate; 2]) -> Result<ShardedDecision, CallError>,
+    mut decide: impl FnMut(&[Candidate]) -> Result<ShardedDecision, CallError>,
 ) -> Result<(ShardedDecision, bool), CallError> {
     // SAFETY: every step gets the relations opened here and this
     // transaction's command id.
     unsafe {
-        let (relations, _) = begin_write(c"rate_limit()");
-        // The highest shard this call holds, over every attempt.
-        let mut held: Option<i16> = None;
+        let places = Places::open(places);
         let mut contended = false;
         let decision = loop {
             // A failed attempt's undo ends commands: each attempt writes
@@ -147,14 +262,9 @@ pub fn consume_sharded(
                 held: &mut held,
                 contended: &mut contended,
             };
-            if let Some(decision) = attempt(
-                &relations,
-                limit,
-                random(),
-                command,
-                &mut state,
-                &mut decide,
-            )? {
+            if let Some(decision) =
+                attempt(&places, limit, random(), command, &mut state, &mut decide)?
+            {
                 break decision;
             }
         };
@@ -177,14 +287,17 @@ fn hold(held: &mut Option<i16>, number: i16) {
 /// Waits for shard `number` (busy) and returns it locked, or new when it
 /// turned out to be missing.
 unsafe fn wait_for(
-    relations: &Relations,
+    places: &Places,
     limit: LimitRows<'_>,
     number: i16,
     command: pg_sys::CommandId,
     held: &mut Option<i16>,
 ) -> Result<Shard, CallError> {
     // The shard was busy: the call already counts as contended.
-    let slot = match acquire(relations, limit.row(number), command, &mut false)? {
+    let acquired = places.at(number, |relations| {
+        acquire(relations, limit.row(number), command, &mut false)
+    })?;
+    let slot = match acquired {
         Acquired::Locked(row) => {
             hold(held, number);
             Slot::Locked(row)
@@ -202,18 +315,37 @@ struct Attempt<'a> {
     contended: &'a mut bool,
 }
 
+/// Checks, under REPEATABLE READ or SERIALIZABLE, that the shards a
+/// decision wrote nothing to are as the decision saw them
+/// ([`confirm_unwritten`]).
+unsafe fn confirm_shards(
+    places: &Places,
+    limit: LimitRows<'_>,
+    shards: &[&Shard],
+) -> Result<(), CallError> {
+    for shard in shards {
+        places.at(shard.number, |relations| {
+            confirm_unwritten(
+                relations,
+                [(limit.row(shard.number), shard.candidate().stored)],
+            )
+        })?;
+    }
+    Ok(())
+}
+
 /// One attempt; `None` when a new row it inserted lost a race and the call
 /// must start again.
 unsafe fn attempt(
-    relations: &Relations,
+    places: &Places,
     limit: LimitRows<'_>,
     random: [u32; 3],
     command: pg_sys::CommandId,
     state: &mut Attempt<'_>,
-    decide: &mut impl FnMut([Candidate; 2]) -> Result<ShardedDecision, CallError>,
+    decide: &mut impl FnMut(&[Candidate]) -> Result<ShardedDecision, CallError>,
 ) -> Result<Option<ShardedDecision>, CallError> {
     let held = &mut *state.held;
-    let mut order = shard_order(limit.shards, random);
+    let mut order = places.order(limit, random);
     // Free shards (at most two, the pair) and the busy ones seen.
     let mut free: Vec<Shard> = Vec::with_capacity(2);
     let mut busy: Vec<Shard> = Vec::with_capacity(2);
@@ -221,7 +353,7 @@ unsafe fn attempt(
         pgrx::check_for_interrupts!();
         while free.len() < 2 {
             let Some(number) = order.next() else { break };
-            let shard = peeked(relations, limit, number);
+            let shard = peeked(places, limit, number);
             match shard.slot {
                 Slot::ReadOnly(_) => {
                     *state.contended = true;
@@ -239,52 +371,55 @@ unsafe fn attempt(
                 .position(|shard| may_wait_for(*held, shard.number))
             else {
                 // Waiting could deadlock: answer for the first two drawn.
-                let candidates = [busy[0].candidate(), busy[1].candidate()];
-                let decision = decide(candidates.map(|candidate| Candidate {
-                    writable: false,
-                    ..candidate
-                }))?;
-                confirm_unwritten(
-                    relations,
-                    [&busy[0], &busy[1]]
-                        .map(|shard| (limit.row(shard.number), shard.candidate().stored)),
-                )?;
+                let looked: Vec<&Shard> = busy.iter().take(2).collect();
+                let candidates: Vec<Candidate> = looked
+                    .iter()
+                    .map(|shard| Candidate {
+                        writable: false,
+                        ..shard.candidate()
+                    })
+                    .collect();
+                let decision = decide(&candidates)?;
+                confirm_shards(places, limit, &looked)?;
                 return Ok(Some(decision));
             };
             let number = busy.remove(index).number;
-            free.push(wait_for(relations, limit, number, command, held)?);
+            free.push(wait_for(places, limit, number, command, held)?);
             continue;
         }
+        // The pair: a second free shard, else the first busy one as a
+        // read-only partner; none when the call may use only one shard.
         let partner = if free.len() == 2 {
-            &free[1]
+            Some(&free[1])
         } else {
-            match busy.first() {
-                Some(shard) => shard,
-                None => error!("rate_limiter: a sharded limit has no second shard"),
-            }
+            busy.first()
         };
-        let candidates = [free[0].candidate(), partner.candidate()];
-        let decision = decide(candidates)?;
+        let mut candidates = vec![free[0].candidate()];
+        candidates.extend(partner.map(Shard::candidate));
+        let decision = decide(&candidates)?;
         if !decision.ok {
             // Refused with a busy partner: if the partner is what stands
             // in the way (the call would be admitted were it free), wait
             // for it and decide again.
-            if free.len() == 1 && may_wait_for(*held, partner.number) {
-                let writable = Candidate {
-                    writable: true,
-                    ..candidates[1]
-                };
-                if decide([candidates[0], writable])?.ok {
-                    let number = busy.remove(0).number;
-                    free.push(wait_for(relations, limit, number, command, held)?);
-                    continue;
+            if let Some(partner) = partner.filter(|_| free.len() == 1) {
+                if may_wait_for(*held, partner.number) {
+                    let writable = [
+                        candidates[0],
+                        Candidate {
+                            writable: true,
+                            ..candidates[1]
+                        },
+                    ];
+                    if decide(&writable)?.ok {
+                        let number = busy.remove(0).number;
+                        free.push(wait_for(places, limit, number, command, held)?);
+                        continue;
+                    }
                 }
             }
-            confirm_unwritten(
-                relations,
-                [&free[0], partner]
-                    .map(|shard| (limit.row(shard.number), shard.candidate().stored)),
-            )?;
+            let mut looked = vec![&free[0]];
+            looked.extend(partner);
+            confirm_shards(places, limit, &looked)?;
             return Ok(Some(decision));
         }
         // Lock what the decision consumes from, without waiting, then
@@ -297,12 +432,15 @@ unsafe fn attempt(
             let Slot::Peeked { tid, .. } = free[index].slot else {
                 continue;
             };
-            match lock(
-                relations,
-                tid,
-                command,
-                pg_sys::LockWaitPolicy::LockWaitSkip,
-            )? {
+            let locked = places.at(free[index].number, |relations| {
+                lock(
+                    relations,
+                    tid,
+                    command,
+                    pg_sys::LockWaitPolicy::LockWaitSkip,
+                )
+            })?;
+            match locked {
                 Lock::Locked(row) => {
                     // Decide again on the locked state, with the clock read
                     // now that the lock is held (as rate_limit always does).
@@ -318,7 +456,7 @@ unsafe fn attempt(
                 }
                 Lock::Changed => {
                     let number = free.remove(index).number;
-                    let shard = peeked(relations, limit, number);
+                    let shard = peeked(places, limit, number);
                     match shard.slot {
                         Slot::ReadOnly(_) => {
                             *state.contended = true;
@@ -339,7 +477,7 @@ unsafe fn attempt(
         let mut new_rows = Vec::new();
         for (shard, state) in free.iter().zip(decision.new_states) {
             if let (Slot::New, Some(state)) = (&shard.slot, state) {
-                let mut datums = Datums::of(limit.row(shard.number));
+                let mut datums = places.at(shard.number, |_| Datums::of(limit.row(shard.number)));
                 datums.set_state(state.value, timestamp(state.ts)?);
                 new_rows.push((shard.number, datums));
             }
@@ -350,26 +488,56 @@ unsafe fn attempt(
             for (number, _) in &new_rows {
                 hold(held, *number);
             }
-            let mut datums: Vec<Datums> = new_rows.into_iter().map(|(_, datums)| datums).collect();
-            if !insert_new(relations, &mut datums, command) {
+            if !insert_new_shards(places, &mut new_rows, command) {
                 return Ok(None);
             }
         }
         for (shard, state) in free.iter_mut().zip(decision.new_states) {
             if let (Slot::Locked(row), Some(state)) = (&mut shard.slot, state) {
-                write_locked(relations, row, state, command)?;
+                places.at(shard.number, |relations| {
+                    write_locked(relations, row, state, command)
+                })?;
             }
         }
         return Ok(Some(decision));
     }
 }
 
+/// What `insert_new` does, for rows that may live in different relations:
+/// each row is inserted in its shard's ([`insert_one`]); when one loses a
+/// race, the ones inserted before it are deleted again
+/// ([`delete_inserted`]) and the result is `false`.
+unsafe fn insert_new_shards(
+    places: &Places,
+    rows: &mut [(i16, Datums)],
+    command: pg_sys::CommandId,
+) -> bool {
+    let mut inserted: Vec<(i16, pg_sys::ItemPointerData)> = Vec::with_capacity(rows.len());
+    for (number, datums) in rows.iter_mut() {
+        match places.at(*number, |relations| insert_one(relations, datums, command)) {
+            Some(tid) => inserted.push((*number, tid)),
+            None => {
+                for (number, tid) in &inserted {
+                    places.at(*number, |relations| delete_inserted(relations, &[*tid]));
+                }
+                debug1!(
+                    "rate_limiter: another transaction inserted the same state row; looking again"
+                );
+                return false;
+            }
+        }
+    }
+    true
+}
+
 /// Peeks at shard `number` without waiting.
-unsafe fn peeked(relations: &Relations, limit: LimitRows<'_>, number: i16) -> Shard {
-    let slot = match peek(relations, &Datums::of(limit.row(number))) {
-        Peek::Missing => Slot::New,
-        Peek::Free { tid, state } => Slot::Peeked { tid, state },
-        Peek::Busy { state } => Slot::ReadOnly(state),
-    };
+unsafe fn peeked(places: &Places, limit: LimitRows<'_>, number: i16) -> Shard {
+    let slot = places.at(number, |relations| {
+        match peek(relations, &Datums::of(limit.row(number))) {
+            Peek::Missing => Slot::New,
+            Peek::Free { tid, state } => Slot::Peeked { tid, state },
+            Peek::Busy { state } => Slot::ReadOnly(state),
+        }
+    });
     Shard { number, slot }
 }

@@ -15,7 +15,10 @@
 //!   one node does not; a colocated tenant transaction stays on one node,
 //!   with a text or a bigint tenant column;
 //! - exactness: 16 connections over the three nodes admit exactly the
-//!   capacity of each limit;
+//!   capacity of each limit, a global limit with 8 shards included;
+//! - a sharded global limit uses the shards of the caller's node first,
+//!   then the other nodes' (rollback and 2PC on both workers), and never
+//!   waits for another node's busy shard;
 //! - a definition made on any node is used by every node's next call;
 //! - `status`, `http_headers`, `postgrest_limit` and `rate_credit` reach
 //!   the rows where they live; `prune()` prunes the shards of its node;
@@ -751,7 +754,14 @@ fn sixteen_connections_over_three_nodes_admit_exactly_the_capacity() {
     const KEYS: usize = 100;
     let mut coordinator = coordinator();
     define(&mut coordinator, "exact", CAPACITY);
-    define(&mut coordinator, "exact-global", CAPACITY * 4.0);
+    // A global limit with 8 shards (10 tokens each): they spread over the
+    // workers.
+    coordinator
+        .execute(
+            "SELECT rate_limiter.define('exact-global', rate_limiter.token_bucket(80, '1000 days', shards => 8))",
+            &[],
+        )
+        .expect("define");
     let urls = urls();
     let admitted: Vec<(Vec<u32>, u32)> = std::thread::scope(|scope| {
         let workers: Vec<_> = (0..16)
@@ -761,7 +771,8 @@ fn sixteen_connections_over_three_nodes_admit_exactly_the_capacity() {
                     let mut client = connect(&url);
                     let mut per_key = vec![0u32; KEYS];
                     let mut global = 0u32;
-                    // Every thread asks every key more than its capacity.
+                    // Every thread asks every key more than its capacity, and the global
+                    // limit about 600 times in all.
                     for round in 0..3 {
                         for (key, admitted) in per_key.iter_mut().enumerate() {
                             let key_text = format!("k{key}");
@@ -793,12 +804,266 @@ fn sixteen_connections_over_three_nodes_admit_exactly_the_capacity() {
         );
     }
     let global: u32 = admitted.iter().map(|(_, global)| global).sum();
-    assert_eq!(
-        f64::from(global),
-        CAPACITY * 4.0,
-        "the global limit: exactly its capacity"
-    );
+    assert_eq!(global, 80, "the global limit: exactly its capacity");
     forget("exact");
+}
+
+/// The node (0 coordinator, 1 and 2 workers) of each shard of the global
+/// limit `name` with `shards` shards.
+fn shard_nodes(client: &mut Client, name: &str, shards: i16) -> Vec<usize> {
+    (0..shards)
+        .map(|shard| node_of(client, &format!("{name}/{shard}")))
+        .collect()
+}
+
+/// A name starting with `prefix` whose global limit of 8 shards has at
+/// least two shards on each worker, and where its shards are.
+fn name_spread_over_both_workers(client: &mut Client, prefix: &str) -> (String, Vec<usize>) {
+    for n in 0..100 {
+        let name = format!("{prefix}{n}");
+        let nodes = shard_nodes(client, &name, 8);
+        if (1..=2).all(|worker| nodes.iter().filter(|node| **node == worker).count() >= 2) {
+            return (name, nodes);
+        }
+    }
+    panic!("no name with two shards on each worker");
+}
+
+/// The stored tokens of each shard of the global limit `name` (`None`: no
+/// row), to 3 decimals, read through Citus.
+fn shard_values(client: &mut Client, name: &str, shards: i16) -> Vec<Option<f64>> {
+    (0..shards)
+        .map(|shard| {
+            client
+                .query_opt(
+                    "SELECT round(value::numeric, 3)::float8 FROM rate_limiter.rate_limits \
+                     WHERE dkey = $1 AND name = $2 AND key IS NULL AND shard = $3",
+                    &[&format!("{name}/{shard}"), &name, &shard],
+                )
+                .expect("read a shard")
+                .map(|row| row.get(0))
+        })
+        .collect()
+}
+
+#[test]
+#[ignore = "needs the Citus cluster of scripts/test.sh"]
+fn a_sharded_global_limit_prefers_the_shards_of_the_node_it_runs_on() {
+    make_distributed();
+    forget("spread");
+    let mut coordinator = coordinator();
+    let (name, nodes) = name_spread_over_both_workers(&mut coordinator, "spread-");
+    coordinator
+        .execute(
+            "SELECT rate_limiter.define($1, rate_limiter.token_bucket(80, '1000 days', shards => 8))",
+            &[&name],
+        )
+        .expect("define");
+    let urls = urls();
+    let mut worker1 = connect(&urls[1]);
+    let left = |client: &mut Client, worker: usize| -> (f64, usize) {
+        let values = shard_values(client, &name, 8);
+        let shards = (0..8).filter(|shard| nodes[*shard] == worker);
+        let tokens = shards
+            .clone()
+            .map(|shard| values[shard].unwrap_or(10.0))
+            .sum();
+        (
+            tokens,
+            shards.filter(|shard| values[*shard].is_some()).count(),
+        )
+    };
+    // Worker 1 holds two shards or more, of 10 tokens each: a pair of them
+    // can serve each of its first 19 calls (both empty takes 20), so none
+    // goes to worker 2.
+    for _ in 0..19 {
+        assert!(consume(&mut worker1, &name, None));
+    }
+    let (local_left, _) = left(&mut coordinator, 1);
+    let (_, touched) = left(&mut coordinator, 2);
+    assert_eq!(touched, 0, "worker 2's shards untouched");
+    assert_eq!(
+        local_left,
+        10.0 * nodes.iter().filter(|node| **node == 1).count() as f64 - 19.0
+    );
+    // Its calls go on being admitted, until its own shards are empty.
+    let mut admitted = 19;
+    while left(&mut coordinator, 1).0 > 0.5 {
+        let row = worker1
+            .query_one(
+                "SELECT ok, retry_after::text, remaining FROM rate_limiter.rate_limit($1)",
+                &[&name],
+            )
+            .expect("rate_limit");
+        if !row.get::<_, bool>(0) {
+            panic!(
+                "tokens are left: {:?} on {nodes:?}: {:?} {:?}",
+                shard_values(&mut coordinator, &name, 8),
+                row.get::<_, Option<String>>(1),
+                row.get::<_, f64>(2)
+            );
+        }
+        admitted += 1;
+        assert!(admitted <= 80);
+    }
+    // Then, from worker 2's shards.
+    let (before, _) = left(&mut coordinator, 2);
+    assert!(consume(&mut worker1, &name, None));
+    admitted += 1;
+    assert_eq!(
+        left(&mut coordinator, 2).0,
+        before - 1.0,
+        "served by worker 2"
+    );
+    // The coordinator holds no shard: its calls go to the workers. In all,
+    // exactly the capacity.
+    for _ in 0..200 {
+        if consume(&mut coordinator, &name, None) {
+            admitted += 1;
+        }
+    }
+    assert_eq!(admitted, 80, "exactly the capacity");
+    assert!(!consume(&mut worker1, &name, None));
+    let refused = worker1
+        .query_one(
+            "SELECT ok, extract(epoch FROM retry_after)::float8 FROM rate_limiter.rate_limit($1)",
+            &[&name],
+        )
+        .expect("rate_limit");
+    assert!(!refused.get::<_, bool>(0));
+    assert!(
+        refused
+            .get::<_, Option<f64>>(1)
+            .is_some_and(|seconds| seconds > 0.0),
+        "a refusal says when to retry"
+    );
+    forget("spread");
+}
+
+#[test]
+#[ignore = "needs the Citus cluster of scripts/test.sh"]
+fn a_sharded_global_limit_rolls_back_and_commits_on_both_workers() {
+    make_distributed();
+    forget("spread-tx");
+    let mut coordinator = coordinator();
+    let (name, nodes) = name_spread_over_both_workers(&mut coordinator, "spread-tx-");
+    coordinator
+        .execute(
+            "SELECT rate_limiter.define($1, rate_limiter.token_bucket(8, '1000 days', shards => 8))",
+            &[&name],
+        )
+        .expect("define");
+    let on_worker1 = nodes.iter().filter(|node| **node == 1).count();
+    let (mut worker1, notices) = connect_with_notices(&urls()[1]);
+    worker1
+        .batch_execute("SET citus.log_remote_commands = on")
+        .expect("log remote commands");
+    for commit in [false, true] {
+        taken(&notices);
+        let mut transaction = worker1.transaction().expect("begin");
+        // One token per shard: more calls than worker 1's shards can serve.
+        let mut admitted = 0;
+        while admitted <= on_worker1 {
+            let ok: bool = transaction
+                .query_one("SELECT ok FROM rate_limiter.rate_limit($1)", &[&name])
+                .expect("rate_limit")
+                .get(0);
+            if ok {
+                admitted += 1;
+            }
+        }
+        if commit {
+            transaction.commit().expect("commit");
+        } else {
+            transaction.rollback().expect("rollback");
+        }
+        let values = shard_values(&mut coordinator, &name, 8);
+        let used: Vec<usize> = (0..8).filter(|shard| values[*shard] == Some(0.0)).collect();
+        let log = taken(&notices);
+        if commit {
+            assert_eq!(used.len(), on_worker1 + 1, "{values:?}");
+            // A pair of worker 1's shards that cannot serve a call sends
+            // it to worker 2 (worker 1 may have a token left elsewhere).
+            assert!(
+                used.iter().any(|shard| nodes[*shard] == 2),
+                "worker 2's shards too: {values:?}"
+            );
+            assert!(
+                log.iter().any(|line| line.contains("PREPARE TRANSACTION")),
+                "wrote on both workers: two-phase commit: {log:#?}"
+            );
+        } else {
+            assert_eq!(
+                values.iter().flatten().count(),
+                0,
+                "nothing kept on either worker: {values:?}"
+            );
+        }
+    }
+    forget("spread-tx");
+}
+
+#[test]
+#[ignore = "needs the Citus cluster of scripts/test.sh"]
+fn a_sharded_global_limit_never_waits_for_another_nodes_busy_shards() {
+    make_distributed();
+    forget("spread-busy");
+    let mut coordinator = coordinator();
+    let (name, nodes) = name_spread_over_both_workers(&mut coordinator, "spread-busy-");
+    coordinator
+        .execute(
+            "SELECT rate_limiter.define($1, rate_limiter.token_bucket(16, '1000 days', shards => 8))",
+            &[&name],
+        )
+        .expect("define");
+    // Every shard full (2 tokens), worker 2's locked by a transaction that
+    // stays open.
+    for shard in 0..8i16 {
+        coordinator
+            .execute(
+                "INSERT INTO rate_limiter.rate_limits (name, key, shard, value, ts, dkey) \
+                 VALUES ($1, NULL, $2, 2, now(), $3)",
+                &[&name, &shard, &format!("{name}/{shard}")],
+            )
+            .expect("a full shard");
+    }
+    let mut holder = connect(&urls()[2]);
+    let mut holding = holder.transaction().expect("begin");
+    for shard in (0..8i16).filter(|shard| nodes[*shard as usize] == 2) {
+        holding
+            .query_one(
+                "SELECT 1 FROM rate_limiter.rate_limits \
+                 WHERE dkey = $1 AND name = $2 AND key IS NULL AND shard = $3 FOR UPDATE",
+                &[&format!("{name}/{shard}"), &name, &shard],
+            )
+            .expect("lock a shard of worker 2");
+    }
+    // Worker 1's calls drain its own shards, then find worker 2's busy:
+    // refused at once, never waiting (a wait would end in lock_timeout).
+    let mut worker1 = connect(&urls()[1]);
+    worker1
+        .batch_execute("SET lock_timeout = '3s'")
+        .expect("lock_timeout");
+    let on_worker1 = nodes.iter().filter(|node| **node == 1).count();
+    let mut admitted = 0;
+    for _ in 0..(2 * on_worker1 + 40) {
+        if consume(&mut worker1, &name, None) {
+            admitted += 1;
+        }
+    }
+    assert_eq!(
+        admitted,
+        2 * on_worker1,
+        "worker 1's own tokens, and no more"
+    );
+    // From the coordinator, which holds no shard: refused too.
+    assert!(!consume(&mut coordinator, &name, None));
+    holding.rollback().expect("release worker 2's shards");
+    assert!(
+        consume(&mut worker1, &name, None),
+        "worker 2's shards are free again"
+    );
+    forget("spread-busy");
 }
 
 #[test]
@@ -922,20 +1187,15 @@ fn what_is_not_distributed_yet_is_refused_with_0a000() {
             &[],
         )
         .expect("define");
-    let error = coordinator
-        .query_one("SELECT ok FROM rate_limiter.rate_limit('sharded')", &[])
-        .expect_err("not supported yet");
-    assert_eq!(
-        error.as_db_error().expect("db error").code(),
-        &SqlState::FEATURE_NOT_SUPPORTED
-    );
-    // A keyed limit with shards: all its shards live with the key.
+    // rate_limit of a global limit with shards works (see
+    // a_sharded_global_limit_prefers_the_shards_of_the_node_it_runs_on);
+    // a keyed limit with shards too: all its shards live with the key.
+    assert!(consume(&mut coordinator, "sharded", None));
     assert!(consume(&mut coordinator, "sharded", Some("k")));
     // Nothing written, nothing deleted by these.
     for statement in [
         "SELECT * FROM rate_limiter.rate_limit_all(ARRAY[('sharded', 'k', 1, NULL)]::rate_limiter.request[])",
         "SELECT rate_limiter.rate_credit('sharded', NULL, 1)",
-        "SELECT * FROM rate_limiter.status('sharded')",
     ] {
         let error = coordinator
             .batch_execute(statement)
@@ -1771,15 +2031,66 @@ fn status_http_headers_and_postgrest_limit_read_the_row_where_it_lives() {
         transaction.commit().expect("commit");
     }
     assert_eq!(stored(&mut coordinator, "status", &one), Some(6.0));
-    // A global limit with several shards is still refused.
-    let error = coordinator
-        .query_one("SELECT * FROM rate_limiter.status('status-sharded')", &[])
-        .expect_err("a global limit with several shards");
-    assert_eq!(
-        error.code(),
-        Some(&SqlState::FEATURE_NOT_SUPPORTED),
-        "{error}"
+    // A global limit with several shards: its shards spread over both
+    // workers, and status, rate_check and http_headers read every one of
+    // them from any node.
+    let nodes = shard_nodes(&mut coordinator, "status-sharded", 8);
+    assert!(nodes.contains(&1) && nodes.contains(&2), "{nodes:?}");
+    for url in &urls {
+        let mut client = connect(url);
+        for _ in 0..5 {
+            assert!(consume(&mut client, "status-sharded", None));
+        }
+    }
+    let values = shard_values(&mut coordinator, "status-sharded", 8);
+    let used: Vec<usize> = (0..8).filter(|shard| values[*shard].is_some()).collect();
+    assert!(
+        used.iter().any(|shard| nodes[*shard] == 1) && used.iter().any(|shard| nodes[*shard] == 2),
+        "calls consumed on both workers: {values:?} on {nodes:?}"
     );
+    for (node, url) in urls.iter().enumerate() {
+        let mut client = connect(url);
+        let row = client
+            .query_one(
+                "SELECT round(value::numeric, 3)::float8, capacity, shards                  FROM rate_limiter.status('status-sharded')",
+                &[],
+            )
+            .unwrap_or_else(|error| panic!("status on node {node}: {error}"));
+        assert_eq!(
+            (
+                row.get::<_, f64>(0),
+                row.get::<_, f64>(1),
+                row.get::<_, i32>(2)
+            ),
+            (65.0, 80.0, 8),
+            "status of the sharded global limit on node {node}"
+        );
+        let check = client
+            .query_one(
+                "SELECT ok, round(remaining::numeric, 3)::float8 FROM rate_limiter.rate_check('status-sharded')",
+                &[],
+            )
+            .unwrap_or_else(|error| panic!("rate_check on node {node}: {error}"));
+        assert!(check.get::<_, bool>(0));
+        assert_eq!(
+            check.get::<_, f64>(1),
+            64.0,
+            "rate_check's remaining: the sum over every shard, after the call"
+        );
+        let headers: String = client
+            .query_one(
+                "SELECT rate_limiter.http_headers('status-sharded')->>'RateLimit'",
+                &[],
+            )
+            .expect("http_headers")
+            .get(0);
+        assert!(
+            headers.starts_with("\"status-sharded\";r=65;"),
+            "node {node}: {headers}"
+        );
+    }
+    // Nothing written by them.
+    assert_eq!(shard_values(&mut coordinator, "status-sharded", 8), values);
     forget("status");
 }
 
