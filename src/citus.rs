@@ -548,9 +548,9 @@ pub fn site(dkey: &DistributionValue, for_write: bool) -> Result<Site, CallError
 /// Where the shards `0..shards` of the global limit `name` live (SPEC
 /// §10: they spread over the nodes), read as [`site`] reads one: the ones
 /// on this node, each with its route and distribution value (Citus's
-/// metadata lock for a write to its shard taken), and, for every other
-/// node that holds some, the distribution value of one of them, those
-/// nodes in random order. Its work grows with `shards` (at most 32767).
+/// metadata lock for a write to its shard taken), and every other node
+/// that holds some (the distribution value of one of them, and their
+/// numbers), those nodes in random order. Its work grows with `shards` (at most 32767).
 /// `for_write`: take the metadata locks (a read takes none, as
 /// [`site`]).
 ///
@@ -565,14 +565,20 @@ pub fn spread(name: &[u8], shards: i16, for_write: bool) -> Result<Spread, CallE
         };
         let generation = catalog::generation();
         let mut here = Vec::new();
-        let mut others: Vec<(i32, DistributionValue)> = Vec::new();
+        let mut others: Vec<Other> = Vec::new();
         for number in 0..shards {
             let dkey = distribution_value(name, None, number)?;
             let place = distribution.place(&dkey)?;
             if place.group == distribution.local_group {
                 here.push((number, place, dkey));
-            } else if !others.iter().any(|(group, _)| *group == place.group) {
-                others.push((place.group, dkey));
+            } else if let Some(other) = others.iter_mut().find(|other| other.group == place.group) {
+                other.shards.push(number);
+            } else {
+                others.push(Other {
+                    group: place.group,
+                    dkey,
+                    shards: vec![number],
+                });
             }
         }
         let mut locked: Vec<usize> = Vec::new();
@@ -592,13 +598,15 @@ pub fn spread(name: &[u8], shards: i16, for_write: bool) -> Result<Spread, CallE
         for (number, place, dkey) in here {
             local.push((number, shard_route(place, &dkey)?, dkey));
         }
-        let mut elsewhere: Vec<DistributionValue> =
-            others.into_iter().map(|(_, dkey)| dkey).collect();
-        if !elsewhere.is_empty() {
-            let start = crate::shard_choice::draw()[0] as usize % elsewhere.len();
-            elsewhere.rotate_left(start);
+        if !others.is_empty() {
+            let start = crate::shard_choice::draw()[0] as usize % others.len();
+            others.rotate_left(start);
         }
-        return Ok(Spread { local, elsewhere });
+        return Ok(Spread {
+            local,
+            local_group: distribution.local_group,
+            others,
+        });
     }
     Err(CallError::Cluster(
         "Citus's metadata for rate_limiter.rate_limits kept changing during the call".into(),
@@ -610,20 +618,39 @@ pub fn spread(name: &[u8], shards: i16, for_write: bool) -> Result<Spread, CallE
 pub struct Spread {
     /// The shards on this node: number, route, distribution value.
     pub local: Vec<(i16, Route, DistributionValue)>,
-    /// One distribution value per other node holding some, in random
-    /// order.
-    pub elsewhere: Vec<DistributionValue>,
+    /// This node's group.
+    pub local_group: i32,
+    /// Every other node holding some, in random order.
+    pub others: Vec<Other>,
+}
+
+/// Another node holding shards of a global limit ([`Spread`]).
+pub struct Other {
+    /// Its group (`pg_dist_node.groupid`).
+    pub group: i32,
+    /// The distribution value of one of its shards.
+    pub dkey: DistributionValue,
+    /// The numbers of its shards, ascending.
+    pub shards: Vec<i16>,
 }
 
 impl Spread {
+    /// The local shards with their routes, and the limit's number of
+    /// shards `count`.
+    fn placed_shards(&self, count: i16) -> (Vec<(i16, Route)>, i16) {
+        let shards = self
+            .local
+            .iter()
+            .map(|(number, route, _)| (*number, *route))
+            .collect();
+        (shards, count)
+    }
+
     /// The local shards as `limit::Shards::Placed` takes them.
     fn placed(&self, count: i16, held: Option<i16>) -> limit::Shards {
+        let (shards, count) = self.placed_shards(count);
         limit::Shards::Placed {
-            shards: self
-                .local
-                .iter()
-                .map(|(number, route, _)| (*number, *route))
-                .collect(),
+            shards,
             count,
             held,
         }
@@ -887,8 +914,8 @@ pub fn consume_spread(call: &Call<'_>, shards: i16) -> Result<(Decision, Counted
         }
         best = Some(answer);
     }
-    for dkey in &spread.elsewhere {
-        let answer = consume_elsewhere(call, dkey)?;
+    for other in &spread.others {
+        let answer = consume_elsewhere(call, &other.dkey)?;
         if answer.1.verdict == Verdict::Admitted {
             return Ok(answer);
         }
@@ -1215,8 +1242,8 @@ pub fn read_states(
     if shards > 1 && key.is_none() {
         let spread = spread(name, shards, false)?;
         let mut states = read_local_shards(name, &spread, shards);
-        for dkey in &spread.elsewhere {
-            read_elsewhere(dkey, name, None, shards, &mut states)?;
+        for other in &spread.others {
+            read_elsewhere(&other.dkey, name, None, shards, &mut states)?;
         }
         return Ok(states);
     }
@@ -1342,11 +1369,11 @@ const CREDIT_ELSEWHERE: &str =
 /// else through `_rate_credit_at` on the node that does, as the calling
 /// role and inside this transaction (2PC as for a consuming call).
 /// `config_argument` is the inline config as its SQL value (a composite
-/// datum of `rate_limiter.config`). The limit's value afterwards.
+/// datum of `rate_limiter.config`). A global limit with several shards:
+/// [`credit_spread`]. The limit's value afterwards.
 ///
-/// Errors: 0A000 for a global limit with several shards (its shards live
-/// on several nodes); 55000 as [`site`]; 22P02 as [`distribution_value`];
-/// the errors of `rate_credit`.
+/// Errors: 55000 as [`site`]; 22P02 as [`distribution_value`]; the errors
+/// of `rate_credit`.
 pub fn credit(
     name: &[u8],
     key: Option<&[u8]>,
@@ -1354,14 +1381,120 @@ pub fn credit(
     inline: Option<rate_limiter_algorithm::Config>,
     config_argument: Option<pg_sys::Datum>,
 ) -> Result<f64, CallError> {
+    if key.is_none() {
+        let shards = crate::definitions::resolve(name, inline)?.config.shards;
+        if shards > 1 {
+            return credit_spread(name, count, inline, config_argument, shards as i16);
+        }
+    }
     let dkey = distribution_value(name, key, 0)?;
     if let Some(value) = here(&dkey, true, || {
         crate::credit::credit_here(name, key, count, inline)
     })? {
         return Ok(value);
     }
+    credit_elsewhere(&dkey, name, key, count, config_argument)
+}
+
+/// `rate_credit` of a global limit with `shards` (>= 2) shards on a
+/// distributed install. The count is shared out as on one server (the
+/// emptiest shards first, none above its capacity; a shard without a row
+/// is full), planned on the shards' stored states read where they live,
+/// then each node's share is credited there, the nodes in ascending group
+/// order (so two credits never wait for each other in a cycle; a
+/// consuming call waits only on its own node). Each node caps its shards
+/// at capacity again under its locks, so a share meanwhile consumed
+/// elsewhere never overfills a shard. The value afterwards, summed over
+/// every shard.
+///
+/// Errors: as [`credit`].
+fn credit_spread(
+    name: &[u8],
+    count: f64,
+    inline: Option<rate_limiter_algorithm::Config>,
+    config_argument: Option<pg_sys::Datum>,
+    shards: i16,
+) -> Result<f64, CallError> {
+    let shard = crate::definitions::resolve(name, inline)?.config.shard();
+    let spread = spread(name, shards, true)?;
+    let stored = read_states(name, None, shards)?;
+    let existing: Vec<(usize, State)> = stored
+        .iter()
+        .enumerate()
+        .filter_map(|(number, state)| state.map(|state| (number, state)))
+        .collect();
+    let states: Vec<State> = existing.iter().map(|(_, state)| *state).collect();
+    let now = crate::clock::now();
+    let before = rate_limiter_algorithm::credit(&shard, &states, 0.0, now);
+    let after = rate_limiter_algorithm::credit(&shard, &states, count, now);
+    // Each shard's share, and its value as things stand.
+    let mut share = vec![0.0; shards as usize];
+    let mut value = vec![shard.capacity(); shards as usize];
+    for (((number, _), before), after) in existing.iter().zip(&before).zip(&after) {
+        share[*number] = after.value - before.value;
+        value[*number] = before.value;
+    }
+    let local: Vec<i16> = spread.local.iter().map(|(number, ..)| *number).collect();
+    let mut nodes: Vec<(i32, Option<&Other>, &[i16])> = vec![(spread.local_group, None, &local)];
+    nodes.extend(
+        spread
+            .others
+            .iter()
+            .map(|other| (other.group, Some(other), other.shards.as_slice())),
+    );
+    nodes.sort_by_key(|(group, ..)| *group);
+    let mut total = 0.0;
+    for (_, other, numbers) in nodes {
+        let amount: f64 = numbers.iter().map(|number| share[*number as usize]).sum();
+        if amount <= 0.0 {
+            total += numbers
+                .iter()
+                .map(|number| value[*number as usize])
+                .sum::<f64>();
+            continue;
+        }
+        total += match other {
+            Some(other) => credit_elsewhere(&other.dkey, name, None, amount, config_argument)?,
+            None => credit_local_shards(name, amount, inline, &spread, shards)?,
+        };
+    }
+    Ok(total)
+}
+
+/// Credits `count` to the shards of the global limit `name` (of `shards`
+/// shards) on this node (`spread.local`, at least one): the value of
+/// those shards afterwards.
+fn credit_local_shards(
+    name: &[u8],
+    count: f64,
+    inline: Option<rate_limiter_algorithm::Config>,
+    spread: &Spread,
+    shards: i16,
+) -> Result<f64, CallError> {
+    let value = crate::credit::credit_on(
+        name,
+        None,
+        count,
+        inline,
+        Some(spread.placed_shards(shards)),
+    )?;
+    if let Some((_, _, dkey)) = spread.local.first() {
+        wrote(Some(dkey))?;
+    }
+    Ok(value)
+}
+
+/// Credits (name, key) through `_rate_credit_at` on the node holding the
+/// row of `dkey`, inside this transaction: the value it answers.
+fn credit_elsewhere(
+    dkey: &DistributionValue,
+    name: &[u8],
+    key: Option<&[u8]>,
+    count: f64,
+    config_argument: Option<pg_sys::Datum>,
+) -> Result<f64, CallError> {
     let config_type = pgrx::regtypein("rate_limiter.config");
-    let [dkey_argument, name, key] = row_arguments(&dkey, name, key);
+    let [dkey_argument, name, key] = row_arguments(dkey, name, key);
     let arguments = [
         dkey_argument,
         name,
@@ -1402,14 +1535,23 @@ fn credit_at(
     let count = crate::config::required(count, "count")?;
     let inline = crate::config::inline_config(config)?;
     rate_limiter_algorithm::validate_credit(count)?;
-    let expected = delegated(
-        "_rate_credit_at",
-        "It is internal: call rate_limiter.rate_credit(), which reaches the node holding the row inside your transaction.",
-        true,
-        dkey,
-        name,
-        key,
-    )?;
+    const HINT: &str = "It is internal: call rate_limiter.rate_credit(), which reaches the node holding the row inside your transaction.";
+    if key.is_none() {
+        let shards = crate::definitions::resolve(name, inline)?.config.shards;
+        if shards > 1 {
+            // A global limit's shards on this node, which must hold the
+            // one of dkey.
+            let shards = shards as i16;
+            checks("_rate_credit_at", HINT, true)?;
+            let dkey = one_of_the_shards(dkey, name, shards)?;
+            let spread = spread(name, shards, true)?;
+            if !spread.local.iter().any(|(_, _, local)| *local == dkey) {
+                return Err(not_here());
+            }
+            return credit_local_shards(name, count, inline, &spread, shards);
+        }
+    }
+    let expected = delegated("_rate_credit_at", HINT, true, dkey, name, key)?;
     here(&expected, true, || {
         crate::credit::credit_here(name, key, count, inline)
     })?

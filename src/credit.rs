@@ -71,17 +71,42 @@ pub fn credit_here(
     count: f64,
     inline: Option<Config>,
 ) -> Result<f64, CallError> {
+    credit_on(name, key, count, inline, None)
+}
+
+/// [`credit_here`] over some of a global limit's shards on a distributed
+/// install (`placed`: the shards on this node with their routes, and the
+/// limit's number of shards, which must still be its definition's): the
+/// value of those shards afterwards. `None`: every shard.
+///
+/// Errors: as `rate_credit`; 55000 when the definition changed.
+pub fn credit_on(
+    name: &[u8],
+    key: Option<&[u8]>,
+    count: f64,
+    inline: Option<Config>,
+    placed: Option<(Vec<(i16, crate::citus::Route)>, i16)>,
+) -> Result<f64, CallError> {
     definitions::restarting(|| {
         let definition = definitions::resolve(name, inline)?;
         let config = definition.config;
-        if config.shards > 1 && key.is_none() && crate::citus::route().is_some() {
-            // Its shards live on several nodes.
-            return Err(CallError::NotOnCluster(
-                "a global limit with several shards",
-            ));
-        }
+        let places = match &placed {
+            Some((shards, count)) => {
+                if config.shards != i32::from(*count) {
+                    return Err(crate::limit::definition_changed());
+                }
+                storage::ShardPlaces::Routed(shards.clone())
+            }
+            None => {
+                if config.shards > 1 && key.is_none() && crate::citus::route().is_some() {
+                    // Its shards live on several nodes: citus::credit.
+                    return Err(crate::limit::definition_changed());
+                }
+                storage::ShardPlaces::All
+            }
+        };
         let shard = config.shard();
-        let after = storage::credit(name, key, config.shards as i16, |stored| {
+        let after = storage::credit(name, key, config.shards as i16, places, |stored| {
             definitions::recheck(name, inline, &definition)?;
             Ok(rate_limiter_algorithm::credit(
                 &shard,
@@ -90,9 +115,19 @@ pub fn credit_here(
                 clock::now(),
             ))
         })?;
-        Ok(after
-            .iter()
-            .map(|state| state.map_or(shard.capacity(), |state| state.value))
-            .sum())
+        let value = |number: usize| {
+            after
+                .get(number)
+                .copied()
+                .flatten()
+                .map_or(shard.capacity(), |state| state.value)
+        };
+        Ok(match &placed {
+            Some((shards, _)) => shards
+                .iter()
+                .map(|(number, _)| value(*number as usize))
+                .sum(),
+            None => (0..after.len()).map(value).sum(),
+        })
     })
 }

@@ -304,7 +304,7 @@ pub fn check_here(call: &Call<'_>) -> Result<Decision, CallError> {
 
 /// The error of a call whose limit's definition changed between finding
 /// where its shards live and deciding (55000).
-fn definition_changed() -> CallError {
+pub fn definition_changed() -> CallError {
     CallError::Cluster(
         "the definition of this limit changed during the call".into(),
         "Retry the transaction.",

@@ -6,17 +6,19 @@
 //! A shard without a row is full: a credit writes nothing there. `apply`
 //! runs once every row is locked; if it fails, nothing is written.
 
-use super::consume::{
-    acquire, begin_write, confirm_unwritten, end_write, write_locked, Acquired, LockedRow,
-};
+use super::consume::{acquire, confirm_unwritten, end_write, write_locked, Acquired, LockedRow};
+use super::places::{Places, ShardPlaces};
 use super::RowId;
 use crate::errors::CallError;
+use pgrx::pg_sys;
 use rate_limiter_algorithm::State;
 
-/// Locks the existing rows of shards `0..shards` of (name, key), calls
-/// `apply` with their states (in shard order) after every lock is held, and
-/// writes the states it returns (one per state given). Returns each
-/// shard's state afterwards, `None` where there is no row.
+/// Locks the existing rows of the shards `places` allows (shards
+/// `0..shards` of (name, key), or some of them, on a distributed install),
+/// calls `apply` with their states (in shard order) after every lock is
+/// held, and writes the states it returns (one per state given). Returns
+/// each shard's state afterwards (`0..shards`), `None` where there is no
+/// row or the shard is not among `places`.
 ///
 /// Errors: as [`super::consume`] (25006 in a read-only transaction, 40001,
 /// timeouts and cancels while waiting).
@@ -24,42 +26,52 @@ pub fn credit(
     name: &[u8],
     key: Option<&[u8]>,
     shards: i16,
+    places: ShardPlaces,
     apply: impl FnOnce(&[State]) -> Result<Vec<State>, CallError>,
 ) -> Result<Vec<Option<State>>, CallError> {
     // SAFETY: every step gets the relations opened here and this
     // transaction's command id.
     unsafe {
-        let (relations, command) = begin_write(c"rate_credit()");
+        let places = Places::open(places, c"rate_credit()");
+        let command = pg_sys::GetCurrentCommandId(true);
         let mut locked: Vec<(usize, LockedRow)> = Vec::new();
-        for shard in 0..shards.max(1) {
+        for shard in places.ascending(shards) {
             let row = RowId { name, key, shard };
             // rate_credit counts no contention (it makes no decision).
-            if let Acquired::Locked(locked_row) = acquire(&relations, row, command, &mut false)? {
+            let acquired = places.at(shard, |relations| {
+                acquire(relations, row, command, &mut false)
+            })?;
+            if let Acquired::Locked(locked_row) = acquired {
                 locked.push((shard as usize, locked_row));
             }
         }
         let stored: Vec<State> = locked.iter().map(|(_, row)| row.state).collect();
         let credited = apply(&stored)?;
         let mut after = vec![None; shards.max(1) as usize];
-        let mut unchanged = Vec::new();
         for ((shard, row), state) in locked.iter_mut().zip(credited) {
+            let number = *shard as i16;
             if state != row.state {
-                write_locked(&relations, row, state, command)?;
+                places.at(number, |relations| {
+                    write_locked(relations, row, state, command)
+                })?;
             } else {
-                unchanged.push((
+                // A row left as it was (already full) was read: confirmed
+                // and predicate-locked under REPEATABLE READ /
+                // SERIALIZABLE.
+                let unchanged = [(
                     RowId {
                         name,
                         key,
-                        shard: *shard as i16,
+                        shard: number,
                     },
                     Some(row.state),
-                ));
+                )];
+                places.at(number, |relations| confirm_unwritten(relations, unchanged))?;
             }
-            after[*shard] = Some(state);
+            if let Some(slot) = after.get_mut(*shard) {
+                *slot = Some(state);
+            }
         }
-        // A row left as it was (already full) was read: confirmed and
-        // predicate-locked under REPEATABLE READ / SERIALIZABLE.
-        confirm_unwritten(&relations, unchanged)?;
         end_write();
         Ok(after)
     }

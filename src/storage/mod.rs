@@ -21,13 +21,15 @@
 mod all_or_nothing;
 mod consume;
 mod credit;
+mod places;
 mod relations;
 mod shards;
 
 pub use all_or_nothing::{consume_all_or_nothing, sort_rows};
 pub use consume::consume;
 pub use credit::credit;
-pub use shards::{consume_sharded, LimitRows, ShardPlaces};
+pub use places::ShardPlaces;
+pub use shards::{consume_sharded, LimitRows};
 
 use crate::errors::CallError;
 use crate::plans::kept_plan;

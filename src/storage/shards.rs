@@ -57,117 +57,15 @@
 //! until this one ends: they count as held), and the call starts again.
 
 use super::consume::{
-    acquire, begin_write, confirm_unwritten, delete_inserted, end_write, insert_one, lock, peek,
-    write_locked, Acquired, Lock, LockedRow, Peek,
+    acquire, confirm_unwritten, delete_inserted, end_write, insert_one, lock, peek, write_locked,
+    Acquired, Lock, LockedRow, Peek,
 };
-use super::relations::Relations;
+use super::places::{Places, ShardPlaces};
 use super::{timestamp, Datums, RowId};
-use crate::citus::Route;
 use crate::errors::CallError;
 use pgrx::pg_sys;
 use pgrx::prelude::*;
-use rate_limiter_algorithm::{shard_order, Candidate, ShardedDecision, State};
-
-/// Which of a limit's shards a call may use, and where each is stored.
-pub enum ShardPlaces {
-    /// Every shard `0..shards`, in the state table (or, on a distributed
-    /// install, in the shard relation the caller routed the call to: a
-    /// keyed limit's shards all live with its key).
-    All,
-    /// Only these shards (at least one, each once), each in the shard
-    /// relation of this node that holds it (`Route`): a global limit's
-    /// shards on a distributed install, where they spread over the nodes
-    /// (`crate::citus`).
-    Routed(Vec<(i16, Route)>),
-}
-
-/// The relations a call reads and writes its shards in.
-struct Places {
-    /// Opened for writing: one for `ShardPlaces::All`, one per shard
-    /// relation for `ShardPlaces::Routed`.
-    relations: Vec<Relations>,
-    /// For `ShardPlaces::Routed`: each usable shard, the index of its
-    /// relations and its route. Empty for `ShardPlaces::All`.
-    routed: Vec<(i16, usize, Route)>,
-}
-
-impl Places {
-    /// Opens the relations of `places` for writing (the first with
-    /// [`begin_write`]'s checks).
-    ///
-    /// # Safety
-    /// As [`begin_write`].
-    unsafe fn open(places: ShardPlaces) -> Places {
-        match places {
-            ShardPlaces::All => Places {
-                relations: vec![begin_write(c"rate_limit()").0],
-                routed: Vec::new(),
-            },
-            ShardPlaces::Routed(shards) if shards.is_empty() => {
-                error!("rate_limiter: a sharded call was given no shard to use")
-            }
-            ShardPlaces::Routed(shards) => {
-                let mut relations: Vec<Relations> = Vec::new();
-                let mut tables: Vec<pg_sys::Oid> = Vec::new();
-                let mut routed = Vec::with_capacity(shards.len());
-                for (number, route) in shards {
-                    let index = match tables.iter().position(|table| *table == route.table) {
-                        Some(index) => index,
-                        None => {
-                            let first = relations.is_empty();
-                            relations.push(crate::citus::on_shard(route, || {
-                                if first {
-                                    begin_write(c"rate_limit()").0
-                                } else {
-                                    Relations::open_for_write()
-                                }
-                            }));
-                            tables.push(route.table);
-                            relations.len() - 1
-                        }
-                    };
-                    routed.push((number, index, route));
-                }
-                Places { relations, routed }
-            }
-        }
-    }
-
-    /// How many shards the call may use.
-    fn count(&self, limit: LimitRows<'_>) -> i16 {
-        if self.routed.is_empty() {
-            limit.shards
-        } else {
-            self.routed.len() as i16
-        }
-    }
-
-    /// The order in which the call looks at the shards it may use
-    /// ([`shard_order`] over them).
-    fn order(&self, limit: LimitRows<'_>, random: [u32; 3]) -> impl Iterator<Item = i16> + '_ {
-        let count = self.count(limit);
-        shard_order(count, random)
-            .filter(move |&index| index < count)
-            .map(move |index| match self.routed.get(index as usize) {
-                Some((number, ..)) => *number,
-                None => index,
-            })
-    }
-
-    /// Runs `body` on the relations of shard `number`, with storage
-    /// writing its distribution value.
-    fn at<R>(&self, number: i16, body: impl FnOnce(&Relations) -> R) -> R {
-        if self.routed.is_empty() {
-            return body(&self.relations[0]);
-        }
-        match self.routed.iter().find(|(shard, ..)| *shard == number) {
-            Some((_, index, route)) => {
-                crate::citus::on_shard(*route, || body(&self.relations[*index]))
-            }
-            None => error!("rate_limiter: shard {number} is not among the shards of this call"),
-        }
-    }
-}
+use rate_limiter_algorithm::{Candidate, ShardedDecision, State};
 
 /// Which limit: its name and key (`None`: the global limit).
 #[derive(Debug, Clone, Copy)]
@@ -252,7 +150,7 @@ pub fn consume_sharded(
     // SAFETY: every step gets the relations opened here and this
     // transaction's command id.
     unsafe {
-        let places = Places::open(places);
+        let places = Places::open(places, c"rate_limit()");
         let mut contended = false;
         let decision = loop {
             // A failed attempt's undo ends commands: each attempt writes
