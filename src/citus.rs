@@ -954,20 +954,50 @@ fn spread_at(
     consume: bool,
     shards: i16,
 ) -> Result<(Decision, Option<Counted>), CallError> {
-    checks("_rate_limit_at", RATE_LIMIT_AT_HINT, consume)?;
-    let dkey = one_of_the_shards(dkey, call.name, shards)?;
     if !consume {
         return Err(CallError::NotOnCluster(
             "rate_check of a global limit with several shards",
         ));
     }
-    let spread = spread(call.name, shards, true)?;
-    if !spread.local.iter().any(|(_, _, local)| *local == dkey) {
-        return Err(not_here());
-    }
+    let (spread, dkey) = delegated_spread(
+        "_rate_limit_at",
+        RATE_LIMIT_AT_HINT,
+        true,
+        dkey,
+        call.name,
+        shards,
+    )?;
     let (decision, counted) = limit::consume_with(call, spread.placed(shards, Some(i16::MAX)))?;
     wrote(Some(&dkey))?;
     Ok((decision, Some(counted)))
+}
+
+/// What a delegated internal function called for a global limit with
+/// `shards` (>= 2) shards checks: as [`checks`], then where the limit's
+/// shards live ([`spread`], the metadata locks taken when `writes`), of
+/// which the one of `dkey` must be on this node: 55000 when it is
+/// elsewhere, 22023 when `dkey` is none of the limit's shards'. The
+/// spread and `dkey`.
+fn delegated_spread(
+    function: &str,
+    hint: &'static str,
+    writes: bool,
+    dkey: Option<DistributionValue>,
+    name: &[u8],
+    shards: i16,
+) -> Result<(Spread, DistributionValue), CallError> {
+    checks(function, hint, writes)?;
+    let spread = spread(name, shards, writes)?;
+    if let Some(dkey) = dkey.as_ref() {
+        if spread.local.iter().any(|(_, _, local)| local == dkey) {
+            let dkey = dkey.clone();
+            return Ok((spread, dkey));
+        }
+    }
+    // Not one of this node's shards: a wrong dkey (22023), else a shard
+    // on another node (55000).
+    one_of_the_shards(dkey, name, shards)?;
+    Err(not_here())
 }
 
 /// `dkey` when it is the distribution value of one of the shards
@@ -1240,12 +1270,7 @@ pub fn read_states(
     shards: i16,
 ) -> Result<Vec<Option<State>>, CallError> {
     if shards > 1 && key.is_none() {
-        let spread = spread(name, shards, false)?;
-        let mut states = read_local_shards(name, &spread, shards);
-        for other in &spread.others {
-            read_elsewhere(&other.dkey, name, None, shards, &mut states)?;
-        }
-        return Ok(states);
+        return read_spread_states(name, &spread(name, shards, false)?, shards);
     }
     let dkey = distribution_value(name, key, 0)?;
     if let Some(states) = here(&dkey, false, || {
@@ -1290,6 +1315,21 @@ fn read_elsewhere(
     Ok(())
 }
 
+/// The stored state of every shard of the global limit `name` (`shards`
+/// shards, placed as `spread` says): this node's read here, the others
+/// through `_rate_state_at` on each node that holds some.
+fn read_spread_states(
+    name: &[u8],
+    spread: &Spread,
+    shards: i16,
+) -> Result<Vec<Option<State>>, CallError> {
+    let mut states = read_local_shards(name, spread, shards);
+    for other in &spread.others {
+        read_elsewhere(&other.dkey, name, None, shards, &mut states)?;
+    }
+    Ok(states)
+}
+
 /// The body of `_rate_state_at`: the stored rows of (name, key) on this
 /// node, which must hold them (a global limit with several shards: the
 /// rows of its shards on this node, which must hold the one of `dkey`).
@@ -1308,12 +1348,8 @@ fn state_at(
         )));
     }
     if key.is_none() && shards > 1 {
-        checks("_rate_state_at", STATE_AT_HINT, false)?;
-        let dkey = one_of_the_shards(dkey, name, shards)?;
-        let spread = spread(name, shards, false)?;
-        if !spread.local.iter().any(|(_, _, local)| *local == dkey) {
-            return Err(not_here());
-        }
+        let (spread, _) =
+            delegated_spread("_rate_state_at", STATE_AT_HINT, false, dkey, name, shards)?;
         return Ok(read_local_shards(name, &spread, shards));
     }
     let expected = delegated("_rate_state_at", STATE_AT_HINT, false, dkey, name, key)?;
@@ -1417,7 +1453,7 @@ fn credit_spread(
 ) -> Result<f64, CallError> {
     let shard = crate::definitions::resolve(name, inline)?.config.shard();
     let spread = spread(name, shards, true)?;
-    let stored = read_states(name, None, shards)?;
+    let stored = read_spread_states(name, &spread, shards)?;
     let existing: Vec<(usize, State)> = stored
         .iter()
         .enumerate()
@@ -1542,12 +1578,7 @@ fn credit_at(
             // A global limit's shards on this node, which must hold the
             // one of dkey.
             let shards = shards as i16;
-            checks("_rate_credit_at", HINT, true)?;
-            let dkey = one_of_the_shards(dkey, name, shards)?;
-            let spread = spread(name, shards, true)?;
-            if !spread.local.iter().any(|(_, _, local)| *local == dkey) {
-                return Err(not_here());
-            }
+            let (spread, _) = delegated_spread("_rate_credit_at", HINT, true, dkey, name, shards)?;
             return credit_local_shards(name, count, inline, &spread, shards);
         }
     }

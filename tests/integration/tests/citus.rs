@@ -869,7 +869,25 @@ fn shard_values(client: &mut Client, name: &str, shards: i16) -> Vec<Option<f64>
 fn a_sharded_global_limit_prefers_the_shards_of_the_node_it_runs_on() {
     let (mut coordinator, name, nodes) = sharded_global_limit("spread", 80.0);
     let urls = urls();
+    for url in &urls {
+        connect(url)
+            .execute("SELECT rate_limiter.stats_reset($1)", &[&name])
+            .expect("stats_reset");
+    }
     let mut worker1 = connect(&urls[1]);
+    // More than two shards (10 tokens each) could ever serve: 22023, as
+    // on one server, and nothing consumed.
+    let error = worker1
+        .query_one(
+            "SELECT ok FROM rate_limiter.rate_limit($1, NULL, 21)",
+            &[&name],
+        )
+        .expect_err("a count no two shards can serve");
+    assert_eq!(
+        error.code(),
+        Some(&SqlState::INVALID_PARAMETER_VALUE),
+        "{error}"
+    );
     let left = |client: &mut Client, worker: usize| -> (f64, usize) {
         let values = shard_values(client, &name, 8);
         let shards = (0..8).filter(|shard| nodes[*shard] == worker);
@@ -938,6 +956,21 @@ fn a_sharded_global_limit_prefers_the_shards_of_the_node_it_runs_on() {
         }
     }
     assert_eq!(admitted, 80, "exactly the capacity");
+    // Each call is counted once, on the node it was made on (a call served
+    // by another node is not counted there too).
+    let counted: i64 = urls
+        .iter()
+        .map(|url| {
+            connect(url)
+                .query_opt(
+                    "SELECT admitted FROM rate_limiter.stats WHERE name = $1",
+                    &[&name],
+                )
+                .expect("stats")
+                .map_or(0, |row| row.get::<_, i64>(0))
+        })
+        .sum();
+    assert_eq!(counted, 80, "admissions counted once each");
     assert!(!consume(&mut worker1, &name, None));
     let refused = worker1
         .query_one(
