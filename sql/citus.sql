@@ -167,6 +167,11 @@ BEGIN
              THEN 'rate_limiter._rate_credit_at(bigint, text, text, float8, rate_limiter.config)'
              ELSE 'rate_limiter._rate_credit_at(text, text, text, float8, rate_limiter.config)' END::regprocedure,
         'dkey', colocate_with => 'rate_limiter.rate_limits', force_delegation => true);
+    PERFORM create_distributed_function(
+        CASE WHEN bigint_dkey
+             THEN 'rate_limiter._rate_limit_all_at(bigint, rate_limiter.request[], boolean)'
+             ELSE 'rate_limiter._rate_limit_all_at(text, rate_limiter.request[], boolean)' END::regprocedure,
+        'dkey', colocate_with => 'rate_limiter.rate_limits', force_delegation => true);
 END
 $distribute$;
 
@@ -345,3 +350,27 @@ AS 'MODULE_PATHNAME', '_rate_credit_at_bigint_wrapper';
 COMMENT ON FUNCTION rate_limiter._rate_credit_at(bigint, text, text, float8, rate_limiter.config) IS
 'Internal (Citus): _rate_credit_at for a state table colocated with a table distributed by a bigint column. '
 'Errors: 55000 when the rows are not on this node or the call is outside a transaction block; 22P02 a key that is not a decimal integer; those of rate_credit.';
+
+CREATE FUNCTION rate_limiter._rate_limit_all_at(
+    dkey     text,
+    requests rate_limiter.request[],
+    reserve  boolean)
+RETURNS TABLE (ok boolean, retry_after bigint, remaining float8, verdict int2, contended boolean)
+LANGUAGE c VOLATILE
+AS 'MODULE_PATHNAME', '_rate_limit_all_at_wrapper';
+
+COMMENT ON FUNCTION rate_limiter._rate_limit_all_at(text, rate_limiter.request[], boolean) IS
+'Internal (Citus): rate_limit_all for requests whose rows are all on the node that holds the row of dkey (the first request''s), which Citus delegates the call to; one row per request. '
+'Errors: 55000 when a row is not on this node or the call is outside a transaction block; 22023 dkey is not the first request''s; those of rate_limit_all.';
+
+CREATE FUNCTION rate_limiter._rate_limit_all_at(
+    dkey     bigint,
+    requests rate_limiter.request[],
+    reserve  boolean)
+RETURNS TABLE (ok boolean, retry_after bigint, remaining float8, verdict int2, contended boolean)
+LANGUAGE c VOLATILE
+AS 'MODULE_PATHNAME', '_rate_limit_all_at_bigint_wrapper';
+
+COMMENT ON FUNCTION rate_limiter._rate_limit_all_at(bigint, rate_limiter.request[], boolean) IS
+'Internal (Citus): _rate_limit_all_at for a state table colocated with a table distributed by a bigint column. '
+'Errors: 55000 when a row is not on this node or the call is outside a transaction block; 22023 dkey is not the first request''s; 22P02 a key that is not a decimal integer; those of rate_limit_all.';

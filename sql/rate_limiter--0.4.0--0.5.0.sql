@@ -176,6 +176,11 @@ BEGIN
              THEN 'rate_limiter._rate_credit_at(bigint, text, text, float8, rate_limiter.config)'
              ELSE 'rate_limiter._rate_credit_at(text, text, text, float8, rate_limiter.config)' END::regprocedure,
         'dkey', colocate_with => 'rate_limiter.rate_limits', force_delegation => true);
+    PERFORM create_distributed_function(
+        CASE WHEN bigint_dkey
+             THEN 'rate_limiter._rate_limit_all_at(bigint, rate_limiter.request[], boolean)'
+             ELSE 'rate_limiter._rate_limit_all_at(text, rate_limiter.request[], boolean)' END::regprocedure,
+        'dkey', colocate_with => 'rate_limiter.rate_limits', force_delegation => true);
 END
 $distribute$;
 
@@ -355,6 +360,30 @@ COMMENT ON FUNCTION rate_limiter._rate_credit_at(bigint, text, text, float8, rat
 'Internal (Citus): _rate_credit_at for a state table colocated with a table distributed by a bigint column. '
 'Errors: 55000 when the rows are not on this node or the call is outside a transaction block; 22P02 a key that is not a decimal integer; those of rate_credit.';
 
+CREATE FUNCTION rate_limiter._rate_limit_all_at(
+    dkey     text,
+    requests rate_limiter.request[],
+    reserve  boolean)
+RETURNS TABLE (ok boolean, retry_after bigint, remaining float8, verdict int2, contended boolean)
+LANGUAGE c VOLATILE
+AS 'MODULE_PATHNAME', '_rate_limit_all_at_wrapper';
+
+COMMENT ON FUNCTION rate_limiter._rate_limit_all_at(text, rate_limiter.request[], boolean) IS
+'Internal (Citus): rate_limit_all for requests whose rows are all on the node that holds the row of dkey (the first request''s), which Citus delegates the call to; one row per request. '
+'Errors: 55000 when a row is not on this node or the call is outside a transaction block; 22023 dkey is not the first request''s; those of rate_limit_all.';
+
+CREATE FUNCTION rate_limiter._rate_limit_all_at(
+    dkey     bigint,
+    requests rate_limiter.request[],
+    reserve  boolean)
+RETURNS TABLE (ok boolean, retry_after bigint, remaining float8, verdict int2, contended boolean)
+LANGUAGE c VOLATILE
+AS 'MODULE_PATHNAME', '_rate_limit_all_at_bigint_wrapper';
+
+COMMENT ON FUNCTION rate_limiter._rate_limit_all_at(bigint, rate_limiter.request[], boolean) IS
+'Internal (Citus): _rate_limit_all_at for a state table colocated with a table distributed by a bigint column. '
+'Errors: 55000 when a row is not on this node or the call is outside a transaction block; 22023 dkey is not the first request''s; 22P02 a key that is not a decimal integer; those of rate_limit_all.';
+
 DO $revoke$
 DECLARE
     grantee_name name;
@@ -364,7 +393,9 @@ BEGIN
         rate_limiter._rate_limit_at(bigint, text, text, float8, boolean, rate_limiter.config, boolean),
         rate_limiter._rate_state_at(text, text, text, int2), rate_limiter._rate_state_at(bigint, text, text, int2),
         rate_limiter._rate_credit_at(text, text, text, float8, rate_limiter.config),
-        rate_limiter._rate_credit_at(bigint, text, text, float8, rate_limiter.config) FROM PUBLIC;
+        rate_limiter._rate_credit_at(bigint, text, text, float8, rate_limiter.config),
+        rate_limiter._rate_limit_all_at(text, rate_limiter.request[], boolean),
+        rate_limiter._rate_limit_all_at(bigint, rate_limiter.request[], boolean) FROM PUBLIC;
     FOR grantee_name IN
         SELECT DISTINCT r.rolname
         FROM (
@@ -377,7 +408,9 @@ BEGIN
                             'rate_limiter._rate_state_at(text, text, text, int2)'::pg_catalog.regprocedure,
                             'rate_limiter._rate_state_at(bigint, text, text, int2)'::pg_catalog.regprocedure,
                             'rate_limiter._rate_credit_at(text, text, text, float8, rate_limiter.config)'::pg_catalog.regprocedure,
-                            'rate_limiter._rate_credit_at(bigint, text, text, float8, rate_limiter.config)'::pg_catalog.regprocedure)
+                            'rate_limiter._rate_credit_at(bigint, text, text, float8, rate_limiter.config)'::pg_catalog.regprocedure,
+                            'rate_limiter._rate_limit_all_at(text, rate_limiter.request[], boolean)'::pg_catalog.regprocedure,
+                            'rate_limiter._rate_limit_all_at(bigint, rate_limiter.request[], boolean)'::pg_catalog.regprocedure)
         ) AS granted
         JOIN pg_catalog.pg_roles AS r ON r.oid = granted.grantee
         WHERE granted.grantee <> granted.owner
@@ -387,7 +420,9 @@ BEGIN
             'rate_limiter._rate_limit_at(bigint, text, text, float8, boolean, rate_limiter.config, boolean), '
             'rate_limiter._rate_state_at(text, text, text, int2), rate_limiter._rate_state_at(bigint, text, text, int2), '
             'rate_limiter._rate_credit_at(text, text, text, float8, rate_limiter.config), '
-            'rate_limiter._rate_credit_at(bigint, text, text, float8, rate_limiter.config) FROM %I', grantee_name);
+            'rate_limiter._rate_credit_at(bigint, text, text, float8, rate_limiter.config), '
+            'rate_limiter._rate_limit_all_at(text, rate_limiter.request[], boolean), '
+            'rate_limiter._rate_limit_all_at(bigint, rate_limiter.request[], boolean) FROM %I', grantee_name);
     END LOOP;
 END
 $revoke$;
@@ -397,5 +432,7 @@ GRANT EXECUTE ON FUNCTION rate_limiter.distribute(regclass), rate_limiter.undist
     rate_limiter._rate_limit_at(bigint, text, text, float8, boolean, rate_limiter.config, boolean),
     rate_limiter._rate_state_at(text, text, text, int2), rate_limiter._rate_state_at(bigint, text, text, int2),
     rate_limiter._rate_credit_at(text, text, text, float8, rate_limiter.config),
-    rate_limiter._rate_credit_at(bigint, text, text, float8, rate_limiter.config)
+    rate_limiter._rate_credit_at(bigint, text, text, float8, rate_limiter.config),
+    rate_limiter._rate_limit_all_at(text, rate_limiter.request[], boolean),
+    rate_limiter._rate_limit_all_at(bigint, rate_limiter.request[], boolean)
     TO @extowner@ WITH GRANT OPTION;

@@ -29,17 +29,20 @@ use rate_limiter_algorithm::{
 use std::collections::HashMap;
 
 /// One element of the `requests` array (`rate_limiter.request`), checked.
-struct RequestArgument {
-    name: Vec<u8>,
-    key: Option<Vec<u8>>,
+pub(crate) struct RequestArgument {
+    pub(crate) name: Vec<u8>,
+    pub(crate) key: Option<Vec<u8>>,
     /// NULL means 1.
-    count: f64,
+    pub(crate) count: f64,
     /// The inline config, if any.
-    inline: Option<Config>,
+    pub(crate) inline: Option<Config>,
     /// The config in force: `inline`, else the definition.
-    config: Config,
+    pub(crate) config: Config,
     /// Whether its limit enforces (`false`: shadow mode).
-    enforce: bool,
+    pub(crate) enforce: bool,
+    /// The element as it came (a `rate_limiter.request` datum, valid for
+    /// the call), to pass on to another node (`crate::citus`).
+    pub(crate) element: pg_sys::Datum,
 }
 
 /// A NULL where a value is required, naming the array element.
@@ -58,7 +61,7 @@ fn null_in(position: usize, field: &str) -> CallError {
 /// Errors: 22004 for a NULL element or name; 22023 for an invalid inline
 /// config; then (once every element is checked) 42704 for a name without
 /// config or definition.
-fn read_requests(array: pg_sys::Datum) -> Result<Vec<RequestArgument>, CallError> {
+pub(crate) fn read_requests(array: pg_sys::Datum) -> Result<Vec<RequestArgument>, CallError> {
     // SAFETY: PostgreSQL passes a rate_limiter.request[] for this argument
     // (sql/functions.sql); deconstruct_array gives its elements (composite
     // datums), whose attributes are name text, key text, count float8,
@@ -126,12 +129,12 @@ fn read_requests(array: pg_sys::Datum) -> Result<Vec<RequestArgument>, CallError
             )
         };
         let name = name.ok_or_else(|| null_in(position, ".name"))?;
-        requests.push((name, key, count, inline_config(inline)?));
+        requests.push((name, key, count, inline_config(inline)?, element));
     }
     // Every argument is checked before any name is looked up.
     requests
         .into_iter()
-        .map(|(name, key, count, inline)| {
+        .map(|(name, key, count, inline, element)| {
             let definition = definitions::resolve(&name, inline)?;
             Ok(RequestArgument {
                 name,
@@ -140,6 +143,7 @@ fn read_requests(array: pg_sys::Datum) -> Result<Vec<RequestArgument>, CallError
                 inline,
                 config: definition.config,
                 enforce: definition.enforce,
+                element,
             })
         })
         .collect()
@@ -147,13 +151,13 @@ fn read_requests(array: pg_sys::Datum) -> Result<Vec<RequestArgument>, CallError
 
 /// The limits the requests name, each once (a limit named twice must have
 /// the same config both times), and each request as a member of them.
-fn group(
-    requests: &[RequestArgument],
+fn group<'a>(
+    requests: &[&'a RequestArgument],
     reserve: bool,
-) -> Result<(Vec<Limit<'_>>, Vec<Member>), CallError> {
-    let mut limits: Vec<Limit<'_>> = Vec::new();
+) -> Result<(Vec<Limit<'a>>, Vec<Member>), CallError> {
+    let mut limits: Vec<Limit<'a>> = Vec::new();
     // Where each limit is in `limits`.
-    let mut seen: HashMap<LimitId<'_>, usize> = HashMap::with_capacity(requests.len());
+    let mut seen: HashMap<LimitId<'a>, usize> = HashMap::with_capacity(requests.len());
     let mut members = Vec::with_capacity(requests.len());
     for (index, request) in requests.iter().enumerate() {
         request.config.validate_count(request.count, reserve)?;
@@ -197,15 +201,18 @@ fn group(
     Ok((limits, members))
 }
 
-/// Locks, decides and writes (see the module documentation); the answers
-/// in request order, and for each request whether it was *contended*: its
+/// What a call answers: one [`Answer`] per request, in request order, and
+/// for each request whether it was *contended* (see [`consume`]).
+pub(crate) type Answers = (Vec<Answer>, Vec<bool>);
+
+/// Locks, decides and writes (see the module documentation), on the state
+/// table or, on a distributed install, in the shard relation `crate::citus`
+/// routes storage to (every request's rows are in it); the answers in
+/// request order, and for each request whether it was *contended*: its
 /// limit is sharded and the call waited for another transaction to get
 /// one of its shards (`rate_limit_all` holds every shard it may use, so it
 /// waits for busy ones rather than passing over them).
-fn consume(
-    requests: &[RequestArgument],
-    reserve: bool,
-) -> Result<(Vec<Answer>, Vec<bool>), CallError> {
+pub(crate) fn consume(requests: &[&RequestArgument], reserve: bool) -> Result<Answers, CallError> {
     let (mut limits, members) = group(requests, reserve)?;
     let mut rows: Vec<RowId<'_>> = limits
         .iter()
@@ -306,8 +313,25 @@ fn run(
     let reserve = required(reserve, "reserve")?;
     let throws = required(throws, "throws")?;
     let mut requests = read_requests(requests)?;
+    let (answers, contended) =
+        restarting(&mut requests, |requests| {
+            match crate::citus::distribution() {
+                None => consume(requests, reserve),
+                Some(_) => crate::citus::all_or_nothing::consume(requests, reserve),
+            }
+        })?;
+    Ok((requests, answers, contended, throws))
+}
+
+/// Runs `consume` on the requests, and again, every definition resolved
+/// again, when a definition changed under it
+/// (`definitions::restarting`).
+pub(crate) fn restarting(
+    requests: &mut [RequestArgument],
+    consume: impl Fn(&[&RequestArgument]) -> Result<Answers, CallError>,
+) -> Result<Answers, CallError> {
     let mut first = true;
-    let (answers, contended) = definitions::restarting(|| {
+    definitions::restarting(|| {
         // A restart resolves every definition again.
         if !std::mem::take(&mut first) {
             for request in requests.iter_mut() {
@@ -316,9 +340,9 @@ fn run(
                 request.enforce = definition.enforce;
             }
         }
-        consume(&requests, reserve)
-    })?;
-    Ok((requests, answers, contended, throws))
+        let requests: Vec<&RequestArgument> = requests.iter().collect();
+        consume(&requests)
+    })
 }
 
 /// How the answer to `request` is counted in `rate_limiter.stats`: as

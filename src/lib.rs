@@ -58,6 +58,7 @@ pub mod shard_choice;
 pub mod stats;
 pub mod status;
 pub mod storage;
+pub mod subtransaction;
 pub mod wait;
 
 pgrx::pg_module_magic!();

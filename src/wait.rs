@@ -23,7 +23,7 @@ use pgrx::fcinfo::pg_getarg;
 use pgrx::heap_tuple::PgHeapTuple;
 use pgrx::pg_sys;
 use pgrx::prelude::*;
-use pgrx::{AllocatedByRust, PgTryBuilder};
+use pgrx::AllocatedByRust;
 use rate_limiter_algorithm::{Decision, LimitError, Micros, Verdict};
 
 /// The least a call sleeps after a try lost a race for the tokens.
@@ -68,28 +68,8 @@ unsafe fn sleep(micros: Micros) {
 /// admitted (or answered as admitted in shadow mode) and rolled back
 /// otherwise, also when the try fails with an error (which is then raised
 /// again), as a PL/pgSQL `BEGIN ... EXCEPTION` block does.
-unsafe fn try_consume(call: &Call<'_>) -> Result<(Decision, Counted), CallError> {
-    let context = pg_sys::CurrentMemoryContext;
-    let owner = pg_sys::CurrentResourceOwner;
-    pg_sys::BeginInternalSubTransaction(std::ptr::null());
-    pg_sys::MemoryContextSwitchTo(context);
-    let restore = move || {
-        pg_sys::MemoryContextSwitchTo(context);
-        pg_sys::CurrentResourceOwner = owner;
-    };
-    let outcome = PgTryBuilder::new(std::panic::AssertUnwindSafe(|| limit::consume(call)))
-        .catch_others(|error| {
-            pg_sys::RollbackAndReleaseCurrentSubTransaction();
-            restore();
-            error.rethrow()
-        })
-        .execute();
-    match &outcome {
-        Ok((decision, _)) if decision.ok => pg_sys::ReleaseCurrentSubTransaction(),
-        _ => pg_sys::RollbackAndReleaseCurrentSubTransaction(),
-    }
-    restore();
-    outcome
+fn try_consume(call: &Call<'_>) -> Result<(Decision, Counted), CallError> {
+    crate::subtransaction::kept_if(|| limit::consume(call), |(decision, _)| decision.ok)
 }
 
 /// What one look-and-try ended with.

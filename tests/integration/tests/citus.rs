@@ -1309,9 +1309,19 @@ fn what_is_not_distributed_yet_is_refused_with_0a000() {
     // a keyed limit with shards too: all its shards live with the key.
     assert!(consume(&mut coordinator, "sharded", None));
     assert!(consume(&mut coordinator, "sharded", Some("k")));
+    // rate_limit_all of a keyed limit with shards too; of a global limit
+    // with shards (which spread over the nodes), not yet.
+    let ok: bool = coordinator
+        .query_one(
+            "SELECT ok FROM rate_limiter.rate_limit_all(ARRAY[('sharded', 'k', 1, NULL)]::rate_limiter.request[])",
+            &[],
+        )
+        .expect("rate_limit_all of a keyed limit with shards")
+        .get(0);
+    assert!(ok);
     // Nothing written, nothing deleted by these.
     for statement in [
-        "SELECT * FROM rate_limiter.rate_limit_all(ARRAY[('sharded', 'k', 1, NULL)]::rate_limiter.request[])",
+        "SELECT * FROM rate_limiter.rate_limit_all(ARRAY[('sharded', NULL, 1, NULL)]::rate_limiter.request[])",
     ] {
         let error = coordinator
             .batch_execute(statement)
@@ -1932,6 +1942,34 @@ fn colocated_with_a_bigint_tenant_column_a_tenant_transaction_stays_on_one_worke
         stored_bigint(&mut coordinator, "orders", Some(&two.to_string()), two),
         Some(9.0)
     );
+    // rate_limit_all over both tenants and the global limit, from worker
+    // 2: all admitted, then a refusal (9 > 8 on tenant two) that consumes
+    // nothing anywhere.
+    let mut worker2 = connect(&urls[2]);
+    let all = "SELECT ok FROM rate_limiter.rate_limit_all(ARRAY[\
+                   ('orders', $1, 1, NULL), ('orders-global', NULL, 1, NULL), ('orders', $2, $3, NULL)\
+               ]::rate_limiter.request[])";
+    for (count, expected) in [(1.0, [true, true, true]), (9.0, [true, true, false])] {
+        let answers: Vec<bool> = worker2
+            .query(all, &[&one.to_string(), &two.to_string(), &count])
+            .expect("rate_limit_all")
+            .iter()
+            .map(|row| row.get(0))
+            .collect();
+        assert_eq!(answers, expected);
+        assert_eq!(
+            stored_bigint(&mut coordinator, "orders", Some(&one.to_string()), one),
+            Some(6.0)
+        );
+        assert_eq!(
+            stored_bigint(&mut coordinator, "orders", Some(&two.to_string()), two),
+            Some(8.0)
+        );
+        assert_eq!(
+            stored_bigint(&mut coordinator, "orders-global", None, global_dkey),
+            Some(5.0)
+        );
+    }
 
     // undistribute() goes back to a text dkey, keeping the rows.
     make_local();
@@ -1956,7 +1994,7 @@ fn colocated_with_a_bigint_tenant_column_a_tenant_transaction_stays_on_one_worke
         )
         .expect("rate_check")
         .get(0);
-    assert_eq!(remaining.round(), 6.0, "7 stored, minus the checked token");
+    assert_eq!(remaining.round(), 5.0, "6 stored, minus the checked token");
     coordinator
         .batch_execute("DROP SCHEMA app CASCADE")
         .expect("drop the application");
@@ -2295,6 +2333,7 @@ fn the_internal_functions_fail_closed_where_they_must() {
         "SELECT * FROM rate_limiter._rate_limit_at($1, 'internal', $1, 1, false, NULL, true)",
         "SELECT * FROM rate_limiter._rate_state_at($1, 'internal', $1, 1::int2)",
         "SELECT rate_limiter._rate_credit_at($1, 'internal', $1, 1, NULL)",
+        "SELECT * FROM rate_limiter._rate_limit_all_at($1, ARRAY[('internal', $1, 1, NULL)]::rate_limiter.request[], false)",
     ];
     let code = |client: &mut Client, statement: &str, dkey: &str| {
         client
@@ -2319,27 +2358,29 @@ fn the_internal_functions_fail_closed_where_they_must() {
     let mut worker = connect(&urls[1]);
     // On the node holding the row, outside a transaction block: the
     // writing ones refuse (they would commit on their own).
-    for statement in [calls[0], calls[2]] {
+    for statement in [calls[0], calls[2], calls[3]] {
         assert_eq!(
             code(&mut worker, statement, &one),
             Some(SqlState::OBJECT_NOT_IN_PREREQUISITE_STATE),
             "{statement}"
         );
     }
-    // A dkey that is not (name, key)'s: 22023.
-    let mut transaction = worker.transaction().expect("begin");
-    let error = transaction
-        .query(
-            "SELECT * FROM rate_limiter._rate_limit_at($1, 'internal', 'another key', 1, false, NULL, true)",
-            &[&one],
-        )
-        .expect_err("a dkey of another key");
-    assert_eq!(
-        error.code(),
-        Some(&SqlState::INVALID_PARAMETER_VALUE),
-        "{error}"
-    );
-    transaction.rollback().expect("rollback");
+    // A dkey that is not (name, key)'s (the first request's): 22023.
+    for statement in [
+        "SELECT * FROM rate_limiter._rate_limit_at($1, 'internal', 'another key', 1, false, NULL, true)",
+        "SELECT * FROM rate_limiter._rate_limit_all_at($1, ARRAY[('internal', 'another key', 1, NULL)]::rate_limiter.request[], false)",
+    ] {
+        let mut transaction = worker.transaction().expect("begin");
+        let error = transaction
+            .query(statement, &[&one])
+            .expect_err("a dkey of another key");
+        assert_eq!(
+            error.code(),
+            Some(&SqlState::INVALID_PARAMETER_VALUE),
+            "{statement}: {error}"
+        );
+        transaction.rollback().expect("rollback");
+    }
     // A call Citus does not delegate (a generic plan) runs where it is
     // made: on worker 2, for a row on worker 1, 55000 and nothing written.
     let mut other = connect(&urls[2]);
@@ -2360,4 +2401,249 @@ fn the_internal_functions_fail_closed_where_they_must() {
     }
     assert_eq!(stored(&mut coordinator, "internal", &one), None);
     forget("internal");
+}
+
+/// `rate_limit_all(name, [(key, count), ...])` through `client`: each
+/// row's `ok`, in request order.
+fn consume_all(
+    client: &mut impl postgres::GenericClient,
+    name: &str,
+    requests: &[(&str, f64)],
+) -> Result<Vec<bool>, postgres::Error> {
+    let keys: Vec<&str> = requests.iter().map(|(key, _)| *key).collect();
+    let counts: Vec<f64> = requests.iter().map(|(_, count)| *count).collect();
+    let rows = client.query(
+        "SELECT ok FROM rate_limiter.rate_limit_all(ARRAY(\
+             SELECT ($1::text, key, count, NULL)::rate_limiter.request \
+             FROM unnest($2::text[], $3::float8[]) WITH ORDINALITY AS r(key, count, position) \
+             ORDER BY position))",
+        &[&name, &keys, &counts],
+    )?;
+    Ok(rows.iter().map(|row| row.get(0)).collect())
+}
+
+#[test]
+#[ignore = "needs the Citus cluster of scripts/test.sh"]
+fn rate_limit_all_is_all_or_nothing_across_workers() {
+    make_distributed();
+    forget("every");
+    let urls = urls();
+    let mut coordinator = coordinator();
+    define(&mut coordinator, "every", 10.0);
+    let (one, two) = keys_on_each_worker(&mut coordinator, "every-");
+    // The expected stored values of one and two.
+    let (mut on_one, mut on_two) = (10.0, 10.0);
+    for (node, url) in NODES.iter().zip(&urls) {
+        let (mut client, notices) = connect_with_notices(url);
+        client
+            .execute("SELECT rate_limiter.stats_reset('every')", &[])
+            .expect("stats_reset");
+        client
+            .batch_execute("SET citus.log_remote_commands = on")
+            .expect("log remote commands");
+        // Admitted: both consumed, the limit named twice charged twice,
+        // and a commit over both workers is two-phase.
+        taken(&notices);
+        let answers = consume_all(
+            &mut client,
+            "every",
+            &[(&two, 1.0), (&one, 2.0), (&two, 1.0)],
+        )
+        .expect("rate_limit_all");
+        assert_eq!(answers, [true, true, true], "{node}");
+        let log = taken(&notices);
+        if *node == "coordinator" {
+            assert_eq!(
+                log.iter()
+                    .filter(|line| line.contains("PREPARE TRANSACTION"))
+                    .count(),
+                2,
+                "both workers prepared: {log:#?}"
+            );
+        } else {
+            assert!(
+                log.iter().any(|line| line.contains("PREPARE TRANSACTION")),
+                "a local write and a remote one commit with 2PC ({node}): {log:#?}"
+            );
+        }
+        (on_one, on_two) = (on_one - 2.0, on_two - 2.0);
+        assert_eq!(
+            stored(&mut coordinator, "every", &one),
+            Some(on_one),
+            "{node}"
+        );
+        assert_eq!(
+            stored(&mut coordinator, "every", &two),
+            Some(on_two),
+            "{node}"
+        );
+        // Refused on worker 2 (9 > 8 tokens), in either order: nothing consumed on
+        // either worker; each row is its own request's answer.
+        for requests in [[(&one, 1.0), (&two, 9.0)], [(&two, 9.0), (&one, 1.0)]] {
+            let requests: Vec<(&str, f64)> = requests
+                .iter()
+                .map(|(key, count)| (key.as_str(), *count))
+                .collect();
+            let answers = consume_all(&mut client, "every", &requests).expect("rate_limit_all");
+            let expected: Vec<bool> = requests.iter().map(|(_, count)| *count == 1.0).collect();
+            assert_eq!(answers, expected, "{node}");
+            assert_eq!(
+                stored(&mut coordinator, "every", &one),
+                Some(on_one),
+                "{node}"
+            );
+            assert_eq!(
+                stored(&mut coordinator, "every", &two),
+                Some(on_two),
+                "{node}"
+            );
+        }
+        // A refusal raised (throws => true): nothing consumed either.
+        let error = client
+            .query(
+                "SELECT * FROM rate_limiter.rate_limit_all(ARRAY[('every', $1, 1, NULL), ('every', $2, 9, NULL)]::rate_limiter.request[], throws => true)",
+                &[&one, &two],
+            )
+            .expect_err("throws");
+        assert!(error.as_db_error().is_some(), "{error}");
+        assert_eq!(
+            stored(&mut coordinator, "every", &one),
+            Some(on_one),
+            "{node}"
+        );
+        // Admitted, then rolled back: nothing consumed; to a savepoint:
+        // only what came before it stays.
+        let mut transaction = client.transaction().expect("begin");
+        let answers = consume_all(&mut transaction, "every", &[(&one, 1.0), (&two, 1.0)])
+            .expect("rate_limit_all");
+        assert_eq!(answers, [true, true]);
+        transaction.rollback().expect("rollback");
+        let mut transaction = client.transaction().expect("begin");
+        consume_all(&mut transaction, "every", &[(&one, 1.0)]).expect("rate_limit_all");
+        let mut savepoint = transaction.savepoint("s").expect("savepoint");
+        consume_all(&mut savepoint, "every", &[(&one, 1.0), (&two, 1.0)]).expect("rate_limit_all");
+        savepoint.rollback().expect("rollback to savepoint");
+        // A refusal inside the transaction leaves it usable.
+        let answers = consume_all(&mut transaction, "every", &[(&two, 1.0), (&one, 9.0)])
+            .expect("rate_limit_all");
+        assert_eq!(answers, [true, false]);
+        transaction.commit().expect("commit");
+        on_one -= 1.0;
+        assert_eq!(
+            stored(&mut coordinator, "every", &one),
+            Some(on_one),
+            "{node}"
+        );
+        assert_eq!(
+            stored(&mut coordinator, "every", &two),
+            Some(on_two),
+            "{node}"
+        );
+        // Each request is counted once, on the node called (16 here), not
+        // again on the node that decided it.
+        let calls: i64 = client
+            .query_one(
+                "SELECT calls FROM rate_limiter.stats WHERE name = 'every'",
+                &[],
+            )
+            .expect("stats")
+            .get(0);
+        assert_eq!(calls, 16, "{node}");
+    }
+    forget("every");
+}
+
+#[test]
+#[ignore = "needs the Citus cluster of scripts/test.sh"]
+fn rate_limit_all_across_workers_never_deadlocks_and_admits_exactly_the_capacity() {
+    make_distributed();
+    forget("cross");
+    let urls = urls();
+    let mut coordinator = coordinator();
+    define(&mut coordinator, "cross", 60.0);
+    let (one, two) = keys_on_each_worker(&mut coordinator, "cross-");
+    // Four connections on three nodes, each asking for both keys, half of
+    // them in the opposite order: 60 calls can be admitted, each takes a
+    // token from both rows, all or nothing.
+    let threads: Vec<_> = (0..4)
+        .map(|thread| {
+            let url = urls[thread % 3].clone();
+            let (one, two) = (one.clone(), two.clone());
+            std::thread::spawn(move || {
+                let mut client = connect(&url);
+                client
+                    .batch_execute("SET lock_timeout = '20s'")
+                    .expect("lock_timeout");
+                let mut admitted = 0;
+                for _ in 0..25 {
+                    let requests = if thread % 2 == 0 {
+                        [(one.as_str(), 1.0), (two.as_str(), 1.0)]
+                    } else {
+                        [(two.as_str(), 1.0), (one.as_str(), 1.0)]
+                    };
+                    let mut transaction = client.transaction().expect("begin");
+                    let answers = consume_all(&mut transaction, "cross", &requests)
+                        .unwrap_or_else(|error| panic!("rate_limit_all ({url}): {error:?}"));
+                    transaction.commit().expect("commit");
+                    assert_eq!(answers[0], answers[1], "one answer for both");
+                    if answers[0] {
+                        admitted += 1;
+                    }
+                }
+                admitted
+            })
+        })
+        .collect();
+    let admitted: i32 = threads
+        .into_iter()
+        .map(|thread| thread.join().expect("a client thread"))
+        .sum();
+    assert_eq!(admitted, 60, "exactly the capacity, in 100 calls");
+    assert_eq!(stored(&mut coordinator, "cross", &one), Some(0.0));
+    assert_eq!(stored(&mut coordinator, "cross", &two), Some(0.0));
+    forget("cross");
+}
+
+#[test]
+#[ignore = "needs the Citus cluster of scripts/test.sh"]
+fn rate_wait_consumes_where_the_row_lives_and_times_out_without_consuming() {
+    make_distributed();
+    forget("wait");
+    let mut coordinator = coordinator();
+    define(&mut coordinator, "wait", 10.0);
+    let (one, two) = keys_on_each_worker(&mut coordinator, "wait-");
+    for (node, url) in NODES.iter().zip(urls()) {
+        let mut client = connect(&url);
+        for key in [&one, &two] {
+            let before = stored(&mut coordinator, "wait", key).unwrap_or(10.0);
+            let ok: bool = client
+                .query_one(
+                    "SELECT ok FROM rate_limiter.rate_wait('wait', $1, 2)",
+                    &[key],
+                )
+                .expect("rate_wait")
+                .get(0);
+            assert!(ok, "{node}");
+            assert_eq!(
+                stored(&mut coordinator, "wait", key),
+                Some(before - 2.0),
+                "{node}"
+            );
+            // More than the limit holds: refused at once, nothing consumed.
+            let ok: bool = client
+                .query_one(
+                    "SELECT ok FROM rate_limiter.rate_wait('wait', $1, 9, timeout => '0 seconds')",
+                    &[key],
+                )
+                .expect("rate_wait")
+                .get(0);
+            assert!(!ok, "{node}");
+            assert_eq!(
+                stored(&mut coordinator, "wait", key),
+                Some(before - 2.0),
+                "{node}"
+            );
+        }
+    }
+    forget("wait");
 }

@@ -81,8 +81,10 @@ pub fn forget() {
     DISTRIBUTION.with(|cell| cell.replace(None));
 }
 
-/// A value of the distribution column `dkey`, of the column's type.
-#[derive(Debug, Clone, PartialEq, Eq)]
+/// A value of the distribution column `dkey`, of the column's type
+/// (ordered bytewise or numerically: the order `rate_limit_all` takes
+/// the shard relations of one node in).
+#[derive(Debug, Clone, PartialEq, Eq, PartialOrd, Ord)]
 pub enum DistributionValue {
     /// `text COLLATE "C"`: the bytes.
     Text(Vec<u8>),
@@ -1642,11 +1644,31 @@ unsafe extern "C-unwind" fn at_transaction_end(
     }
 }
 
+/// After a subtransaction rolled back: Citus may have been told inside it
+/// (its statement is rolled back with it), so the next write tells it
+/// again. (What was written here and elsewhere is kept as noted: at worst
+/// one more 2PC than needed.)
+#[pg_guard]
+unsafe extern "C-unwind" fn at_subtransaction_abort(
+    event: pg_sys::SubXactEvent::Type,
+    _subtransaction: pg_sys::SubTransactionId,
+    _parent: pg_sys::SubTransactionId,
+    _argument: *mut std::ffi::c_void,
+) {
+    if event == pg_sys::SubXactEvent::SUBXACT_EVENT_ABORT_SUB {
+        WRITES.with(|writes| writes.borrow_mut().told = false);
+    }
+}
+
 /// Called once when the library is loaded: forget each transaction's
-/// writes at its end.
+/// writes at its end, and that Citus was told after a subtransaction
+/// rolled back.
 pub fn register() {
-    // SAFETY: registering a callback that lives as long as the library.
-    unsafe { pg_sys::RegisterXactCallback(Some(at_transaction_end), std::ptr::null_mut()) };
+    // SAFETY: registering callbacks that live as long as the library.
+    unsafe {
+        pg_sys::RegisterXactCallback(Some(at_transaction_end), std::ptr::null_mut());
+        pg_sys::RegisterSubXactCallback(Some(at_subtransaction_abort), std::ptr::null_mut());
+    }
 }
 
 /// A statement that changes nothing, routed to this node's shard of `$1`:
@@ -1686,3 +1708,6 @@ fn wrote(here: Option<&DistributionValue>) -> Result<(), CallError> {
     }
     Ok(())
 }
+
+// After the macros it uses.
+pub mod all_or_nothing;

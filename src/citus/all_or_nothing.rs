@@ -1,0 +1,309 @@
+//! `rate_limit_all` on a distributed install (SPEC §8, §10): all or
+//! nothing over rows that live on several nodes, inside the caller's
+//! distributed transaction.
+//!
+//! - The requests are grouped by their rows' distribution value: one
+//!   group's rows are in one shard relation of one node (a limit named
+//!   twice, and every shard of a keyed limit, are in one group). A global
+//!   limit with several shards spreads over the nodes and is refused here
+//!   (0A000).
+//! - The groups are taken in one fixed order, whatever order the requests
+//!   come in: by node (`pg_dist_node.groupid`), then shard (hash range),
+//!   then distribution value, and inside a group by (name, key, shard) as
+//!   on one server (`storage/all_or_nothing.rs`). A call waits only for a
+//!   row that comes after every row it holds in that order, so two calls
+//!   never wait for each other in a cycle, across nodes either.
+//! - A group on this node is decided and written as on one server, in its
+//!   shard relation. The groups of another node go there in one call of
+//!   `rate_limiter._rate_limit_all_at()`, which Citus delegates by the
+//!   distribution value of the first; that node does the same for them.
+//! - Each group is all or nothing by itself. When the call has more than
+//!   one part (groups here, nodes elsewhere), the parts run in a
+//!   subtransaction, which is rolled back unless every request is
+//!   admitted: Citus rolls back the other nodes' parts with it (a
+//!   savepoint on each connection). So a refusal anywhere consumes
+//!   nothing anywhere, and holds no row lock afterwards.
+//! - Every node decides by its own clock; statistics count on the node
+//!   the call was made on.
+
+use super::{checks, distribution, distribution_value, here, not_here, wrong_dkey, wrote};
+use super::{DistributionValue, CALLING_CONVENTION};
+use crate::all_or_nothing::{self as local, Answers, RequestArgument};
+use crate::config::required;
+use crate::errors::{report, CallError};
+use crate::result_row;
+use crate::subtransaction;
+use pgrx::datum::DatumWithOid;
+use pgrx::fcinfo::{pg_getarg, pg_getarg_datum};
+use pgrx::pg_sys;
+use pgrx::prelude::*;
+use rate_limiter_algorithm::Answer;
+
+/// Requests whose rows share one distribution value.
+struct Group {
+    /// The group (`pg_dist_node.groupid`) of the node holding them.
+    node: i32,
+    dkey: DistributionValue,
+    /// Their positions in the requests, ascending.
+    members: Vec<usize>,
+}
+
+/// The requests' groups in lock order (see the module documentation), and
+/// this node's group.
+///
+/// Errors: 0A000 for a global limit with several shards; 22P02 a key that
+/// is not a bigint (colocated with a bigint column); 55000 as
+/// `Distribution::place`.
+fn groups(requests: &[&RequestArgument]) -> Result<(Vec<Group>, i32), CallError> {
+    let Some(distribution) = distribution() else {
+        return Err(CallError::Cluster(
+            "rate_limiter.rate_limits is no longer distributed".into(),
+            "Retry the call.",
+        ));
+    };
+    let mut placed = Vec::with_capacity(requests.len());
+    for (position, request) in requests.iter().enumerate() {
+        if request.key.is_none() && request.config.shards > 1 {
+            return Err(CallError::NotOnCluster(
+                "rate_limit_all of a global limit with several shards",
+            ));
+        }
+        let dkey = distribution_value(&request.name, request.key.as_deref(), 0)?;
+        let place = distribution.place(&dkey)?;
+        // The lock order: node, shard, distribution value.
+        placed.push((place.group, place.index, dkey, position));
+    }
+    placed.sort();
+    let mut groups: Vec<Group> = Vec::new();
+    for (node, _, dkey, position) in placed {
+        match groups.last_mut() {
+            Some(last) if last.dkey == dkey => last.members.push(position),
+            _ => groups.push(Group {
+                node,
+                dkey,
+                members: vec![position],
+            }),
+        }
+    }
+    Ok((groups, distribution.local_group))
+}
+
+/// `rate_limit_all`'s requests on a distributed install: locks, decides
+/// and writes where each row lives (see the module documentation); the
+/// answers as on one server.
+///
+/// Errors: those of `rate_limit_all` on one server, and of [`groups`];
+/// 55000 when a row moved to another node during the call.
+pub(crate) fn consume(requests: &[&RequestArgument], reserve: bool) -> Result<Answers, CallError> {
+    decide(requests, reserve, false)
+}
+
+/// [`consume`]; `delegated`: the call was delegated to this node, so
+/// every row must be here (55000 otherwise).
+fn decide(
+    requests: &[&RequestArgument],
+    reserve: bool,
+    delegated: bool,
+) -> Result<Answers, CallError> {
+    let (groups, local_group) = groups(requests)?;
+    // Groups here are parts of their own; another node's groups are one.
+    let mut parts = 0;
+    for (at, group) in groups.iter().enumerate() {
+        if group.node == local_group || at == 0 || groups[at - 1].node != group.node {
+            parts += 1;
+        }
+    }
+    let work = || {
+        let mut answers: Vec<Option<Answer>> = vec![None; requests.len()];
+        let mut contended = vec![false; requests.len()];
+        let mut start = 0;
+        while start < groups.len() {
+            let node = groups[start].node;
+            let end = start
+                + groups[start..]
+                    .iter()
+                    .take_while(|group| group.node == node)
+                    .count();
+            let mut record = |members: &[usize], (got, waited): Answers| {
+                for ((&position, answer), waited) in members.iter().zip(got).zip(waited) {
+                    answers[position] = Some(answer);
+                    contended[position] = waited;
+                }
+            };
+            if node == local_group {
+                for group in &groups[start..end] {
+                    let members: Vec<&RequestArgument> =
+                        group.members.iter().map(|&at| requests[at]).collect();
+                    let got = here(&group.dkey, true, || local::consume(&members, reserve))?
+                        .ok_or_else(not_here)?;
+                    record(&group.members, got);
+                }
+            } else if delegated {
+                return Err(not_here());
+            } else {
+                let members: Vec<usize> = groups[start..end]
+                    .iter()
+                    .flat_map(|group| group.members.iter().copied())
+                    .collect();
+                let got = elsewhere(&groups[start].dkey, &members, requests, reserve)?;
+                wrote(None)?;
+                record(&members, got);
+            }
+            start = end;
+        }
+        let answers = answers
+            .into_iter()
+            .collect::<Option<Vec<Answer>>>()
+            .ok_or_else(|| internal("a request got no answer"))?;
+        Ok((answers, contended))
+    };
+    if parts > 1 {
+        subtransaction::kept_if(work, |(answers, _)| answers.iter().all(|answer| answer.ok))
+    } else {
+        work()
+    }
+}
+
+fn internal(what: &str) -> CallError {
+    CallError::Cluster(
+        format!("rate_limit_all() on a distributed install: {what}"),
+        "Check that every node runs the same version of rate_limiter.",
+    )
+}
+
+/// The statement that runs the requests of one node there: Citus
+/// delegates `_rate_limit_all_at` by its first argument, the distribution
+/// value of the first request's rows (never NULL).
+const ELSEWHERE: &str = "SELECT ok, retry_after, remaining, verdict, contended \
+     FROM rate_limiter._rate_limit_all_at($1, $2, $3)";
+
+/// Runs `requests[members]` on the node holding the rows of `dkey` (the
+/// first member's), as the calling role, inside this transaction.
+fn elsewhere(
+    dkey: &DistributionValue,
+    members: &[usize],
+    requests: &[&RequestArgument],
+    reserve: bool,
+) -> Result<Answers, CallError> {
+    // SAFETY: the elements are rate_limiter.request datums valid for this
+    // call; construct_array copies them into a new array.
+    let array = unsafe {
+        let element_type = pgrx::regtypein("rate_limiter.request");
+        let array_type = pg_sys::get_array_type(element_type);
+        let (mut length, mut by_value, mut align) = (0i16, false, 0 as std::ffi::c_char);
+        pg_sys::get_typlenbyvalalign(element_type, &mut length, &mut by_value, &mut align);
+        let mut elements: Vec<pg_sys::Datum> =
+            members.iter().map(|&at| requests[at].element).collect();
+        let array = pg_sys::construct_array(
+            elements.as_mut_ptr(),
+            elements.len() as i32,
+            element_type,
+            i32::from(length),
+            by_value,
+            align,
+        );
+        DatumWithOid::new(pg_sys::Datum::from(array), array_type)
+    };
+    let arguments = [dkey.argument(), array, DatumWithOid::from(reserve)];
+    let rows = Spi::connect_mut(|client| {
+        let table = client.update(ELSEWHERE, None, &arguments)?;
+        let mut rows = Vec::with_capacity(members.len());
+        for row in table {
+            rows.push((
+                row.get::<bool>(1)?,
+                row.get::<i64>(2)?,
+                row.get::<f64>(3)?,
+                row.get::<i16>(4)?,
+                row.get::<bool>(5)?,
+            ));
+        }
+        Ok::<_, pgrx::spi::SpiError>(rows)
+    })?;
+    if rows.len() != members.len() {
+        return Err(internal(
+            "rate_limiter._rate_limit_all_at() on another node returned a row count other than its requests'",
+        ));
+    }
+    let mut answers = Vec::with_capacity(rows.len());
+    let mut contended = Vec::with_capacity(rows.len());
+    for (ok, retry_after, remaining, verdict, waited) in rows {
+        let (Some(ok), Some(remaining), Some(verdict)) = (ok, remaining, verdict) else {
+            return Err(internal(
+                "rate_limiter._rate_limit_all_at() on another node returned an incomplete answer",
+            ));
+        };
+        answers.push(Answer {
+            ok,
+            retry_after,
+            remaining,
+            verdict: super::verdict_of(verdict),
+        });
+        contended.push(waited.unwrap_or(false));
+    }
+    Ok((answers, contended))
+}
+
+/// The hint of `_rate_limit_all_at`'s refusals.
+const HINT: &str = "It is internal: call rate_limiter.rate_limit_all(), which reaches the nodes holding the rows inside your transaction.";
+
+/// The body of `_rate_limit_all_at`: the requests, all on this node, as
+/// [`consume`] takes them. `dkey` must be the first request's distribution
+/// value (22023).
+fn at(
+    dkey: Option<DistributionValue>,
+    requests: Option<pg_sys::Datum>,
+    reserve: Option<bool>,
+) -> Result<Answers, CallError> {
+    checks("_rate_limit_all_at", HINT, true)?;
+    let requests = required(requests, "requests")?;
+    let reserve = required(reserve, "reserve")?;
+    let mut requests = local::read_requests(requests)?;
+    let first = requests
+        .first()
+        .map(|request| distribution_value(&request.name, request.key.as_deref(), 0))
+        .transpose()?;
+    if first.is_none() || first != dkey {
+        return Err(wrong_dkey());
+    }
+    local::restarting(&mut requests, |requests| decide(requests, reserve, true))
+}
+
+delegated_entry_points!(
+    "_rate_limit_all_at",
+    rate_limit_all_at,
+    _rate_limit_all_at_wrapper,
+    pg_finfo__rate_limit_all_at_wrapper,
+    _rate_limit_all_at_bigint_wrapper,
+    pg_finfo__rate_limit_all_at_bigint_wrapper
+);
+
+/// The body of both `_rate_limit_all_at` wrappers, `dkey` their first
+/// argument: one row per request (ok, retry_after in microseconds,
+/// remaining, verdict as `_rate_limit_at` sends it, contended).
+///
+/// # Safety
+/// `fcinfo` holds `_rate_limit_all_at`'s three arguments.
+unsafe fn rate_limit_all_at(
+    fcinfo: pg_sys::FunctionCallInfo,
+    dkey: Option<DistributionValue>,
+) -> pg_sys::Datum {
+    let outcome = at(
+        dkey,
+        pg_getarg_datum(fcinfo, 1),
+        pg_getarg::<bool>(fcinfo, 2),
+    );
+    let (answers, contended) = match outcome {
+        Ok(answers) => answers,
+        Err(error) => report(error),
+    };
+    let rows = answers.iter().zip(contended).map(|(answer, waited)| {
+        [
+            Some(pg_sys::Datum::from(answer.ok)),
+            answer.retry_after.and_then(IntoDatum::into_datum),
+            answer.remaining.into_datum(),
+            Some(pg_sys::Datum::from(super::verdict_number(answer.verdict))),
+            Some(pg_sys::Datum::from(waited)),
+        ]
+    });
+    result_row::put_rows(fcinfo, rows)
+}
