@@ -6,6 +6,7 @@
 #   bash scripts/citus.sh build        # build and install Citus into PostgreSQL $RL_PG
 #   bash scripts/citus.sh start DIR    # a coordinator and two workers in DIR, rate_limiter created
 #   bash scripts/citus.sh stop DIR
+#   bash scripts/citus.sh regress OUT  # tests/pg_regress/citus_schedule against the coordinator and worker 1
 #
 # Citus comes from the source releases in ../shared/citus (RL_CITUS_SOURCES
 # moves it): 13.2.2 for PostgreSQL 15, 14.0.1 for 16-18. 13.2.2 does not
@@ -122,13 +123,54 @@ stop() {
     rm -rf "$dir"
 }
 
+# The pg_regress schedule tests/pg_regress/citus_schedule, unchanged, against
+# the coordinator and then worker 1 of a distributed install (results in
+# OUT/coordinator and OUT/worker): each run starts from empty tables, freshly
+# distributed. The tests' sessions run with citus.enable_ddl_propagation =
+# off, so their helper objects (temporary functions, tables) stay on the
+# node they are made on, as on one server; rate_limiter.max_requests is
+# raised on every node, as all_or_nothing raises it in its session (a
+# rate_limit_all is bounded on each node it reaches).
+regress() {
+    local out=$1 node name status=0
+    mkdir -p "$out"
+    chmod -R a+rwX "$out"
+    for node in 0 1 2; do
+        psql_node "$node" -c "ALTER SYSTEM SET rate_limiter.max_requests = 10000" -c "SELECT pg_reload_conf()" >/dev/null
+    done
+    for node in 0 1; do
+        name=$([ "$node" = 0 ] && echo coordinator || echo worker)
+        psql_node 0 -c "SET client_min_messages = warning" -c "SELECT rate_limiter.undistribute()" \
+            -c "DELETE FROM rate_limiter.rate_limits" -c "DELETE FROM rate_limiter.definitions" \
+            -c "SELECT rate_limiter.distribute()" >/dev/null
+        # The run counts only if the state table is distributed as distribute() does it.
+        if [ "$(psql_node 0 -c "SELECT partmethod FROM pg_dist_partition WHERE logicalrelid = 'rate_limiter.rate_limits'::regclass")" != h ]; then
+            echo "rate_limiter.rate_limits is not distributed: the $name run would test nothing" >&2
+            status=1
+            continue
+        fi
+        echo "pg_regress against the $name (port $(node_port "$node"))"
+        env "LD_LIBRARY_PATH=$PG_LIBRARY_PATH" PGOPTIONS="-c citus.enable_ddl_propagation=off" \
+            "$PGXS_DIR/src/test/regress/pg_regress" --bindir="$PG_BIN" \
+            --inputdir=tests/pg_regress --outputdir="$out/$name" \
+            --host=127.0.0.1 --port="$(node_port "$node")" --user=postgres --dbname=postgres --use-existing \
+            --schedule=tests/pg_regress/citus_schedule || status=1
+        [ -f "$out/$name/regression.diffs" ] && cat "$out/$name/regression.diffs"
+    done
+    for node in 0 1 2; do
+        psql_node "$node" -c "ALTER SYSTEM RESET rate_limiter.max_requests" -c "SELECT pg_reload_conf()" >/dev/null
+    done
+    return $status
+}
+
 case "${1:-}" in
 build) build ;;
+regress) regress "${2:?OUT}" ;;
 # RL_CITUS_INSTALLED=1: the extension is installed already (scripts/test.sh).
 start) build && { [ "${RL_CITUS_INSTALLED:-}" = 1 ] || install_extension; } && start "${2:?DIR}" ;;
 stop) stop "${2:?DIR}" ;;
 *)
-    echo "usage: $0 build | start DIR | stop DIR" >&2
+    echo "usage: $0 build | start DIR | stop DIR | regress OUT" >&2
     exit 2
     ;;
 esac

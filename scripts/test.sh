@@ -11,7 +11,9 @@
 #   5. (PostgreSQL 15) the Debian package, installed with dpkg into a
 #      clean Debian 12 made with debootstrap           (scripts/package_test.sh)
 #   6. (PostgreSQL 15 and 18) tests against a Citus cluster, a coordinator
-#      and two workers, with Citus built from ../shared/citus (scripts/citus.sh)
+#      and two workers, with Citus built from ../shared/citus (scripts/citus.sh),
+#      then the pg_regress schedule tests/pg_regress/citus_schedule against the
+#      coordinator and a worker of the distributed install
 # against a throwaway cluster, and prints a summary line
 # "tests: N passed, M failed", on every supported PostgreSQL version (15,
 # 16, 17, 18) in turn, then once more on PostgreSQL 15 built with
@@ -168,6 +170,10 @@ if { [ "$RL_PG" = 15 ] || [ "$RL_PG" = 18 ]; } && [ "$RL_ASSERTS" != 1 ]; then
         urls=$(RL_CITUS_INSTALLED=1 bash scripts/citus.sh start "$citus" 2>&1 | tee -a "$results/citus_build.log" | grep '^host=' | paste -sd ';'); then
         RATE_LIMITER_TEST_CITUS_URLS=$urls cargo test --no-fail-fast -p rate_limiter_integration_tests --test citus -- --ignored --test-threads=1 --nocapture 2>&1 | tee "$results/citus.log" || broken+=("citus")
         count_cargo "$results/citus.log"
+        # The pg_regress schedule on the distributed install, through the
+        # coordinator and through a worker.
+        bash scripts/citus.sh regress "$results/citus_regress" 2>&1 | tee "$results/citus_regress.log" || broken+=("citus pg_regress")
+        count_pg "$results/citus_regress.log"
     else
         broken+=("citus cluster")
     fi

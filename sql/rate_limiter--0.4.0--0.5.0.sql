@@ -163,8 +163,8 @@ BEGIN
     PERFORM truncate_local_data_after_distributing_table(state_table);
     PERFORM create_distributed_function(
         CASE WHEN bigint_dkey
-             THEN 'rate_limiter._rate_limit_at(bigint, text, text, float8, boolean, rate_limiter.config, boolean)'
-             ELSE 'rate_limiter._rate_limit_at(text, text, text, float8, boolean, rate_limiter.config, boolean)' END::regprocedure,
+             THEN 'rate_limiter._rate_limit_at(bigint, text, text, float8, boolean, rate_limiter.config, boolean, timestamptz)'
+             ELSE 'rate_limiter._rate_limit_at(text, text, text, float8, boolean, rate_limiter.config, boolean, timestamptz)' END::regprocedure,
         'dkey', colocate_with => 'rate_limiter.rate_limits', force_delegation => true);
     PERFORM create_distributed_function(
         CASE WHEN bigint_dkey
@@ -173,13 +173,13 @@ BEGIN
         'dkey', colocate_with => 'rate_limiter.rate_limits', force_delegation => true);
     PERFORM create_distributed_function(
         CASE WHEN bigint_dkey
-             THEN 'rate_limiter._rate_credit_at(bigint, text, text, float8, rate_limiter.config)'
-             ELSE 'rate_limiter._rate_credit_at(text, text, text, float8, rate_limiter.config)' END::regprocedure,
+             THEN 'rate_limiter._rate_credit_at(bigint, text, text, float8, rate_limiter.config, timestamptz)'
+             ELSE 'rate_limiter._rate_credit_at(text, text, text, float8, rate_limiter.config, timestamptz)' END::regprocedure,
         'dkey', colocate_with => 'rate_limiter.rate_limits', force_delegation => true);
     PERFORM create_distributed_function(
         CASE WHEN bigint_dkey
-             THEN 'rate_limiter._rate_limit_all_at(bigint, rate_limiter.request[], boolean)'
-             ELSE 'rate_limiter._rate_limit_all_at(text, rate_limiter.request[], boolean)' END::regprocedure,
+             THEN 'rate_limiter._rate_limit_all_at(bigint, rate_limiter.request[], boolean, timestamptz)'
+             ELSE 'rate_limiter._rate_limit_all_at(text, rate_limiter.request[], boolean, timestamptz)' END::regprocedure,
         'dkey', colocate_with => 'rate_limiter.rate_limits', force_delegation => true);
 END
 $distribute$;
@@ -279,14 +279,16 @@ CREATE FUNCTION rate_limiter._rate_limit_at(
     count   float8,
     reserve boolean,
     config  rate_limiter.config,
-    consume boolean)
+    consume boolean,
+    now_override timestamptz)
 RETURNS TABLE (ok boolean, retry_after bigint, remaining float8, verdict int2,
                reserved boolean, near_limit boolean, contended boolean)
 LANGUAGE c VOLATILE ROWS 1
 AS 'MODULE_PATHNAME', '_rate_limit_at_wrapper';
 
-COMMENT ON FUNCTION rate_limiter._rate_limit_at(text, text, text, float8, boolean, rate_limiter.config, boolean) IS
+COMMENT ON FUNCTION rate_limiter._rate_limit_at(text, text, text, float8, boolean, rate_limiter.config, boolean, timestamptz) IS
 'Internal (Citus): rate_limit (consume => true) or rate_check on the node that holds the row of dkey, which Citus delegates the call to. '
+'now_override: the calling node''s rate_limiter.now_override, used as the clock for this call (a superuser''s only: 42501 otherwise); NULL = this node''s clock. '
 'Errors: 55000 when the row is not on this node or the call is outside a transaction block.';
 
 CREATE FUNCTION rate_limiter._rate_limit_at(
@@ -296,13 +298,14 @@ CREATE FUNCTION rate_limiter._rate_limit_at(
     count   float8,
     reserve boolean,
     config  rate_limiter.config,
-    consume boolean)
+    consume boolean,
+    now_override timestamptz)
 RETURNS TABLE (ok boolean, retry_after bigint, remaining float8, verdict int2,
                reserved boolean, near_limit boolean, contended boolean)
 LANGUAGE c VOLATILE ROWS 1
 AS 'MODULE_PATHNAME', '_rate_limit_at_bigint_wrapper';
 
-COMMENT ON FUNCTION rate_limiter._rate_limit_at(bigint, text, text, float8, boolean, rate_limiter.config, boolean) IS
+COMMENT ON FUNCTION rate_limiter._rate_limit_at(bigint, text, text, float8, boolean, rate_limiter.config, boolean, timestamptz) IS
 'Internal (Citus): _rate_limit_at for a state table colocated with a table distributed by a bigint column (dkey: the key as a bigint). '
 'Errors: 55000 when the row is not on this node or the call is outside a transaction block; 22P02 a key that is not a decimal integer.';
 
@@ -337,13 +340,15 @@ CREATE FUNCTION rate_limiter._rate_credit_at(
     name   text,
     key    text,
     count  float8,
-    config rate_limiter.config)
+    config rate_limiter.config,
+    now_override timestamptz)
 RETURNS float8
 LANGUAGE c VOLATILE
 AS 'MODULE_PATHNAME', '_rate_credit_at_wrapper';
 
-COMMENT ON FUNCTION rate_limiter._rate_credit_at(text, text, text, float8, rate_limiter.config) IS
+COMMENT ON FUNCTION rate_limiter._rate_credit_at(text, text, text, float8, rate_limiter.config, timestamptz) IS
 'Internal (Citus): rate_credit on the node that holds the rows of dkey, which Citus delegates the call to; the value afterwards. '
+'now_override: the calling node''s rate_limiter.now_override, used as the clock for this call (a superuser''s only: 42501 otherwise); NULL = this node''s clock. '
 'Errors: 55000 when the rows are not on this node or the call is outside a transaction block; those of rate_credit.';
 
 CREATE FUNCTION rate_limiter._rate_credit_at(
@@ -351,36 +356,40 @@ CREATE FUNCTION rate_limiter._rate_credit_at(
     name   text,
     key    text,
     count  float8,
-    config rate_limiter.config)
+    config rate_limiter.config,
+    now_override timestamptz)
 RETURNS float8
 LANGUAGE c VOLATILE
 AS 'MODULE_PATHNAME', '_rate_credit_at_bigint_wrapper';
 
-COMMENT ON FUNCTION rate_limiter._rate_credit_at(bigint, text, text, float8, rate_limiter.config) IS
+COMMENT ON FUNCTION rate_limiter._rate_credit_at(bigint, text, text, float8, rate_limiter.config, timestamptz) IS
 'Internal (Citus): _rate_credit_at for a state table colocated with a table distributed by a bigint column. '
 'Errors: 55000 when the rows are not on this node or the call is outside a transaction block; 22P02 a key that is not a decimal integer; those of rate_credit.';
 
 CREATE FUNCTION rate_limiter._rate_limit_all_at(
     dkey     text,
     requests rate_limiter.request[],
-    reserve  boolean)
+    reserve  boolean,
+    now_override timestamptz)
 RETURNS TABLE (ok boolean, retry_after bigint, remaining float8, verdict int2, contended boolean)
 LANGUAGE c VOLATILE
 AS 'MODULE_PATHNAME', '_rate_limit_all_at_wrapper';
 
-COMMENT ON FUNCTION rate_limiter._rate_limit_all_at(text, rate_limiter.request[], boolean) IS
+COMMENT ON FUNCTION rate_limiter._rate_limit_all_at(text, rate_limiter.request[], boolean, timestamptz) IS
 'Internal (Citus): rate_limit_all for requests whose rows are all on the node that holds the row of dkey (the first request''s), which Citus delegates the call to; one row per request. '
+'now_override: the calling node''s rate_limiter.now_override, used as the clock for this call (a superuser''s only: 42501 otherwise); NULL = this node''s clock. '
 'Errors: 55000 when a row is not on this node or the call is outside a transaction block; 22023 dkey is not the first request''s; those of rate_limit_all.';
 
 CREATE FUNCTION rate_limiter._rate_limit_all_at(
     dkey     bigint,
     requests rate_limiter.request[],
-    reserve  boolean)
+    reserve  boolean,
+    now_override timestamptz)
 RETURNS TABLE (ok boolean, retry_after bigint, remaining float8, verdict int2, contended boolean)
 LANGUAGE c VOLATILE
 AS 'MODULE_PATHNAME', '_rate_limit_all_at_bigint_wrapper';
 
-COMMENT ON FUNCTION rate_limiter._rate_limit_all_at(bigint, rate_limiter.request[], boolean) IS
+COMMENT ON FUNCTION rate_limiter._rate_limit_all_at(bigint, rate_limiter.request[], boolean, timestamptz) IS
 'Internal (Citus): _rate_limit_all_at for a state table colocated with a table distributed by a bigint column. '
 'Errors: 55000 when a row is not on this node or the call is outside a transaction block; 22023 dkey is not the first request''s; 22P02 a key that is not a decimal integer; those of rate_limit_all.';
 
@@ -389,13 +398,13 @@ DECLARE
     grantee_name name;
 BEGIN
     REVOKE ALL ON FUNCTION rate_limiter.distribute(regclass), rate_limiter.undistribute(),
-        rate_limiter._rate_limit_at(text, text, text, float8, boolean, rate_limiter.config, boolean),
-        rate_limiter._rate_limit_at(bigint, text, text, float8, boolean, rate_limiter.config, boolean),
+        rate_limiter._rate_limit_at(text, text, text, float8, boolean, rate_limiter.config, boolean, timestamptz),
+        rate_limiter._rate_limit_at(bigint, text, text, float8, boolean, rate_limiter.config, boolean, timestamptz),
         rate_limiter._rate_state_at(text, text, text, int2), rate_limiter._rate_state_at(bigint, text, text, int2),
-        rate_limiter._rate_credit_at(text, text, text, float8, rate_limiter.config),
-        rate_limiter._rate_credit_at(bigint, text, text, float8, rate_limiter.config),
-        rate_limiter._rate_limit_all_at(text, rate_limiter.request[], boolean),
-        rate_limiter._rate_limit_all_at(bigint, rate_limiter.request[], boolean) FROM PUBLIC;
+        rate_limiter._rate_credit_at(text, text, text, float8, rate_limiter.config, timestamptz),
+        rate_limiter._rate_credit_at(bigint, text, text, float8, rate_limiter.config, timestamptz),
+        rate_limiter._rate_limit_all_at(text, rate_limiter.request[], boolean, timestamptz),
+        rate_limiter._rate_limit_all_at(bigint, rate_limiter.request[], boolean, timestamptz) FROM PUBLIC;
     FOR grantee_name IN
         SELECT DISTINCT r.rolname
         FROM (
@@ -403,36 +412,36 @@ BEGIN
             FROM pg_catalog.pg_proc AS p
             WHERE p.oid IN ('rate_limiter.distribute(regclass)'::pg_catalog.regprocedure,
                             'rate_limiter.undistribute()'::pg_catalog.regprocedure,
-                            'rate_limiter._rate_limit_at(text, text, text, float8, boolean, rate_limiter.config, boolean)'::pg_catalog.regprocedure,
-                            'rate_limiter._rate_limit_at(bigint, text, text, float8, boolean, rate_limiter.config, boolean)'::pg_catalog.regprocedure,
+                            'rate_limiter._rate_limit_at(text, text, text, float8, boolean, rate_limiter.config, boolean, timestamptz)'::pg_catalog.regprocedure,
+                            'rate_limiter._rate_limit_at(bigint, text, text, float8, boolean, rate_limiter.config, boolean, timestamptz)'::pg_catalog.regprocedure,
                             'rate_limiter._rate_state_at(text, text, text, int2)'::pg_catalog.regprocedure,
                             'rate_limiter._rate_state_at(bigint, text, text, int2)'::pg_catalog.regprocedure,
-                            'rate_limiter._rate_credit_at(text, text, text, float8, rate_limiter.config)'::pg_catalog.regprocedure,
-                            'rate_limiter._rate_credit_at(bigint, text, text, float8, rate_limiter.config)'::pg_catalog.regprocedure,
-                            'rate_limiter._rate_limit_all_at(text, rate_limiter.request[], boolean)'::pg_catalog.regprocedure,
-                            'rate_limiter._rate_limit_all_at(bigint, rate_limiter.request[], boolean)'::pg_catalog.regprocedure)
+                            'rate_limiter._rate_credit_at(text, text, text, float8, rate_limiter.config, timestamptz)'::pg_catalog.regprocedure,
+                            'rate_limiter._rate_credit_at(bigint, text, text, float8, rate_limiter.config, timestamptz)'::pg_catalog.regprocedure,
+                            'rate_limiter._rate_limit_all_at(text, rate_limiter.request[], boolean, timestamptz)'::pg_catalog.regprocedure,
+                            'rate_limiter._rate_limit_all_at(bigint, rate_limiter.request[], boolean, timestamptz)'::pg_catalog.regprocedure)
         ) AS granted
         JOIN pg_catalog.pg_roles AS r ON r.oid = granted.grantee
         WHERE granted.grantee <> granted.owner
     LOOP
         EXECUTE pg_catalog.format('REVOKE ALL ON FUNCTION rate_limiter.distribute(regclass), rate_limiter.undistribute(), '
-            'rate_limiter._rate_limit_at(text, text, text, float8, boolean, rate_limiter.config, boolean), '
-            'rate_limiter._rate_limit_at(bigint, text, text, float8, boolean, rate_limiter.config, boolean), '
+            'rate_limiter._rate_limit_at(text, text, text, float8, boolean, rate_limiter.config, boolean, timestamptz), '
+            'rate_limiter._rate_limit_at(bigint, text, text, float8, boolean, rate_limiter.config, boolean, timestamptz), '
             'rate_limiter._rate_state_at(text, text, text, int2), rate_limiter._rate_state_at(bigint, text, text, int2), '
-            'rate_limiter._rate_credit_at(text, text, text, float8, rate_limiter.config), '
-            'rate_limiter._rate_credit_at(bigint, text, text, float8, rate_limiter.config), '
-            'rate_limiter._rate_limit_all_at(text, rate_limiter.request[], boolean), '
-            'rate_limiter._rate_limit_all_at(bigint, rate_limiter.request[], boolean) FROM %I', grantee_name);
+            'rate_limiter._rate_credit_at(text, text, text, float8, rate_limiter.config, timestamptz), '
+            'rate_limiter._rate_credit_at(bigint, text, text, float8, rate_limiter.config, timestamptz), '
+            'rate_limiter._rate_limit_all_at(text, rate_limiter.request[], boolean, timestamptz), '
+            'rate_limiter._rate_limit_all_at(bigint, rate_limiter.request[], boolean, timestamptz) FROM %I', grantee_name);
     END LOOP;
 END
 $revoke$;
 
 GRANT EXECUTE ON FUNCTION rate_limiter.distribute(regclass), rate_limiter.undistribute(),
-    rate_limiter._rate_limit_at(text, text, text, float8, boolean, rate_limiter.config, boolean),
-    rate_limiter._rate_limit_at(bigint, text, text, float8, boolean, rate_limiter.config, boolean),
+    rate_limiter._rate_limit_at(text, text, text, float8, boolean, rate_limiter.config, boolean, timestamptz),
+    rate_limiter._rate_limit_at(bigint, text, text, float8, boolean, rate_limiter.config, boolean, timestamptz),
     rate_limiter._rate_state_at(text, text, text, int2), rate_limiter._rate_state_at(bigint, text, text, int2),
-    rate_limiter._rate_credit_at(text, text, text, float8, rate_limiter.config),
-    rate_limiter._rate_credit_at(bigint, text, text, float8, rate_limiter.config),
-    rate_limiter._rate_limit_all_at(text, rate_limiter.request[], boolean),
-    rate_limiter._rate_limit_all_at(bigint, rate_limiter.request[], boolean)
+    rate_limiter._rate_credit_at(text, text, text, float8, rate_limiter.config, timestamptz),
+    rate_limiter._rate_credit_at(bigint, text, text, float8, rate_limiter.config, timestamptz),
+    rate_limiter._rate_limit_all_at(text, rate_limiter.request[], boolean, timestamptz),
+    rate_limiter._rate_limit_all_at(bigint, rate_limiter.request[], boolean, timestamptz)
     TO @extowner@ WITH GRANT OPTION;

@@ -1,14 +1,72 @@
 //! The current time of a rate-limit call.
 
+use crate::errors::CallError;
 use crate::settings;
+use pgrx::datum::DatumWithOid;
 use pgrx::pg_sys;
 use rate_limiter_algorithm::Micros;
+use std::cell::Cell;
+
+thread_local! {
+    /// The `rate_limiter.now_override` of the node that delegated the call
+    /// running now (Citus), while it runs.
+    static CALLERS_OVERRIDE: Cell<Option<Micros>> = const { Cell::new(None) };
+}
 
 /// The current time in microseconds since 2000-01-01 UTC:
-/// `rate_limiter.now_override` when set, else the real clock
+/// `rate_limiter.now_override` when set (during a call delegated by another
+/// node, that node's, see [`with_callers_override`]), else the real clock
 /// (`clock_timestamp()`, not the transaction start). Callers read it after
 /// the row lock is held, so a caller that waited is charged at the time it
 /// actually proceeds.
 pub fn now() -> Micros {
-    settings::now_override().unwrap_or_else(|| unsafe { pg_sys::GetCurrentTimestamp() })
+    CALLERS_OVERRIDE
+        .with(Cell::get)
+        .or_else(settings::now_override)
+        .unwrap_or_else(|| unsafe { pg_sys::GetCurrentTimestamp() })
+}
+
+/// What a call delegated to another node (Citus) sends as its
+/// `now_override` argument: this session's `rate_limiter.now_override`
+/// when it is set and the current user is a superuser (who alone may set
+/// it), else NULL (the node holding the row then uses its own clock).
+pub fn override_to_send() -> DatumWithOid<'static> {
+    // SAFETY: reads the current user's superuser flag.
+    match settings::now_override().filter(|_| unsafe { pg_sys::superuser() }) {
+        Some(micros) => {
+            // SAFETY: a timestamptz datum is its microseconds since 2000.
+            unsafe { DatumWithOid::new(pg_sys::Datum::from(micros), pg_sys::TIMESTAMPTZOID) }
+        }
+        None => DatumWithOid::null_oid(pg_sys::TIMESTAMPTZOID),
+    }
+}
+
+/// Runs `body` (a delegated call) with the clock of the node that
+/// delegated it: `callers` is its `now_override` argument. A non-NULL one
+/// needs a superuser, as setting `rate_limiter.now_override` does (42501).
+pub fn with_callers_override<R>(
+    callers: Option<Micros>,
+    body: impl FnOnce() -> R,
+) -> Result<R, CallError> {
+    if callers.is_none() {
+        return Ok(body());
+    }
+    // SAFETY: reads the current user's superuser flag.
+    if !unsafe { pg_sys::superuser() } {
+        return Err(CallError::ClockNotAllowed);
+    }
+    struct Restore(Option<Micros>);
+    impl Drop for Restore {
+        fn drop(&mut self) {
+            CALLERS_OVERRIDE.with(|cell| cell.set(self.0));
+        }
+    }
+    let _restore = Restore(CALLERS_OVERRIDE.with(|cell| cell.replace(callers)));
+    Ok(body())
+}
+
+/// Forgets a delegating node's clock (at the end of a transaction, in case
+/// a call ended without unwinding).
+pub fn forget_callers_override() {
+    CALLERS_OVERRIDE.with(|cell| cell.set(None));
 }

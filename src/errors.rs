@@ -55,6 +55,9 @@ pub enum CallError {
     /// column, and this key (bytes) is not a decimal integer (SQLSTATE
     /// 22P02).
     KeyNotBigInt(Vec<u8>),
+    /// Citus: a delegated internal function was given another node's
+    /// `now_override` by a role that is not a superuser (SQLSTATE 42501).
+    ClockNotAllowed,
 }
 
 impl From<LimitError> for CallError {
@@ -126,6 +129,11 @@ pub fn report(error: CallError) -> ! {
             PgSqlErrorCode::ERRCODE_OBJECT_NOT_IN_PREREQUISITE_STATE,
             message,
             Some(hint.to_string()),
+        ),
+        CallError::ClockNotAllowed => (
+            PgSqlErrorCode::ERRCODE_INSUFFICIENT_PRIVILEGE,
+            "permission denied to set rate_limiter.now_override".to_string(),
+            Some("Only a superuser may replace the clock; pass now_override => NULL.".to_string()),
         ),
         CallError::NotOnCluster(what) => (
             PgSqlErrorCode::ERRCODE_FEATURE_NOT_SUPPORTED,

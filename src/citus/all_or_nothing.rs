@@ -175,7 +175,7 @@ fn internal(what: &str) -> CallError {
 /// delegates `_rate_limit_all_at` by its first argument, the distribution
 /// value of the first request's rows (never NULL).
 const ELSEWHERE: &str = "SELECT ok, retry_after, remaining, verdict, contended \
-     FROM rate_limiter._rate_limit_all_at($1, $2, $3)";
+     FROM rate_limiter._rate_limit_all_at($1, $2, $3, $4)";
 
 /// Runs `requests[members]` on the node holding the rows of `dkey` (the
 /// first member's), as the calling role, inside this transaction.
@@ -204,7 +204,12 @@ fn elsewhere(
         );
         DatumWithOid::new(pg_sys::Datum::from(array), array_type)
     };
-    let arguments = [dkey.argument(), array, DatumWithOid::from(reserve)];
+    let arguments = [
+        dkey.argument(),
+        array,
+        DatumWithOid::from(reserve),
+        crate::clock::override_to_send(),
+    ];
     let rows = Spi::connect_mut(|client| {
         let table = client.update(ELSEWHERE, None, &arguments)?;
         let mut rows = Vec::with_capacity(members.len());
@@ -271,6 +276,7 @@ fn at(
 delegated_entry_points!(
     "_rate_limit_all_at",
     rate_limit_all_at,
+    Some(3),
     _rate_limit_all_at_wrapper,
     pg_finfo__rate_limit_all_at_wrapper,
     _rate_limit_all_at_bigint_wrapper,

@@ -769,7 +769,7 @@ pub fn here<R>(
 /// turns into a constant (never NULL: a NULL crashes Citus 13.2.2).
 const ELSEWHERE: &str =
     "SELECT ok, retry_after, remaining, verdict, reserved, near_limit, contended \
-     FROM rate_limiter._rate_limit_at($1, $2, $3, $4, $5, $6, $7)";
+     FROM rate_limiter._rate_limit_at($1, $2, $3, $4, $5, $6, $7, $8)";
 
 /// The SPI arguments of a delegated call: `dkey`, then `name` and `key`
 /// as text (a NULL key for a global limit).
@@ -833,6 +833,7 @@ pub fn elsewhere(
         DatumWithOid::from(call.request.reserve),
         config,
         DatumWithOid::from(consume),
+        crate::clock::override_to_send(),
     ];
     // As the calling role: Citus keys its connections by role, so the
     // call reuses the connection this transaction's own statements on the
@@ -1143,9 +1144,12 @@ const CALLING_CONVENTION: pg_sys::Pg_finfo_record = pg_sys::Pg_finfo_record { ap
 /// overloads (`dkey text` and `dkey bigint`) and their calling-convention
 /// records: each reads its first argument as a [`DistributionValue`] and
 /// calls `$body(fcinfo, dkey)` (`unsafe fn(pg_sys::FunctionCallInfo,
-/// Option<DistributionValue>) -> pg_sys::Datum`).
+/// Option<DistributionValue>) -> pg_sys::Datum`). `$clock`: the position
+/// of its `now_override timestamptz` argument (the delegating node's
+/// clock, which `$body` then runs with: `clock::with_callers_override`),
+/// or `None` for a function that reads no clock.
 macro_rules! delegated_entry_points {
-    ($function:literal, $body:ident,
+    ($function:literal, $body:ident, $clock:expr,
      $text:ident, $text_finfo:ident, $bigint:ident, $bigint_finfo:ident) => {
         #[doc = concat!("`rate_limiter.", $function, "(dkey text, ...)`: see sql/citus.sql.")]
         ///
@@ -1156,7 +1160,11 @@ macro_rules! delegated_entry_points {
         pub unsafe extern "C-unwind" fn $text(fcinfo: pg_sys::FunctionCallInfo) -> pg_sys::Datum {
             let dkey = pg_getarg::<&[u8]>(fcinfo, 0)
                 .map(|bytes| DistributionValue::Text(bytes.to_vec()));
-            $body(fcinfo, dkey)
+            let callers = $clock.and_then(|position: usize| pg_getarg::<i64>(fcinfo, position));
+            match crate::clock::with_callers_override(callers, || $body(fcinfo, dkey)) {
+                Ok(datum) => datum,
+                Err(error) => crate::errors::report(error),
+            }
         }
 
         #[doc = concat!("`rate_limiter.", $function, "(dkey bigint, ...)`: the same, on a state table distributed by a bigint column.")]
@@ -1167,7 +1175,11 @@ macro_rules! delegated_entry_points {
         #[pg_guard]
         pub unsafe extern "C-unwind" fn $bigint(fcinfo: pg_sys::FunctionCallInfo) -> pg_sys::Datum {
             let dkey = pg_getarg::<i64>(fcinfo, 0).map(DistributionValue::BigInt);
-            $body(fcinfo, dkey)
+            let callers = $clock.and_then(|position: usize| pg_getarg::<i64>(fcinfo, position));
+            match crate::clock::with_callers_override(callers, || $body(fcinfo, dkey)) {
+                Ok(datum) => datum,
+                Err(error) => crate::errors::report(error),
+            }
         }
 
         #[no_mangle]
@@ -1185,6 +1197,7 @@ macro_rules! delegated_entry_points {
 delegated_entry_points!(
     "_rate_limit_at",
     rate_limit_at,
+    Some(7),
     _rate_limit_at_wrapper,
     pg_finfo__rate_limit_at_wrapper,
     _rate_limit_at_bigint_wrapper,
@@ -1194,6 +1207,7 @@ delegated_entry_points!(
 delegated_entry_points!(
     "_rate_state_at",
     rate_state_at,
+    None,
     _rate_state_at_wrapper,
     pg_finfo__rate_state_at_wrapper,
     _rate_state_at_bigint_wrapper,
@@ -1203,6 +1217,7 @@ delegated_entry_points!(
 delegated_entry_points!(
     "_rate_credit_at",
     rate_credit_at,
+    Some(5),
     _rate_credit_at_wrapper,
     pg_finfo__rate_credit_at_wrapper,
     _rate_credit_at_bigint_wrapper,
@@ -1400,7 +1415,7 @@ unsafe fn rate_state_at(
 /// `FROM`: Citus takes `SELECT f(...)` run through SPI for a PL/pgSQL
 /// simple expression and does not delegate it).
 const CREDIT_ELSEWHERE: &str =
-    "SELECT value FROM rate_limiter._rate_credit_at($1, $2, $3, $4, $5) AS value";
+    "SELECT value FROM rate_limiter._rate_credit_at($1, $2, $3, $4, $5, $6) AS value";
 
 /// `rate_credit` on a distributed install: on this node's shard when it
 /// holds the rows (Citus's metadata lock taken as for a consuming call),
@@ -1543,6 +1558,7 @@ fn credit_elsewhere(
             Some(datum) => unsafe { DatumWithOid::new(datum, config_type) },
             None => DatumWithOid::null_oid(config_type),
         },
+        crate::clock::override_to_send(),
     ];
     let value = Spi::connect_mut(|client| {
         client
@@ -1641,6 +1657,7 @@ unsafe extern "C-unwind" fn at_transaction_end(
             | pg_sys::XactEvent::XACT_EVENT_PARALLEL_ABORT
     ) {
         WRITES.with(|writes| writes.take());
+        crate::clock::forget_callers_override();
     }
 }
 

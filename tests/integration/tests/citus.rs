@@ -690,7 +690,7 @@ fn a_colocated_tenant_transaction_stays_on_one_worker_without_two_phase_commit()
              GRANT INSERT, SELECT ON app.messages TO citus_tenant; \
              GRANT EXECUTE ON FUNCTION \
                  rate_limiter.rate_limit(text, text, float8, boolean, boolean, rate_limiter.config), \
-                 rate_limiter._rate_limit_at(text, text, text, float8, boolean, rate_limiter.config, boolean) \
+                 rate_limiter._rate_limit_at(text, text, text, float8, boolean, rate_limiter.config, boolean, timestamptz) \
              TO citus_tenant",
         )
         .expect("an application role");
@@ -734,7 +734,7 @@ fn a_colocated_tenant_transaction_stays_on_one_worker_without_two_phase_commit()
             "DROP SCHEMA app CASCADE; \
              REVOKE ALL ON FUNCTION \
                  rate_limiter.rate_limit(text, text, float8, boolean, boolean, rate_limiter.config), \
-                 rate_limiter._rate_limit_at(text, text, text, float8, boolean, rate_limiter.config, boolean) \
+                 rate_limiter._rate_limit_at(text, text, text, float8, boolean, rate_limiter.config, boolean, timestamptz) \
              FROM citus_tenant; \
              SELECT run_command_on_workers($$REVOKE ALL ON FUNCTION \
                  rate_limiter.rate_limit(text, text, float8, boolean, boolean, rate_limiter.config) \
@@ -2330,10 +2330,10 @@ fn rate_credit_reaches_the_row_where_it_lives_inside_the_transaction() {
 #[ignore = "needs the Citus cluster of scripts/test.sh"]
 fn the_internal_functions_fail_closed_where_they_must() {
     let calls = [
-        "SELECT * FROM rate_limiter._rate_limit_at($1, 'internal', $1, 1, false, NULL, true)",
+        "SELECT * FROM rate_limiter._rate_limit_at($1, 'internal', $1, 1, false, NULL, true, NULL)",
         "SELECT * FROM rate_limiter._rate_state_at($1, 'internal', $1, 1::int2)",
-        "SELECT rate_limiter._rate_credit_at($1, 'internal', $1, 1, NULL)",
-        "SELECT * FROM rate_limiter._rate_limit_all_at($1, ARRAY[('internal', $1, 1, NULL)]::rate_limiter.request[], false)",
+        "SELECT rate_limiter._rate_credit_at($1, 'internal', $1, 1, NULL, NULL)",
+        "SELECT * FROM rate_limiter._rate_limit_all_at($1, ARRAY[('internal', $1, 1, NULL)]::rate_limiter.request[], false, NULL)",
     ];
     let code = |client: &mut Client, statement: &str, dkey: &str| {
         client
@@ -2367,8 +2367,8 @@ fn the_internal_functions_fail_closed_where_they_must() {
     }
     // A dkey that is not (name, key)'s (the first request's): 22023.
     for statement in [
-        "SELECT * FROM rate_limiter._rate_limit_at($1, 'internal', 'another key', 1, false, NULL, true)",
-        "SELECT * FROM rate_limiter._rate_limit_all_at($1, ARRAY[('internal', 'another key', 1, NULL)]::rate_limiter.request[], false)",
+        "SELECT * FROM rate_limiter._rate_limit_at($1, 'internal', 'another key', 1, false, NULL, true, NULL)",
+        "SELECT * FROM rate_limiter._rate_limit_all_at($1, ARRAY[('internal', 'another key', 1, NULL)]::rate_limiter.request[], false, NULL)",
     ] {
         let mut transaction = worker.transaction().expect("begin");
         let error = transaction
@@ -2646,4 +2646,113 @@ fn rate_wait_consumes_where_the_row_lives_and_times_out_without_consuming() {
         }
     }
     forget("wait");
+}
+
+#[test]
+#[ignore = "needs the Citus cluster of scripts/test.sh"]
+fn a_delegated_call_uses_the_calling_nodes_now_override() {
+    make_distributed();
+    forget("clock");
+    let urls = urls();
+    let mut coordinator = coordinator();
+    coordinator
+        .batch_execute(
+            "SELECT rate_limiter.define('clock', rate_limiter.token_bucket(10, '1 hour'))",
+        )
+        .expect("define");
+    let (one, two) = keys_on_each_worker(&mut coordinator, "clock-");
+    let stored_ts = |client: &mut Client, key: &str| -> String {
+        client
+            .query_one(
+                "SELECT to_char(ts AT TIME ZONE 'UTC', 'YYYY-MM-DD HH24:MI:SS') FROM rate_limiter.rate_limits \
+                 WHERE dkey = $1 AND name = 'clock' AND key = $1",
+                &[&key],
+            )
+            .expect("the stored ts")
+            .get(0)
+    };
+    // The coordinator's override decides the calls it delegates to either
+    // worker: consume, check, rate_limit_all and rate_credit.
+    coordinator
+        .batch_execute("SET rate_limiter.now_override = '2030-01-01 00:00:00+00'")
+        .expect("set the clock");
+    for key in [&one, &two] {
+        assert!(coordinator
+            .query_one(
+                "SELECT ok FROM rate_limiter.rate_limit('clock', $1, 10)",
+                &[key]
+            )
+            .expect("rate_limit")
+            .get::<_, bool>(0));
+        assert_eq!(stored_ts(&mut coordinator, key), "2030-01-01 00:00:00");
+    }
+    coordinator
+        .batch_execute("SET rate_limiter.now_override = '2030-01-01 00:06:00+00'")
+        .expect("six minutes later: one token");
+    let checked: f64 = coordinator
+        .query_one(
+            "SELECT remaining FROM rate_limiter.rate_check('clock', $1, 0)",
+            &[&two],
+        )
+        .expect("rate_check")
+        .get(0);
+    assert!((checked - 1.0).abs() < 1e-9, "{checked}");
+    let answers = consume_all(&mut coordinator, "clock", &[(&one, 1.0), (&two, 1.0)])
+        .expect("rate_limit_all");
+    assert_eq!(answers, [true, true]);
+    assert_eq!(stored_ts(&mut coordinator, &two), "2030-01-01 00:06:00");
+    let retry: String = coordinator
+        .query_one(
+            "SELECT retry_after::text FROM rate_limiter.rate_limit('clock', $1)",
+            &[&two],
+        )
+        .expect("rate_limit")
+        .get(0);
+    assert_eq!(retry, "00:06:00", "the next token in exactly 6 minutes");
+    coordinator
+        .batch_execute("SET rate_limiter.now_override = '2030-01-01 00:12:00+00'")
+        .expect("later");
+    let value: f64 = coordinator
+        .query_one("SELECT rate_limiter.rate_credit('clock', $1, 2)", &[&two])
+        .expect("rate_credit")
+        .get(0);
+    assert!(
+        (value - 3.0).abs() < 1e-9,
+        "1 refilled + 2 credited: {value}"
+    );
+    assert_eq!(stored_ts(&mut coordinator, &two), "2030-01-01 00:12:00");
+    // Only a superuser may send a clock: a role that may call the
+    // internal function but is no superuser gets 42501.
+    coordinator
+        .batch_execute(
+            "DROP ROLE IF EXISTS clock_caller; CREATE ROLE clock_caller; \
+             GRANT USAGE ON SCHEMA rate_limiter TO clock_caller; \
+             GRANT EXECUTE ON FUNCTION rate_limiter._rate_limit_at(text, text, text, float8, boolean, rate_limiter.config, boolean, timestamptz) TO clock_caller",
+        )
+        .expect("a role");
+    let mut worker = connect(&urls[2]);
+    let mut transaction = worker.transaction().expect("begin");
+    transaction
+        .batch_execute("SET LOCAL ROLE clock_caller")
+        .expect("set role");
+    let error = transaction
+        .query(
+            "SELECT * FROM rate_limiter._rate_limit_at($1, 'clock', $1, 1, false, NULL, true, '2031-01-01')",
+            &[&two],
+        )
+        .expect_err("not a superuser");
+    assert_eq!(
+        error.code(),
+        Some(&SqlState::INSUFFICIENT_PRIVILEGE),
+        "{error}"
+    );
+    transaction.rollback().expect("rollback");
+    assert_eq!(stored_ts(&mut coordinator, &two), "2030-01-01 00:12:00");
+    coordinator
+        .batch_execute(
+            "REVOKE ALL ON FUNCTION rate_limiter._rate_limit_at(text, text, text, float8, boolean, rate_limiter.config, boolean, timestamptz) FROM clock_caller; \
+             REVOKE ALL ON SCHEMA rate_limiter FROM clock_caller; DROP ROLE clock_caller",
+        )
+        .expect("drop the role");
+    forget("clock");
 }

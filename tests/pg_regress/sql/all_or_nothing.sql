@@ -48,7 +48,7 @@ SELECT * FROM rate_limiter.rate_limit_all(ARRAY[
 
 -- A sharded member: consumed from its two fullest shards, answered for the whole limit.
 SELECT * FROM rate_limiter.rate_limit_all(ARRAY[
-    ('all_sharded', NULL, 3, rate_limiter.token_bucket(40, '1 minute', shards => 4)),
+    ('all_sharded', 'k', 3, rate_limiter.token_bucket(40, '1 minute', shards => 4)),
     ('all_org', 'acme', 1, NULL)]::rate_limiter.request[]);
 SELECT shard, value FROM rate_limiter.rate_limits WHERE name = 'all_sharded' ORDER BY shard;
 

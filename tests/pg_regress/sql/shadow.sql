@@ -60,7 +60,7 @@ COMMIT;
 
 -- Switching to enforce keeps the state: the limit is empty and now refuses.
 SELECT rate_limiter.define('shadow_new', rate_limiter.token_bucket(2, '1 hour'));
-SELECT name, key, value FROM rate_limiter.rate_limits WHERE name = 'shadow_new';
+SELECT name, key, value FROM rate_limiter.rate_limits WHERE name = 'shadow_new' ORDER BY key;
 SELECT ok, retry_after FROM rate_limiter.rate_limit('shadow_new', 'k');
 -- And back.
 SELECT rate_limiter.define('shadow_new', rate_limiter.token_bucket(2, '1 hour'), enforce => false);
