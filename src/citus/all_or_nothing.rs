@@ -26,6 +26,7 @@
 //! - Every node decides by its own clock; statistics count on the node
 //!   the call was made on.
 
+use super::internal_functions::delegated_entry_points;
 use super::{checks, distribution, distribution_value, here, not_here, wrong_dkey, wrote};
 use super::{DistributionValue, CALLING_CONVENTION};
 use crate::all_or_nothing::{self as local, Answers, RequestArgument};

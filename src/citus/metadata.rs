@@ -1,0 +1,385 @@
+//! Citus's metadata of the state table, read from its catalogs once per
+//! invalidation (the shards' hash ranges and placements), the lock
+//! Citus's writes take on a shard's metadata, and the shards placed on
+//! this node.
+
+use super::DistributionValue;
+use crate::catalog;
+use crate::errors::CallError;
+use pgrx::pg_sys;
+use pgrx::prelude::*;
+use std::cell::RefCell;
+use std::ffi::{CStr, CString};
+use std::rc::Rc;
+
+/// One shard of the state table: its hash range and where it is placed.
+#[derive(Debug, Clone, Copy)]
+pub(super) struct Shard {
+    pub(super) min: i32,
+    pub(super) max: i32,
+    pub(super) id: i64,
+    /// The group (node) of its placement; `None` unless it has exactly one
+    /// (a copy being made, or none at all: calls fail closed).
+    pub(super) group: Option<i32>,
+}
+
+/// How Citus distributes the state table, as read from its catalogs.
+pub struct Distribution {
+    pub(super) colocation_id: u32,
+    /// The distribution column's type: `text` or `bigint` (checked).
+    pub(super) column_type: pg_sys::Oid,
+    /// The distribution column's collation (none for bigint).
+    pub(super) collation: pg_sys::Oid,
+    /// Sorted by `min`: a shard's position is its index in Citus's
+    /// sorted shard array, which the metadata lock's tag names.
+    pub(super) shards: Vec<Shard>,
+    /// `pg_dist_local_group.groupid`: 0 on the coordinator.
+    pub(super) local_group: i32,
+    /// Why calls must fail closed, when the tables are not distributed as
+    /// `distribute()` distributes them.
+    pub(super) problem: Option<&'static str>,
+}
+
+thread_local! {
+    static DISTRIBUTION: RefCell<Option<Rc<Distribution>>> = const { RefCell::new(None) };
+}
+
+/// Forgets the metadata read; called on every relcache invalidation.
+pub fn forget() {
+    DISTRIBUTION.with(|cell| cell.replace(None));
+}
+
+/// Calls `visit` with a column reader for each row of the catalog
+/// `pg_catalog.<name>` (none when it does not exist), read with the catalog
+/// snapshot.
+///
+/// # Safety
+/// In a transaction.
+pub(super) unsafe fn each_row(
+    name: &CStr,
+    mut visit: impl FnMut(&dyn Fn(&CStr) -> Option<pg_sys::Datum>),
+) {
+    let relation_id = pg_sys::get_relname_relid(
+        name.as_ptr(),
+        pg_sys::Oid::from(pg_sys::PG_CATALOG_NAMESPACE),
+    );
+    if relation_id == pg_sys::InvalidOid {
+        return;
+    }
+    let relation = pg_sys::table_open(relation_id, pg_sys::AccessShareLock as i32);
+    let scan = pg_sys::systable_beginscan(
+        relation,
+        pg_sys::InvalidOid,
+        false,
+        std::ptr::null_mut(),
+        0,
+        std::ptr::null_mut(),
+    );
+    loop {
+        let tuple = pg_sys::systable_getnext(scan);
+        if tuple.is_null() {
+            break;
+        }
+        let column = |column: &CStr| {
+            let number = pg_sys::get_attnum(relation_id, column.as_ptr());
+            if number <= 0 {
+                return None;
+            }
+            let mut is_null = false;
+            let datum =
+                pg_sys::heap_getattr(tuple, number as i32, (*relation).rd_att, &mut is_null);
+            (!is_null).then_some(datum)
+        };
+        visit(&column);
+    }
+    pg_sys::systable_endscan(scan);
+    pg_sys::table_close(relation, pg_sys::AccessShareLock as i32);
+}
+
+/// A `text` datum as a Rust string (lossy: only digits and node strings).
+pub(super) unsafe fn text(datum: pg_sys::Datum) -> String {
+    String::from_datum(datum, false).unwrap_or_default()
+}
+
+/// Reads how Citus distributes `table` (the state table) and `definitions`;
+/// `None` when it distributes neither.
+pub(super) unsafe fn read(table: pg_sys::Oid, definitions: pg_sys::Oid) -> Option<Distribution> {
+    let mut state = None;
+    let mut definitions_method = None;
+    each_row(c"pg_dist_partition", |column| {
+        let Some(relation) = column(c"logicalrelid").map(|d| pg_sys::Oid::from_datum(d, false))
+        else {
+            return;
+        };
+        let method = column(c"partmethod").map(|d| d.value() as u8);
+        if relation == Some(table) {
+            let key = column(c"partkey").map(|d| text(d));
+            let colocation = column(c"colocationid").map(|d| d.value() as u32);
+            let replication = column(c"repmodel").map(|d| d.value() as u8);
+            state = Some((method, key, colocation, replication));
+        } else if relation == Some(definitions) {
+            definitions_method = method;
+        }
+    });
+    if state.is_none() && definitions_method.is_none() {
+        return None;
+    }
+    let mut distribution = Distribution {
+        colocation_id: 0,
+        column_type: pg_sys::TEXTOID,
+        collation: pg_sys::InvalidOid,
+        shards: Vec::new(),
+        local_group: 0,
+        problem: None,
+    };
+    each_row(c"pg_dist_local_group", |column| {
+        if let Some(group) = column(c"groupid") {
+            distribution.local_group = group.value() as i32;
+        }
+    });
+    let dkey_column = pg_sys::get_attnum(table, c"dkey".as_ptr());
+    let Some((Some(b'h'), Some(key), Some(colocation), Some(b's'))) = state else {
+        distribution.problem = Some(if state.is_none() {
+            "rate_limiter.definitions is distributed, but rate_limiter.rate_limits is not"
+        } else {
+            "rate_limiter.rate_limits is not a hash-distributed table with one placement per shard"
+        });
+        return Some(distribution);
+    };
+    // partkey is a Var in nodeToString form.
+    let Ok(key) = CString::new(key) else {
+        distribution.problem =
+            Some("rate_limiter.rate_limits has an unreadable distribution column");
+        return Some(distribution);
+    };
+    let var = pg_sys::stringToNode(key.as_ptr()) as *mut pg_sys::Var;
+    if var.is_null()
+        || (*var).xpr.type_ != pg_sys::NodeTag::T_Var
+        || dkey_column <= 0
+        || (*var).varattno != dkey_column
+        || ((*var).vartype != pg_sys::TEXTOID && (*var).vartype != pg_sys::INT8OID)
+    {
+        distribution.problem = Some(
+            "rate_limiter.rate_limits is distributed by another column than dkey (not by rate_limiter.distribute())",
+        );
+        return Some(distribution);
+    }
+    if definitions_method != Some(b'n') {
+        distribution.problem = Some("rate_limiter.definitions is not a reference table");
+        return Some(distribution);
+    }
+    distribution.colocation_id = colocation;
+    distribution.column_type = (*var).vartype;
+    distribution.collation = (*var).varcollid;
+    let mut shards = Vec::new();
+    each_row(c"pg_dist_shard", |column| {
+        if column(c"logicalrelid").and_then(|d| pg_sys::Oid::from_datum(d, false)) != Some(table) {
+            return;
+        }
+        let bound = |name: &CStr| column(name).and_then(|d| text(d).parse::<i32>().ok());
+        if let (Some(id), Some(min), Some(max)) = (
+            column(c"shardid").map(|d| d.value() as i64),
+            bound(c"shardminvalue"),
+            bound(c"shardmaxvalue"),
+        ) {
+            shards.push(Shard {
+                min,
+                max,
+                id,
+                group: None,
+            });
+        }
+    });
+    let mut placements: Vec<(i64, i32)> = Vec::new();
+    each_row(c"pg_dist_placement", |column| {
+        if let (Some(shard), Some(group)) = (
+            column(c"shardid").map(|d| d.value() as i64),
+            column(c"groupid").map(|d| d.value() as i32),
+        ) {
+            if shards.iter().any(|s| s.id == shard) {
+                placements.push((shard, group));
+            }
+        }
+    });
+    for shard in &mut shards {
+        let mut groups = placements.iter().filter(|(id, _)| *id == shard.id);
+        shard.group = match (groups.next(), groups.next()) {
+            (Some(&(_, group)), None) => Some(group),
+            _ => None,
+        };
+    }
+    shards.sort_by_key(|shard| shard.min);
+    if shards.is_empty() {
+        distribution.problem = Some("rate_limiter.rate_limits has no shards");
+    }
+    distribution.shards = shards;
+    Some(distribution)
+}
+
+/// How Citus distributes the tables, read once per invalidation; `None`
+/// when they are local.
+pub fn distribution() -> Option<Rc<Distribution>> {
+    if let Some(distribution) = DISTRIBUTION.with(|cell| cell.borrow().clone()) {
+        return Some(distribution);
+    }
+    let objects = catalog::objects();
+    if !objects.distributed {
+        return None;
+    }
+    // SAFETY: catalog reads in a transaction.
+    let distribution = Rc::new(unsafe { read(objects.table, objects.definitions) }?);
+    DISTRIBUTION.with(|cell| cell.replace(Some(distribution.clone())));
+    Some(distribution)
+}
+
+/// The error of a call that storage was asked to make on a distributed
+/// install without a route: 55000 if the tables are not distributed as
+/// `distribute()` distributes them, else 0A000 (a function that does not
+/// run on a distributed install yet). `None` when not distributed.
+pub fn unsupported() -> Option<CallError> {
+    let distribution = distribution()?;
+    Some(match distribution.check() {
+        Err(error) => error,
+        Ok(()) => CallError::NotOnCluster("this function"),
+    })
+}
+
+/// Where the row with distribution value `dkey` lives.
+#[derive(Debug, Clone, Copy)]
+pub(super) struct Place {
+    /// Position in the sorted shard array (the metadata lock's tag).
+    pub(super) index: usize,
+    pub(super) shard: i64,
+    pub(super) group: i32,
+}
+
+impl Distribution {
+    /// Fails closed (55000) unless the tables are distributed as
+    /// `distribute()` distributes them.
+    pub(super) fn check(&self) -> Result<(), CallError> {
+        match self.problem {
+            None => Ok(()),
+            Some(problem) => Err(CallError::Cluster(
+                format!("rate_limiter cannot use its tables: {problem}"),
+                "Distribute them with rate_limiter.distribute() only: on the coordinator, SELECT rate_limiter.undistribute(); then SELECT rate_limiter.distribute();",
+            )),
+        }
+    }
+
+    /// The shard of `dkey`, as Citus finds it: the hash of the value (the
+    /// type's hash function, with the column's collation) falls in one
+    /// shard's [min, max] range.
+    pub(super) fn place(&self, dkey: &DistributionValue) -> Result<Place, CallError> {
+        self.check()?;
+        if dkey.type_oid() != self.column_type {
+            return Err(CallError::Cluster(
+                "rate_limiter.rate_limits's distribution column changed type during the call"
+                    .into(),
+                "Retry the transaction.",
+            ));
+        }
+        // SAFETY: the type cache entry lives for the backend; the datum is
+        // of the column's type.
+        let hash = unsafe {
+            let entry = pg_sys::lookup_type_cache(
+                self.column_type,
+                pg_sys::TYPECACHE_HASH_PROC_FINFO as i32,
+            );
+            let datum = dkey.datum();
+            pg_sys::FunctionCall1Coll(&mut (*entry).hash_proc_finfo, self.collation, datum).value()
+                as i32
+        };
+        let index = self
+            .shards
+            .iter()
+            .position(|shard| shard.min <= hash && hash <= shard.max)
+            .ok_or_else(|| {
+                CallError::Cluster(
+                    "rate_limiter.rate_limits has no shard for a hash value (its shards do not cover every value)".into(),
+                    "Check pg_dist_shard for rate_limiter.rate_limits: a split or move may be unfinished.",
+                )
+            })?;
+        let shard = self.shards[index];
+        let group = shard.group.ok_or_else(|| {
+            CallError::Cluster(
+                format!("shard {} of rate_limiter.rate_limits does not have exactly one placement", shard.id),
+                "A shard copy or move may be unfinished (citus_rebalance_status(), pg_dist_placement); the limiter needs one placement per shard.",
+            )
+        })?;
+        Ok(Place {
+            index,
+            shard: shard.id,
+            group,
+        })
+    }
+}
+
+/// Citus's lock on the metadata of the colocated shards at `index`
+/// (`LockShardDistributionMetadata`: an advisory lock tag with class 8),
+/// in `mode`, until the transaction ends.
+pub(super) fn lock_shard_metadata(colocation_id: u32, index: usize, mode: u32) {
+    // SAFETY: a lock tag filled as Citus's SET_LOCKTAG_COLOCATED_SHARDS_METADATA_RESOURCE.
+    unsafe {
+        let tag = pg_sys::LOCKTAG {
+            locktag_field1: pg_sys::MyDatabaseId.to_u32(),
+            locktag_field2: index as u32,
+            locktag_field3: colocation_id,
+            locktag_field4: 8,
+            locktag_type: pg_sys::LockTagType::LOCKTAG_ADVISORY as u8,
+            locktag_lockmethodid: pg_sys::USER_LOCKMETHOD as u8,
+        };
+        pg_sys::LockAcquire(&tag, mode as i32, false, false);
+    }
+}
+
+/// The shards of the state table placed on this node, as qualified
+/// relation names (for `prune`), each with Citus's metadata lock for a
+/// write to it held until the transaction ends (so no move switches them
+/// meanwhile). A shard with other than one placement (a copy or move
+/// under way) is left out.
+///
+/// Errors: 55000 when the tables are not distributed as `distribute()`
+/// distributes them, when the metadata changed while the locks were
+/// taken, or when a shard placed here has no relation here.
+pub fn local_shards() -> Result<Vec<String>, CallError> {
+    let Some(distribution) = distribution() else {
+        return Err(CallError::Cluster(
+            "rate_limiter.rate_limits is no longer distributed".into(),
+            "Retry the call.",
+        ));
+    };
+    distribution.check()?;
+    let generation = catalog::generation();
+    let objects = catalog::objects();
+    let mut tables = Vec::new();
+    for (index, shard) in distribution.shards.iter().enumerate() {
+        if shard.group != Some(distribution.local_group) {
+            continue;
+        }
+        lock_shard_metadata(distribution.colocation_id, index, pg_sys::ShareLock);
+        let name = format!("rate_limits_{}", shard.id);
+        let relation_name = CString::new(name.as_str()).unwrap_or_default();
+        // SAFETY: a catalog cache lookup.
+        let table = unsafe { pg_sys::get_relname_relid(relation_name.as_ptr(), objects.schema) };
+        if table == pg_sys::InvalidOid {
+            return Err(CallError::Cluster(
+                format!(
+                    "shard {} of rate_limiter.rate_limits is placed on this node, but its table is missing",
+                    shard.id
+                ),
+                "Check the shard with citus_shards and pg_dist_placement.",
+            ));
+        }
+        tables.push(format!("rate_limiter.{name}"));
+    }
+    // SAFETY: processes pending invalidations (a move that committed while
+    // this call waited for a lock).
+    unsafe { pg_sys::AcceptInvalidationMessages() };
+    if catalog::generation() != generation {
+        return Err(CallError::Cluster(
+            "Citus's metadata for rate_limiter.rate_limits changed during prune()".into(),
+            "Retry (a shard move or split was under way).",
+        ));
+    }
+    Ok(tables)
+}

@@ -1,0 +1,254 @@
+//! Where a call runs: the shard relation on this node that storage reads
+//! and writes instead of the state table ([`Route`], [`on_shard`]), or
+//! another node ([`site`], [`spread`], [`here`]).
+
+use super::{
+    distribution, distribution_value, lock_shard_metadata, wrote, DistributionValue, Place,
+};
+use crate::catalog;
+use crate::errors::CallError;
+use crate::limit;
+use pgrx::pg_sys;
+use std::cell::Cell;
+use std::ffi::CString;
+
+thread_local! {
+    /// The route set by [`on_shard`].
+    static ROUTE: Cell<Option<Route>> = const { Cell::new(None) };
+}
+
+/// The relation a storage call reads and writes instead of the state
+/// table: a shard of it on this node, and the row's distribution value.
+#[derive(Debug, Clone, Copy)]
+pub struct Route {
+    pub table: pg_sys::Oid,
+    pub index: pg_sys::Oid,
+    /// The `dkey` datum (of the column's type) of the rows written.
+    pub dkey: pg_sys::Datum,
+}
+
+/// The route set by [`on_shard`] for the storage calls it runs, if any.
+pub fn route() -> Option<Route> {
+    ROUTE.with(Cell::get)
+}
+
+/// Runs `body` with storage reading and writing `route`'s shard.
+pub fn on_shard<R>(route: Route, body: impl FnOnce() -> R) -> R {
+    struct Restore(Option<Route>);
+    impl Drop for Restore {
+        fn drop(&mut self) {
+            ROUTE.with(|cell| cell.set(self.0));
+        }
+    }
+    let _restore = Restore(ROUTE.with(|cell| cell.replace(Some(route))));
+    body()
+}
+
+/// Where a call for (name, key) runs.
+pub enum Site {
+    /// On this node, in the shard `Route` names (its metadata locked).
+    Here(Route),
+    /// On another node: through `_rate_limit_at`.
+    Elsewhere,
+}
+
+/// Times the metadata may change under a call before it gives up.
+pub(super) const LOOKUPS: usize = 3;
+
+/// Finds the node of the row with distribution value `dkey`. For a row on
+/// this node, takes Citus's metadata lock for a write to its shard (so a
+/// move cannot switch the placement until the transaction ends) and
+/// re-reads the metadata if it changed meanwhile.
+pub fn site(dkey: &DistributionValue, for_write: bool) -> Result<Site, CallError> {
+    for _ in 0..LOOKUPS {
+        let Some(distribution) = distribution() else {
+            return Err(CallError::Cluster(
+                "rate_limiter.rate_limits is no longer distributed".into(),
+                "Retry the call.",
+            ));
+        };
+        let place = distribution.place(dkey)?;
+        if place.group != distribution.local_group {
+            return Ok(Site::Elsewhere);
+        }
+        let generation = catalog::generation();
+        if for_write {
+            lock_shard_metadata(distribution.colocation_id, place.index, pg_sys::ShareLock);
+        }
+        // SAFETY: processes pending invalidations (a move that committed
+        // while this call waited for the lock).
+        unsafe { pg_sys::AcceptInvalidationMessages() };
+        if catalog::generation() != generation {
+            continue;
+        }
+        return Ok(Site::Here(shard_route(place, dkey)?));
+    }
+    Err(CallError::Cluster(
+        "Citus's metadata for rate_limiter.rate_limits kept changing during the call".into(),
+        "Retry the transaction (a shard move or split was under way).",
+    ))
+}
+
+/// Where the shards `0..shards` of the global limit `name` live (SPEC
+/// §10: they spread over the nodes), read as [`site`] reads one: the ones
+/// on this node, each with its route and distribution value (Citus's
+/// metadata lock for a write to its shard taken), and every other node
+/// that holds some (the distribution value of one of them, and their
+/// numbers), those nodes in random order. Its work grows with `shards` (at most 32767).
+/// `for_write`: take the metadata locks (a read takes none, as
+/// [`site`]).
+///
+/// Errors: 55000 as [`site`].
+pub fn spread(name: &[u8], shards: i16, for_write: bool) -> Result<Spread, CallError> {
+    for _ in 0..LOOKUPS {
+        let Some(distribution) = distribution() else {
+            return Err(CallError::Cluster(
+                "rate_limiter.rate_limits is no longer distributed".into(),
+                "Retry the call.",
+            ));
+        };
+        let generation = catalog::generation();
+        let mut here = Vec::new();
+        let mut others: Vec<Other> = Vec::new();
+        for number in 0..shards {
+            let dkey = distribution_value(name, None, number)?;
+            let place = distribution.place(&dkey)?;
+            if place.group == distribution.local_group {
+                here.push((number, place, dkey));
+            } else if let Some(other) = others.iter_mut().find(|other| other.group == place.group) {
+                other.shards.push(number);
+            } else {
+                others.push(Other {
+                    group: place.group,
+                    dkey,
+                    shards: vec![number],
+                });
+            }
+        }
+        let mut locked: Vec<usize> = Vec::new();
+        for (_, place, _) in &here {
+            if for_write && !locked.contains(&place.index) {
+                lock_shard_metadata(distribution.colocation_id, place.index, pg_sys::ShareLock);
+                locked.push(place.index);
+            }
+        }
+        // SAFETY: processes pending invalidations (a move that committed
+        // while this call waited for a lock).
+        unsafe { pg_sys::AcceptInvalidationMessages() };
+        if catalog::generation() != generation {
+            continue;
+        }
+        let mut local = Vec::with_capacity(here.len());
+        for (number, place, dkey) in here {
+            local.push((number, shard_route(place, &dkey)?, dkey));
+        }
+        if !others.is_empty() {
+            let start = crate::shard_choice::draw()[0] as usize % others.len();
+            others.rotate_left(start);
+        }
+        return Ok(Spread {
+            local,
+            local_group: distribution.local_group,
+            others,
+        });
+    }
+    Err(CallError::Cluster(
+        "Citus's metadata for rate_limiter.rate_limits kept changing during the call".into(),
+        "Retry the transaction (a shard move or split was under way).",
+    ))
+}
+
+/// Where a global limit's shards live ([`spread`]).
+pub struct Spread {
+    /// The shards on this node: number, route, distribution value.
+    pub local: Vec<(i16, Route, DistributionValue)>,
+    /// This node's group.
+    pub local_group: i32,
+    /// Every other node holding some, in random order.
+    pub others: Vec<Other>,
+}
+
+/// Another node holding shards of a global limit ([`Spread`]).
+pub struct Other {
+    /// Its group (`pg_dist_node.groupid`).
+    pub group: i32,
+    /// The distribution value of one of its shards.
+    pub dkey: DistributionValue,
+    /// The numbers of its shards, ascending.
+    pub shards: Vec<i16>,
+}
+
+impl Spread {
+    /// The local shards with their routes, and the limit's number of
+    /// shards `count`.
+    pub(super) fn placed_shards(&self, count: i16) -> (Vec<(i16, Route)>, i16) {
+        let shards = self
+            .local
+            .iter()
+            .map(|(number, route, _)| (*number, *route))
+            .collect();
+        (shards, count)
+    }
+
+    /// The local shards as `limit::Shards::Placed` takes them.
+    pub(super) fn placed(&self, count: i16, held: Option<i16>) -> limit::Shards {
+        let (shards, count) = self.placed_shards(count);
+        limit::Shards::Placed {
+            shards,
+            count,
+            held,
+        }
+    }
+}
+
+/// The shard relation of `place` on this node and its unique index.
+pub(super) fn shard_route(place: Place, dkey: &DistributionValue) -> Result<Route, CallError> {
+    let objects = catalog::objects();
+    let table_name = CString::new(format!("rate_limits_{}", place.shard)).unwrap_or_default();
+    let index_name = CString::new(format!(
+        "rate_limits_name_key_shard_dkey_key_{}",
+        place.shard
+    ))
+    .unwrap_or_default();
+    // SAFETY: catalog cache lookups.
+    let (table, index) = unsafe {
+        (
+            pg_sys::get_relname_relid(table_name.as_ptr(), objects.schema),
+            pg_sys::get_relname_relid(index_name.as_ptr(), objects.schema),
+        )
+    };
+    if table == pg_sys::InvalidOid || index == pg_sys::InvalidOid {
+        return Err(CallError::Cluster(
+            format!(
+                "shard {} of rate_limiter.rate_limits is placed on this node, but its table or unique index is missing",
+                place.shard
+            ),
+            "Check the shard with citus_shards and pg_dist_placement.",
+        ));
+    }
+    // A text datum lives in the call's memory context.
+    Ok(Route {
+        table,
+        index,
+        dkey: dkey.datum(),
+    })
+}
+
+/// Runs `body` on this node's shard of `dkey`, or returns `None` when the
+/// row lives on another node (the caller then goes there).
+pub fn here<R>(
+    dkey: &DistributionValue,
+    for_write: bool,
+    body: impl FnOnce() -> Result<R, CallError>,
+) -> Result<Option<R>, CallError> {
+    match site(dkey, for_write)? {
+        Site::Here(route) => {
+            let answer = on_shard(route, body)?;
+            if for_write {
+                wrote(Some(dkey))?;
+            }
+            Ok(Some(answer))
+        }
+        Site::Elsewhere => Ok(None),
+    }
+}

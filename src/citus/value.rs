@@ -1,0 +1,122 @@
+//! The distribution value `dkey` of a state row: the key, or `name/shard`
+//! for a global limit; text, or bigint when colocated with a bigint column.
+
+use super::distribution;
+use crate::errors::CallError;
+use pgrx::datum::DatumWithOid;
+use pgrx::pg_sys;
+use pgrx::prelude::*;
+
+/// A value of the distribution column `dkey`, of the column's type
+/// (ordered bytewise or numerically: the order `rate_limit_all` takes
+/// the shard relations of one node in).
+#[derive(Debug, Clone, PartialEq, Eq, PartialOrd, Ord)]
+pub enum DistributionValue {
+    /// `text COLLATE "C"`: the bytes.
+    Text(Vec<u8>),
+    /// `bigint`.
+    BigInt(i64),
+}
+
+impl DistributionValue {
+    pub(super) fn type_oid(&self) -> pg_sys::Oid {
+        match self {
+            DistributionValue::Text(_) => pg_sys::TEXTOID,
+            DistributionValue::BigInt(_) => pg_sys::INT8OID,
+        }
+    }
+
+    /// As a datum of [`Self::type_oid`] (a text one is allocated in the
+    /// current memory context).
+    pub(super) fn datum(&self) -> pg_sys::Datum {
+        match self {
+            DistributionValue::Text(bytes) => bytes
+                .as_slice()
+                .into_datum()
+                .unwrap_or(pg_sys::Datum::from(0)),
+            DistributionValue::BigInt(value) => pg_sys::Datum::from(*value),
+        }
+    }
+
+    /// As an argument of an SPI statement.
+    pub(super) fn argument(&self) -> DatumWithOid<'_> {
+        match self {
+            // SAFETY: the bytes of a text value become a varlena of type text.
+            DistributionValue::Text(bytes) => unsafe {
+                DatumWithOid::new(bytes.as_slice(), pg_sys::TEXTOID)
+            },
+            DistributionValue::BigInt(value) => DatumWithOid::from(*value),
+        }
+    }
+}
+
+/// Whether `c` is white space to PostgreSQL's `int8in` (C's `isspace`).
+pub(super) fn is_space(c: u8) -> bool {
+    matches!(c, b' ' | b'\t' | b'\n' | b'\r' | 0x0b | 0x0c)
+}
+
+/// `key` as a bigint distribution value: a decimal integer, with an
+/// optional sign and white space around it (what `distribute()` checks
+/// with `^[[:space:]]*[+-]?[0-9]+[[:space:]]*$` before `key::bigint`), in
+/// range; `None` otherwise.
+pub fn parse_bigint(key: &[u8]) -> Option<i64> {
+    let start = key.iter().position(|&c| !is_space(c))?;
+    let end = key.iter().rposition(|&c| !is_space(c))? + 1;
+    let digits = &key[start..end];
+    let unsigned = digits
+        .strip_prefix(b"+")
+        .or_else(|| digits.strip_prefix(b"-"))
+        .unwrap_or(digits);
+    if unsigned.is_empty() || !unsigned.iter().all(u8::is_ascii_digit) {
+        return None;
+    }
+    std::str::from_utf8(digits).ok()?.parse().ok()
+}
+
+/// `hashtextextended(value, 0)`: the bigint distribution value of a global
+/// limit's row, as `distribute()` computes it in SQL.
+pub(super) fn hash_text_extended(value: &[u8]) -> i64 {
+    // SAFETY: a text datum and seed 0 for hashtextextended(text, bigint),
+    // with a deterministic collation (for which it hashes the bytes, as
+    // for the column's own).
+    unsafe {
+        let datum = value.into_datum().unwrap_or(pg_sys::Datum::from(0));
+        pg_sys::OidFunctionCall2Coll(
+            pg_sys::Oid::from(pg_sys::F_HASHTEXTEXTENDED),
+            pg_sys::C_COLLATION_OID,
+            datum,
+            pg_sys::Datum::from(0i64),
+        )
+        .value() as i64
+    }
+}
+
+/// The value of the distribution column `dkey` of the row (name, key,
+/// shard): the key, or `name/shard` for a global limit (so the shards of a
+/// global limit spread over the nodes). For a bigint column, the key read
+/// as a decimal integer (a tenant id: 22P02 otherwise), or
+/// `hashtextextended(name/shard, 0)`.
+pub fn distribution_value(
+    name: &[u8],
+    key: Option<&[u8]>,
+    shard: i16,
+) -> Result<DistributionValue, CallError> {
+    let text = match key {
+        Some(key) => key.to_vec(),
+        None => {
+            let mut value = name.to_vec();
+            value.extend_from_slice(format!("/{shard}").as_bytes());
+            value
+        }
+    };
+    let column_type = distribution().map_or(pg_sys::TEXTOID, |d| d.column_type);
+    if column_type != pg_sys::INT8OID {
+        return Ok(DistributionValue::Text(text));
+    }
+    match key {
+        Some(key) => parse_bigint(key)
+            .map(DistributionValue::BigInt)
+            .ok_or_else(|| CallError::KeyNotBigInt(key.to_vec())),
+        None => Ok(DistributionValue::BigInt(hash_text_extended(&text))),
+    }
+}
