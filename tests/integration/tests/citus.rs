@@ -2756,3 +2756,69 @@ fn a_delegated_call_uses_the_calling_nodes_now_override() {
         .expect("drop the role");
     forget("clock");
 }
+
+#[test]
+#[ignore = "needs the Citus cluster of scripts/test.sh"]
+fn a_global_limit_with_one_shard_per_worker_refuses_without_retry_after_what_only_both_could_serve()
+{
+    make_distributed();
+    forget("halves");
+    let urls = urls();
+    let mut coordinator = coordinator();
+    let name = (0..100)
+        .map(|n| format!("halves-{n}"))
+        .find(|name| {
+            let mut nodes = shard_nodes(&mut coordinator, name, 2);
+            nodes.sort();
+            nodes == [1, 2]
+        })
+        .expect("a name with one shard on each worker");
+    coordinator
+        .execute(
+            "SELECT rate_limiter.define($1, rate_limiter.token_bucket(10, '1000 days', shards => 2))",
+            &[&name],
+        )
+        .expect("define");
+    for url in &urls {
+        let mut client = connect(url);
+        // 7 tokens: more than one shard holds (5), less than both (10).
+        // On one server the two shards serve it together; on a cluster a
+        // call never takes two shards on two nodes, so it is refused, and
+        // no retry_after can say when it would be admitted.
+        let row = client
+            .query_one(
+                "SELECT ok, retry_after::text FROM rate_limiter.rate_limit($1, count => 7)",
+                &[&name],
+            )
+            .expect("rate_limit");
+        assert!(!row.get::<_, bool>(0), "{url}");
+        assert_eq!(row.get::<_, Option<String>>(1), None, "{url}");
+        // What one shard can serve is admitted, by rate_wait too.
+        let ok: bool = client
+            .query_one(
+                "SELECT ok FROM rate_limiter.rate_wait($1, count => 1, timeout => '0 seconds')",
+                &[&name],
+            )
+            .expect("rate_wait")
+            .get(0);
+        assert!(ok, "{url}");
+    }
+    // Each worker's call took a token from its own shard, the
+    // coordinator's from either: 4 and 3 tokens left.
+    let values = shard_values(&mut coordinator, &name, 2);
+    let mut sorted: Vec<f64> = values.iter().map(|value| value.expect("a row")).collect();
+    sorted.sort_by(f64::total_cmp);
+    assert_eq!(sorted, [3.0, 4.0], "{values:?}");
+    // 5 tokens: no shard holds them now, so rate_wait times out at once
+    // and consumes nothing.
+    let ok: bool = coordinator
+        .query_one(
+            "SELECT ok FROM rate_limiter.rate_wait($1, count => 5, timeout => '0 seconds')",
+            &[&name],
+        )
+        .expect("rate_wait")
+        .get(0);
+    assert!(!ok);
+    assert_eq!(shard_values(&mut coordinator, &name, 2), values);
+    forget("halves");
+}
