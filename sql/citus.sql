@@ -15,8 +15,10 @@ DECLARE
     state_column text;
     definitions_method "char";
     colocated_column record;
-    -- dkey's type: text, or bigint to colocate with a bigint column.
+    -- dkey's type: text, or bigint or uuid to colocate with a column of
+    -- that type.
     bigint_dkey boolean := false;
+    uuid_dkey boolean := false;
     bad_key text;
     worker record;
 BEGIN
@@ -85,8 +87,10 @@ BEGIN
                 USING ERRCODE = '22023';
         END IF;
         bigint_dkey := colocated_column.type = 'bigint';
-        IF NOT bigint_dkey AND (colocated_column.type <> 'text' OR colocated_column.attcollation <> 'pg_catalog."C"'::regcollation) THEN
-            RAISE EXCEPTION 'rate_limiter can colocate only with a table distributed by a bigint column or a text column with COLLATE "C"; %''s distribution column is % (collation %)',
+        uuid_dkey := colocated_column.type = 'uuid';
+        IF NOT bigint_dkey AND NOT uuid_dkey
+           AND (colocated_column.type <> 'text' OR colocated_column.attcollation <> 'pg_catalog."C"'::regcollation) THEN
+            RAISE EXCEPTION 'rate_limiter can colocate only with a table distributed by a bigint or uuid column or a text column with COLLATE "C"; %''s distribution column is % (collation %)',
                 colocate_with, colocated_column.type, colocated_column.attcollation::regcollation
                 USING ERRCODE = '0A000';
         END IF;
@@ -106,7 +110,7 @@ BEGIN
     -- checked above).
     FOR worker IN SELECT * FROM run_command_on_workers(pg_catalog.format(
             'ALTER TABLE rate_limiter.rate_limits ALTER COLUMN dkey TYPE %s USING NULL',
-            CASE WHEN bigint_dkey THEN 'bigint' ELSE 'text COLLATE "C"' END)) LOOP
+            CASE WHEN bigint_dkey THEN 'bigint' WHEN uuid_dkey THEN 'uuid' ELSE 'text COLLATE "C"' END)) LOOP
         IF NOT worker.success THEN
             RAISE EXCEPTION 'could not change the type of rate_limiter.rate_limits.dkey on worker %:%: %', worker.nodename, worker.nodeport, worker.result
                 USING ERRCODE = '55000',
@@ -117,8 +121,23 @@ BEGIN
     LOCK TABLE rate_limiter.rate_limits, rate_limiter.definitions IN EXCLUSIVE MODE;
     -- The distribution column: the key, or name/shard for a global limit;
     -- as a bigint, the key as a decimal integer (the tenant id; the
-    -- limiter reads it the same way) or the hash of name/shard.
-    IF bigint_dkey THEN
+    -- limiter reads it the same way) or the hash of name/shard; as a uuid,
+    -- the key as a uuid or md5(name/shard).
+    IF uuid_dkey THEN
+        -- What uuid_in takes (the limiter reads keys the same way).
+        SELECT key INTO bad_key FROM rate_limiter.rate_limits
+        WHERE key IS NOT NULL
+          AND key !~ '^([0-9a-fA-F]{4}(-?[0-9a-fA-F]{4}){7}|\{[0-9a-fA-F]{4}(-?[0-9a-fA-F]{4}){7}\})$'
+        LIMIT 1;
+        IF FOUND THEN
+            RAISE EXCEPTION 'key % of rate_limiter.rate_limits is not a uuid, and % is distributed by a uuid column', pg_catalog.quote_literal(bad_key), colocate_with
+                USING ERRCODE = '22P02',
+                      HINT = 'Every key of a keyed limit must be a uuid (a tenant id) to colocate with it: rate_reset() or delete the others first.';
+        END IF;
+        ALTER TABLE rate_limiter.rate_limits ALTER COLUMN dkey TYPE uuid
+            USING CASE WHEN key IS NULL THEN pg_catalog.md5(name || '/' || shard)::uuid
+                       ELSE key::uuid END;
+    ELSIF bigint_dkey THEN
         SELECT key INTO bad_key FROM rate_limiter.rate_limits
         WHERE key IS NOT NULL AND CASE WHEN key ~ '^[[:space:]]*[+-]?[0-9]+[[:space:]]*$'
                    THEN NOT key::numeric BETWEEN -9223372036854775808 AND 9223372036854775807
@@ -155,21 +174,29 @@ BEGIN
     PERFORM create_distributed_function(
         CASE WHEN bigint_dkey
              THEN 'rate_limiter._rate_limit_at(bigint, text, text, float8, boolean, rate_limiter.config, boolean, timestamptz)'
+             WHEN uuid_dkey
+             THEN 'rate_limiter._rate_limit_at(uuid, text, text, float8, boolean, rate_limiter.config, boolean, timestamptz)'
              ELSE 'rate_limiter._rate_limit_at(text, text, text, float8, boolean, rate_limiter.config, boolean, timestamptz)' END::regprocedure,
         'dkey', colocate_with => 'rate_limiter.rate_limits', force_delegation => true);
     PERFORM create_distributed_function(
         CASE WHEN bigint_dkey
              THEN 'rate_limiter._rate_state_at(bigint, text, text, int2)'
+             WHEN uuid_dkey
+             THEN 'rate_limiter._rate_state_at(uuid, text, text, int2)'
              ELSE 'rate_limiter._rate_state_at(text, text, text, int2)' END::regprocedure,
         'dkey', colocate_with => 'rate_limiter.rate_limits', force_delegation => true);
     PERFORM create_distributed_function(
         CASE WHEN bigint_dkey
              THEN 'rate_limiter._rate_credit_at(bigint, text, text, float8, rate_limiter.config, timestamptz)'
+             WHEN uuid_dkey
+             THEN 'rate_limiter._rate_credit_at(uuid, text, text, float8, rate_limiter.config, timestamptz)'
              ELSE 'rate_limiter._rate_credit_at(text, text, text, float8, rate_limiter.config, timestamptz)' END::regprocedure,
         'dkey', colocate_with => 'rate_limiter.rate_limits', force_delegation => true);
     PERFORM create_distributed_function(
         CASE WHEN bigint_dkey
              THEN 'rate_limiter._rate_limit_all_at(bigint, rate_limiter.request[], boolean, timestamptz)'
+             WHEN uuid_dkey
+             THEN 'rate_limiter._rate_limit_all_at(uuid, rate_limiter.request[], boolean, timestamptz)'
              ELSE 'rate_limiter._rate_limit_all_at(text, rate_limiter.request[], boolean, timestamptz)' END::regprocedure,
         'dkey', colocate_with => 'rate_limiter.rate_limits', force_delegation => true);
 END
@@ -177,9 +204,9 @@ $distribute$;
 
 COMMENT ON FUNCTION rate_limiter.distribute(regclass) IS
 'Citus: makes rate_limiter.rate_limits a distributed table (by the column dkey: the key, or name/shard for a global limit) and rate_limiter.definitions a reference table, keeping every row. '
-'colocate_with: a table distributed by a bigint column or a text COLLATE "C" column, whose rows for value K live beside the state of key K (with bigint, every key must be a decimal integer). Run on the coordinator; idempotent. '
+'colocate_with: a table distributed by a bigint or uuid column or a text COLLATE "C" column, whose rows for value K live beside the state of key K (with bigint, every key must be a decimal integer; with uuid, a uuid). Run on the coordinator; idempotent. '
 'Errors: 25001 in a transaction that has written already; 55000 without Citus, on a worker, max_prepared_transactions = 0 on a node, a worker with rows in its own table, tables distributed otherwise; 42501 neither superuser nor owner; '
-'22023 colocate_with not hash-distributed; 0A000 its distribution column is neither bigint nor text COLLATE "C"; 22P02 with bigint, a stored key that is not a decimal integer.';
+'22023 colocate_with not hash-distributed; 0A000 its distribution column is neither bigint, uuid nor text COLLATE "C"; 22P02 with bigint or uuid, a stored key that is not a decimal integer or a uuid.';
 
 CREATE FUNCTION rate_limiter.undistribute()
 RETURNS void
@@ -300,6 +327,24 @@ COMMENT ON FUNCTION rate_limiter._rate_limit_at(bigint, text, text, float8, bool
 'Internal (Citus): _rate_limit_at for a state table colocated with a table distributed by a bigint column (dkey: the key as a bigint). '
 'Errors: 55000 when the row is not on this node or the call is outside a transaction block; 22P02 a key that is not a decimal integer.';
 
+CREATE FUNCTION rate_limiter._rate_limit_at(
+    dkey    uuid,
+    name    text,
+    key     text,
+    count   float8,
+    reserve boolean,
+    config  rate_limiter.config,
+    consume boolean,
+    now_override timestamptz)
+RETURNS TABLE (ok boolean, retry_after bigint, remaining float8, verdict int2,
+               reserved boolean, near_limit boolean, contended boolean)
+LANGUAGE c VOLATILE ROWS 1
+AS 'MODULE_PATHNAME', '_rate_limit_at_uuid_wrapper';
+
+COMMENT ON FUNCTION rate_limiter._rate_limit_at(uuid, text, text, float8, boolean, rate_limiter.config, boolean, timestamptz) IS
+'Internal (Citus): _rate_limit_at for a state table colocated with a table distributed by a uuid column. '
+'Errors: as the text overload''s; 22P02 a key that is not a uuid.';
+
 CREATE FUNCTION rate_limiter._rate_state_at(
     dkey   text,
     name   text,
@@ -325,6 +370,19 @@ AS 'MODULE_PATHNAME', '_rate_state_at_bigint_wrapper';
 COMMENT ON FUNCTION rate_limiter._rate_state_at(bigint, text, text, int2) IS
 'Internal (Citus): _rate_state_at for a state table colocated with a table distributed by a bigint column. '
 'Errors: 55000 when the rows are not on this node; 22P02 a key that is not a decimal integer.';
+
+CREATE FUNCTION rate_limiter._rate_state_at(
+    dkey   uuid,
+    name   text,
+    key    text,
+    shards int2)
+RETURNS TABLE (shard int2, value float8, ts timestamptz)
+LANGUAGE c VOLATILE
+AS 'MODULE_PATHNAME', '_rate_state_at_uuid_wrapper';
+
+COMMENT ON FUNCTION rate_limiter._rate_state_at(uuid, text, text, int2) IS
+'Internal (Citus): _rate_state_at for a state table colocated with a table distributed by a uuid column. '
+'Errors: as the text overload''s; 22P02 a key that is not a uuid.';
 
 CREATE FUNCTION rate_limiter._rate_credit_at(
     dkey   text,
@@ -357,6 +415,21 @@ COMMENT ON FUNCTION rate_limiter._rate_credit_at(bigint, text, text, float8, rat
 'Internal (Citus): _rate_credit_at for a state table colocated with a table distributed by a bigint column. '
 'Errors: 55000 when the rows are not on this node or the call is outside a transaction block; 22P02 a key that is not a decimal integer; those of rate_credit.';
 
+CREATE FUNCTION rate_limiter._rate_credit_at(
+    dkey   uuid,
+    name   text,
+    key    text,
+    count  float8,
+    config rate_limiter.config,
+    now_override timestamptz)
+RETURNS float8
+LANGUAGE c VOLATILE
+AS 'MODULE_PATHNAME', '_rate_credit_at_uuid_wrapper';
+
+COMMENT ON FUNCTION rate_limiter._rate_credit_at(uuid, text, text, float8, rate_limiter.config, timestamptz) IS
+'Internal (Citus): _rate_credit_at for a state table colocated with a table distributed by a uuid column. '
+'Errors: as the text overload''s; 22P02 a key that is not a uuid.';
+
 CREATE FUNCTION rate_limiter._rate_limit_all_at(
     dkey     text,
     requests rate_limiter.request[],
@@ -383,3 +456,16 @@ AS 'MODULE_PATHNAME', '_rate_limit_all_at_bigint_wrapper';
 COMMENT ON FUNCTION rate_limiter._rate_limit_all_at(bigint, rate_limiter.request[], boolean, timestamptz) IS
 'Internal (Citus): _rate_limit_all_at for a state table colocated with a table distributed by a bigint column. '
 'Errors: 55000 when a row is not on this node or the call is outside a transaction block; 22023 dkey is not the first request''s; 22P02 a key that is not a decimal integer; those of rate_limit_all.';
+
+CREATE FUNCTION rate_limiter._rate_limit_all_at(
+    dkey     uuid,
+    requests rate_limiter.request[],
+    reserve  boolean,
+    now_override timestamptz)
+RETURNS TABLE (ok boolean, retry_after bigint, remaining float8, verdict int2, contended boolean)
+LANGUAGE c VOLATILE
+AS 'MODULE_PATHNAME', '_rate_limit_all_at_uuid_wrapper';
+
+COMMENT ON FUNCTION rate_limiter._rate_limit_all_at(uuid, rate_limiter.request[], boolean, timestamptz) IS
+'Internal (Citus): _rate_limit_all_at for a state table colocated with a table distributed by a uuid column. '
+'Errors: as the text overload''s; 22P02 a key that is not a uuid.';

@@ -55,6 +55,9 @@ pub enum CallError {
     /// column, and this key (bytes) is not a decimal integer (SQLSTATE
     /// 22P02).
     KeyNotBigInt(Vec<u8>),
+    /// Citus: the state is colocated with a table distributed by a uuid
+    /// column, and this key (bytes) is not a uuid (SQLSTATE 22P02).
+    KeyNotUuid(Vec<u8>),
     /// Citus: a delegated internal function was given another node's
     /// `now_override` by a role that is not a superuser (SQLSTATE 42501).
     ClockNotAllowed,
@@ -147,6 +150,14 @@ pub fn report(error: CallError) -> ! {
                 names::for_message(&key)
             ),
             Some("rate_limiter.distribute(colocate_with => ...) colocated the limits with a table distributed by a bigint column: every key must be that table's distribution value, a decimal integer (a global limit's key is NULL).".to_string()),
+        ),
+        CallError::KeyNotUuid(key) => (
+            PgSqlErrorCode::ERRCODE_INVALID_TEXT_REPRESENTATION,
+            format!(
+                "key \"{}\" is not a uuid, and rate_limiter.rate_limits is distributed by a uuid column",
+                names::for_message(&key)
+            ),
+            Some("rate_limiter.distribute(colocate_with => ...) colocated the limits with a table distributed by a uuid column: every key must be that table's distribution value, a uuid (a global limit's key is NULL).".to_string()),
         ),
         CallError::StatisticsOff => (
             PgSqlErrorCode::ERRCODE_OBJECT_NOT_IN_PREREQUISITE_STATE,

@@ -281,7 +281,9 @@ delegated_entry_points!(
     _rate_limit_all_at_wrapper,
     pg_finfo__rate_limit_all_at_wrapper,
     _rate_limit_all_at_bigint_wrapper,
-    pg_finfo__rate_limit_all_at_bigint_wrapper
+    pg_finfo__rate_limit_all_at_bigint_wrapper,
+    _rate_limit_all_at_uuid_wrapper,
+    pg_finfo__rate_limit_all_at_uuid_wrapper
 );
 
 /// The body of both `_rate_limit_all_at` wrappers, `dkey` their first

@@ -195,17 +195,36 @@ pub(super) fn at(
 pub(super) const CALLING_CONVENTION: pg_sys::Pg_finfo_record =
     pg_sys::Pg_finfo_record { api_version: 1 };
 
-/// Declares the C entry points of a delegated internal function's two
-/// overloads (`dkey text` and `dkey bigint`) and their calling-convention
-/// records: each reads its first argument as a [`DistributionValue`] and
-/// calls `$body(fcinfo, dkey)` (`unsafe fn(pg_sys::FunctionCallInfo,
-/// Option<DistributionValue>) -> pg_sys::Datum`). `$clock`: the position
-/// of its `now_override timestamptz` argument (the delegating node's
-/// clock, which `$body` then runs with: `clock::with_callers_override`),
-/// or `None` for a function that reads no clock.
+/// Runs the body of a delegated internal function with the calling node's
+/// clock: `clock` is the position of its `now_override timestamptz`
+/// argument, if it has one (see `clock::with_callers_override`).
+///
+/// # Safety
+/// `fcinfo` holds the function's arguments.
+pub(super) unsafe fn with_callers_clock(
+    fcinfo: pg_sys::FunctionCallInfo,
+    clock: Option<usize>,
+    body: impl FnOnce() -> pg_sys::Datum,
+) -> pg_sys::Datum {
+    let callers = clock.and_then(|position| pg_getarg::<i64>(fcinfo, position));
+    match crate::clock::with_callers_override(callers, body) {
+        Ok(datum) => datum,
+        Err(error) => report(error),
+    }
+}
+
+/// Declares the C entry points of a delegated internal function's three
+/// overloads (`dkey text`, `dkey bigint` and `dkey uuid`) and their
+/// calling-convention records: each reads its first argument as a
+/// [`DistributionValue`] and calls `$body(fcinfo, dkey)` (`unsafe
+/// fn(pg_sys::FunctionCallInfo, Option<DistributionValue>) ->
+/// pg_sys::Datum`). `$clock`: the position of its `now_override
+/// timestamptz` argument (the delegating node's clock, which `$body` then
+/// runs with), or `None` for a function that reads no clock.
 macro_rules! delegated_entry_points {
     ($function:literal, $body:ident, $clock:expr,
-     $text:ident, $text_finfo:ident, $bigint:ident, $bigint_finfo:ident) => {
+     $text:ident, $text_finfo:ident, $bigint:ident, $bigint_finfo:ident,
+     $uuid:ident, $uuid_finfo:ident) => {
         #[doc = concat!("`rate_limiter.", $function, "(dkey text, ...)`: see sql/citus.sql.")]
         ///
         /// # Safety
@@ -215,11 +234,7 @@ macro_rules! delegated_entry_points {
         pub unsafe extern "C-unwind" fn $text(fcinfo: pg_sys::FunctionCallInfo) -> pg_sys::Datum {
             let dkey = pg_getarg::<&[u8]>(fcinfo, 0)
                 .map(|bytes| DistributionValue::Text(bytes.to_vec()));
-            let callers = $clock.and_then(|position: usize| pg_getarg::<i64>(fcinfo, position));
-            match crate::clock::with_callers_override(callers, || $body(fcinfo, dkey)) {
-                Ok(datum) => datum,
-                Err(error) => crate::errors::report(error),
-            }
+            $crate::citus::with_callers_clock(fcinfo, $clock, || $body(fcinfo, dkey))
         }
 
         #[doc = concat!("`rate_limiter.", $function, "(dkey bigint, ...)`: the same, on a state table distributed by a bigint column.")]
@@ -230,11 +245,19 @@ macro_rules! delegated_entry_points {
         #[pg_guard]
         pub unsafe extern "C-unwind" fn $bigint(fcinfo: pg_sys::FunctionCallInfo) -> pg_sys::Datum {
             let dkey = pg_getarg::<i64>(fcinfo, 0).map(DistributionValue::BigInt);
-            let callers = $clock.and_then(|position: usize| pg_getarg::<i64>(fcinfo, position));
-            match crate::clock::with_callers_override(callers, || $body(fcinfo, dkey)) {
-                Ok(datum) => datum,
-                Err(error) => crate::errors::report(error),
-            }
+            $crate::citus::with_callers_clock(fcinfo, $clock, || $body(fcinfo, dkey))
+        }
+
+        #[doc = concat!("`rate_limiter.", $function, "(dkey uuid, ...)`: the same, on a state table distributed by a uuid column.")]
+        ///
+        /// # Safety
+        /// Called by PostgreSQL with the function's arguments.
+        #[no_mangle]
+        #[pg_guard]
+        pub unsafe extern "C-unwind" fn $uuid(fcinfo: pg_sys::FunctionCallInfo) -> pg_sys::Datum {
+            let dkey = pg_getarg::<pgrx::datum::Uuid>(fcinfo, 0)
+                .map(|uuid| DistributionValue::Uuid(*uuid.as_bytes()));
+            $crate::citus::with_callers_clock(fcinfo, $clock, || $body(fcinfo, dkey))
         }
 
         #[no_mangle]
@@ -244,6 +267,11 @@ macro_rules! delegated_entry_points {
 
         #[no_mangle]
         pub extern "C" fn $bigint_finfo() -> &'static pg_sys::Pg_finfo_record {
+            &CALLING_CONVENTION
+        }
+
+        #[no_mangle]
+        pub extern "C" fn $uuid_finfo() -> &'static pg_sys::Pg_finfo_record {
             &CALLING_CONVENTION
         }
     };
@@ -258,7 +286,9 @@ delegated_entry_points!(
     _rate_limit_at_wrapper,
     pg_finfo__rate_limit_at_wrapper,
     _rate_limit_at_bigint_wrapper,
-    pg_finfo__rate_limit_at_bigint_wrapper
+    pg_finfo__rate_limit_at_bigint_wrapper,
+    _rate_limit_at_uuid_wrapper,
+    pg_finfo__rate_limit_at_uuid_wrapper
 );
 
 delegated_entry_points!(
@@ -268,7 +298,9 @@ delegated_entry_points!(
     _rate_state_at_wrapper,
     pg_finfo__rate_state_at_wrapper,
     _rate_state_at_bigint_wrapper,
-    pg_finfo__rate_state_at_bigint_wrapper
+    pg_finfo__rate_state_at_bigint_wrapper,
+    _rate_state_at_uuid_wrapper,
+    pg_finfo__rate_state_at_uuid_wrapper
 );
 
 delegated_entry_points!(
@@ -278,7 +310,9 @@ delegated_entry_points!(
     _rate_credit_at_wrapper,
     pg_finfo__rate_credit_at_wrapper,
     _rate_credit_at_bigint_wrapper,
-    pg_finfo__rate_credit_at_bigint_wrapper
+    pg_finfo__rate_credit_at_bigint_wrapper,
+    _rate_credit_at_uuid_wrapper,
+    pg_finfo__rate_credit_at_uuid_wrapper
 );
 
 /// The body of both `_rate_limit_at` wrappers, `dkey` their first argument.

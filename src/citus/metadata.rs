@@ -28,7 +28,7 @@ pub struct Distribution {
     pub(super) colocation_id: u32,
     /// The distribution column's type: `text` or `bigint` (checked).
     pub(super) column_type: pg_sys::Oid,
-    /// The distribution column's collation (none for bigint).
+    /// The distribution column's collation (none for bigint and uuid).
     pub(super) collation: pg_sys::Oid,
     /// Sorted by `min`: a shard's position is its index in Citus's
     /// sorted shard array, which the metadata lock's tag names.
@@ -157,7 +157,9 @@ pub(super) unsafe fn read(table: pg_sys::Oid, definitions: pg_sys::Oid) -> Optio
         || (*var).xpr.type_ != pg_sys::NodeTag::T_Var
         || dkey_column <= 0
         || (*var).varattno != dkey_column
-        || ((*var).vartype != pg_sys::TEXTOID && (*var).vartype != pg_sys::INT8OID)
+        || ((*var).vartype != pg_sys::TEXTOID
+            && (*var).vartype != pg_sys::INT8OID
+            && (*var).vartype != pg_sys::UUIDOID)
     {
         distribution.problem = Some(
             "rate_limiter.rate_limits is distributed by another column than dkey (not by rate_limiter.distribute())",

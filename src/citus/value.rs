@@ -1,5 +1,6 @@
 //! The distribution value `dkey` of a state row: the key, or `name/shard`
-//! for a global limit; text, or bigint when colocated with a bigint column.
+//! for a global limit; text, or bigint or uuid when colocated with a table
+//! distributed by a column of that type.
 
 use super::distribution;
 use crate::errors::CallError;
@@ -16,6 +17,8 @@ pub enum DistributionValue {
     Text(Vec<u8>),
     /// `bigint`.
     BigInt(i64),
+    /// `uuid`: its 16 bytes.
+    Uuid([u8; 16]),
 }
 
 impl DistributionValue {
@@ -23,11 +26,12 @@ impl DistributionValue {
         match self {
             DistributionValue::Text(_) => pg_sys::TEXTOID,
             DistributionValue::BigInt(_) => pg_sys::INT8OID,
+            DistributionValue::Uuid(_) => pg_sys::UUIDOID,
         }
     }
 
-    /// As a datum of [`Self::type_oid`] (a text one is allocated in the
-    /// current memory context).
+    /// As a datum of [`Self::type_oid`] (a text or uuid one is allocated in
+    /// the current memory context).
     pub(super) fn datum(&self) -> pg_sys::Datum {
         match self {
             DistributionValue::Text(bytes) => bytes
@@ -35,6 +39,9 @@ impl DistributionValue {
                 .into_datum()
                 .unwrap_or(pg_sys::Datum::from(0)),
             DistributionValue::BigInt(value) => pg_sys::Datum::from(*value),
+            DistributionValue::Uuid(bytes) => pgrx::datum::Uuid::from_bytes(*bytes)
+                .into_datum()
+                .unwrap_or(pg_sys::Datum::from(0)),
         }
     }
 
@@ -46,6 +53,9 @@ impl DistributionValue {
                 DatumWithOid::new(bytes.as_slice(), pg_sys::TEXTOID)
             },
             DistributionValue::BigInt(value) => DatumWithOid::from(*value),
+            DistributionValue::Uuid(bytes) => {
+                DatumWithOid::from(pgrx::datum::Uuid::from_bytes(*bytes))
+            }
         }
     }
 }
@@ -73,6 +83,47 @@ pub fn parse_bigint(key: &[u8]) -> Option<i64> {
     std::str::from_utf8(digits).ok()?.parse().ok()
 }
 
+/// `key` as a uuid distribution value, read as PostgreSQL's `uuid_in`
+/// reads it (what `distribute()` checks before `key::uuid`): 32 hex
+/// digits in either case, a hyphen allowed after any group of four but the
+/// last, the whole optionally in braces, nothing else (no white space);
+/// `None` otherwise.
+pub fn parse_uuid(key: &[u8]) -> Option<[u8; 16]> {
+    let digits = match key.strip_prefix(b"{") {
+        Some(inner) => inner.strip_suffix(b"}")?,
+        None => key,
+    };
+    let hex = |c: u8| (c as char).to_digit(16).map(|d| d as u8);
+    let mut bytes = [0u8; 16];
+    let mut at = 0;
+    for (index, byte) in bytes.iter_mut().enumerate() {
+        let high = hex(*digits.get(at)?)?;
+        let low = hex(*digits.get(at + 1)?)?;
+        *byte = high << 4 | low;
+        at += 2;
+        if index % 2 == 1 && index < 15 && digits.get(at) == Some(&b'-') {
+            at += 1;
+        }
+    }
+    (at == digits.len()).then_some(bytes)
+}
+
+/// `md5(value)::uuid`: the uuid distribution value of a global limit's
+/// row, as `distribute()` computes it in SQL.
+fn md5_uuid(value: &[u8]) -> [u8; 16] {
+    // SAFETY: md5(text) of a text datum returns 32 lowercase hex digits.
+    let hex = unsafe {
+        let datum = value.into_datum().unwrap_or(pg_sys::Datum::from(0));
+        let digest = pg_sys::OidFunctionCall1Coll(
+            pg_sys::Oid::from(pg_sys::F_MD5_TEXT),
+            pg_sys::C_COLLATION_OID,
+            datum,
+        );
+        Vec::<u8>::from_datum(digest, false).unwrap_or_default()
+    };
+    parse_uuid(&hex).unwrap_or([0; 16])
+}
+
 /// `hashtextextended(value, 0)`: the bigint distribution value of a global
 /// limit's row, as `distribute()` computes it in SQL.
 pub(super) fn hash_text_extended(value: &[u8]) -> i64 {
@@ -95,7 +146,8 @@ pub(super) fn hash_text_extended(value: &[u8]) -> i64 {
 /// shard): the key, or `name/shard` for a global limit (so the shards of a
 /// global limit spread over the nodes). For a bigint column, the key read
 /// as a decimal integer (a tenant id: 22P02 otherwise), or
-/// `hashtextextended(name/shard, 0)`.
+/// `hashtextextended(name/shard, 0)`; for a uuid column, the key read as a
+/// uuid (22P02 otherwise), or `md5(name/shard)::uuid`.
 pub fn distribution_value(
     name: &[u8],
     key: Option<&[u8]>,
@@ -110,6 +162,14 @@ pub fn distribution_value(
         }
     };
     let column_type = distribution().map_or(pg_sys::TEXTOID, |d| d.column_type);
+    if column_type == pg_sys::UUIDOID {
+        return match key {
+            Some(key) => parse_uuid(key)
+                .map(DistributionValue::Uuid)
+                .ok_or_else(|| CallError::KeyNotUuid(key.to_vec())),
+            None => Ok(DistributionValue::Uuid(md5_uuid(&text))),
+        };
+    }
     if column_type != pg_sys::INT8OID {
         return Ok(DistributionValue::Text(text));
     }

@@ -48,7 +48,7 @@ fn altered(what: &str) -> ! {
         PgLogLevel::ERROR,
         PgSqlErrorCode::ERRCODE_OBJECT_NOT_IN_PREREQUISITE_STATE,
         format!("rate_limiter.rate_limits has been altered: {what}"),
-        "rate_limit() writes the table directly, as INSERT ... ON CONFLICT (name, key, shard) DO UPDATE would, but without firing triggers or rules, checking constraints or applying row-level security; it needs the columns (name text, key text, shard smallint, value float8, ts timestamptz, dkey text or bigint), its unique index on (name, key, shard), and nothing else that a write would have to do."
+        "rate_limit() writes the table directly, as INSERT ... ON CONFLICT (name, key, shard) DO UPDATE would, but without firing triggers or rules, checking constraints or applying row-level security; it needs the columns (name text, key text, shard smallint, value float8, ts timestamptz, dkey text, bigint or uuid), its unique index on (name, key, shard), and nothing else that a write would have to do."
     );
     unreachable!("an ERROR report does not return")
 }
@@ -107,6 +107,7 @@ unsafe fn is_arbiter(index: pg_sys::Relation, table: pg_sys::Oid) -> bool {
 unsafe fn has_bytewise_equality(index: pg_sys::Relation) -> bool {
     const TEXT_BTREE_FAMILY: u32 = 1994; // text_ops
     const INTEGER_BTREE_FAMILY: u32 = 1976; // integer_ops (int2, int4, int8)
+    const UUID_BTREE_FAMILY: u32 = 2968; // uuid_ops
     const BTREE: u32 = 403;
     if (*(*index).rd_rel).relam.to_u32() != BTREE {
         return false;
@@ -120,13 +121,14 @@ unsafe fn has_bytewise_equality(index: pg_sys::Relation) -> bool {
             && pg_sys::get_collation_isdeterministic(collations[column])
     };
     // A fourth column is dkey (is_arbiter): text like name and key, or
-    // bigint.
+    // bigint, or uuid (both compared as their bytes by their btree ops).
     families[SHARD].to_u32() == INTEGER_BTREE_FAMILY
         && text_bytewise(NAME)
         && text_bytewise(KEY)
         && (count == KEY_COLUMNS
             || text_bytewise(KEY_COLUMNS)
-            || families[KEY_COLUMNS].to_u32() == INTEGER_BTREE_FAMILY)
+            || families[KEY_COLUMNS].to_u32() == INTEGER_BTREE_FAMILY
+            || families[KEY_COLUMNS].to_u32() == UUID_BTREE_FAMILY)
 }
 
 impl Relations {
@@ -219,11 +221,12 @@ impl Relations {
             }
             for (column, expected) in COLUMN_TYPES.iter().take(columns).enumerate() {
                 let attribute = compat::attribute(descriptor, column);
-                // dkey is text, or bigint on a state table colocated with a
-                // table distributed by a bigint column.
+                // dkey is text, or bigint or uuid on a state table colocated
+                // with a table distributed by a column of that type.
                 let type_id = (*attribute).atttypid.to_u32();
-                let bigint_dkey = column == DKEY && type_id == pg_sys::INT8OID.to_u32();
-                if (*attribute).attisdropped || (type_id != *expected && !bigint_dkey) {
+                let other_dkey = column == DKEY
+                    && (type_id == pg_sys::INT8OID.to_u32() || type_id == pg_sys::UUIDOID.to_u32());
+                if (*attribute).attisdropped || (type_id != *expected && !other_dkey) {
                     altered("a column has a different type");
                 }
             }

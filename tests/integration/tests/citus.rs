@@ -2822,3 +2822,248 @@ fn a_global_limit_with_one_shard_per_worker_refuses_without_retry_after_what_onl
     assert_eq!(shard_values(&mut coordinator, &name, 2), values);
     forget("halves");
 }
+
+/// The stored tokens of (name, key) on a state table distributed by a uuid
+/// column, read through a query Citus routes by that value (`dkey` as
+/// text, cast in SQL).
+fn stored_uuid(client: &mut Client, name: &str, key: Option<&str>, dkey: &str) -> Option<f64> {
+    client
+        .query_opt(
+            "SELECT round(value::numeric, 3)::float8 FROM rate_limiter.rate_limits \
+             WHERE dkey = $3::text::uuid AND name = $1 AND key IS NOT DISTINCT FROM $2",
+            &[&name, &key, &dkey],
+        )
+        .expect("read the state")
+        .map(|row| row.get(0))
+}
+
+#[test]
+#[ignore = "needs the Citus cluster of scripts/test.sh"]
+fn colocated_with_a_uuid_tenant_column_a_tenant_transaction_stays_on_one_worker() {
+    make_local();
+    forget("accounts");
+    let urls = urls();
+    let mut coordinator = coordinator();
+    coordinator
+        .batch_execute(
+            "DROP SCHEMA IF EXISTS app CASCADE; CREATE SCHEMA app; \
+             CREATE TABLE app.accounts (tenant_id uuid NOT NULL, body text); \
+             SELECT create_distributed_table('app.accounts', 'tenant_id')",
+        )
+        .expect("an application table distributed by a uuid tenant id");
+    // A distribution column of another type (integer here): 0A000.
+    coordinator
+        .batch_execute(
+            "CREATE TABLE app.other (tenant_id integer NOT NULL); \
+             SELECT create_distributed_table('app.other', 'tenant_id')",
+        )
+        .expect("a table distributed by an integer");
+    let error = coordinator
+        .batch_execute("SELECT rate_limiter.distribute(colocate_with => 'app.other')")
+        .expect_err("an integer column");
+    assert_eq!(
+        error.code(),
+        Some(&SqlState::FEATURE_NOT_SUPPORTED),
+        "{error}"
+    );
+    assert_eq!(distribution(&mut coordinator), None, "still local");
+    define(&mut coordinator, "accounts", 10.0);
+    define(&mut coordinator, "accounts-global", 10.0);
+    // One tenant written three ways (uuid_in takes them all), before
+    // distributing; and a key that is no uuid: distribute() refuses
+    // (22P02) and changes nothing.
+    const TENANT: &str = "a0eebc99-9c0b-4ef8-bb6d-6bb9bd380a11";
+    const KEYS: [&str; 3] = [
+        "a0eebc99-9c0b-4ef8-bb6d-6bb9bd380a11",
+        "{A0EEBC99-9C0B-4EF8-BB6D-6BB9BD380A11}",
+        "a0eebc999c0b4ef8bb6d6bb9bd380a11",
+    ];
+    for key in KEYS {
+        assert!(consume(&mut coordinator, "accounts", Some(key)));
+    }
+    assert!(consume(&mut coordinator, "accounts-global", None));
+    assert!(consume(&mut coordinator, "accounts", Some("not-a-tenant")));
+    let error = coordinator
+        .batch_execute("SELECT rate_limiter.distribute(colocate_with => 'app.accounts')")
+        .expect_err("a key that is not a uuid");
+    assert_eq!(
+        error.code(),
+        Some(&SqlState::INVALID_TEXT_REPRESENTATION),
+        "{error}"
+    );
+    assert_eq!(distribution(&mut coordinator), None, "still local");
+    coordinator
+        .execute(
+            "SELECT rate_limiter.rate_reset('accounts', 'not-a-tenant')",
+            &[],
+        )
+        .expect("rate_reset");
+    coordinator
+        .batch_execute("SELECT rate_limiter.distribute(colocate_with => 'app.accounts')")
+        .expect("the limiter colocated with app.accounts");
+    let (column_type, together): (String, bool) = {
+        let row = coordinator
+            .query_one(
+                "SELECT format_type(atttypid, atttypmod), \
+                        (SELECT colocationid FROM pg_dist_partition WHERE logicalrelid = 'app.accounts'::regclass) \
+                      = (SELECT colocationid FROM pg_dist_partition WHERE logicalrelid = 'rate_limiter.rate_limits'::regclass) \
+                 FROM pg_attribute WHERE attrelid = 'rate_limiter.rate_limits'::regclass AND attname = 'dkey'",
+                &[],
+            )
+            .expect("dkey's type and the colocation");
+        (row.get(0), row.get(1))
+    };
+    assert_eq!(column_type, "uuid");
+    assert!(together, "one colocation group");
+    // The rows kept their state, where Citus routes their value: the key
+    // as a uuid, md5(name/shard)::uuid for a global limit.
+    for key in KEYS {
+        assert_eq!(
+            stored_uuid(&mut coordinator, "accounts", Some(key), TENANT),
+            Some(9.0),
+            "{key}"
+        );
+    }
+    let global_dkey: String = coordinator
+        .query_one("SELECT md5('accounts-global/0')::uuid::text", &[])
+        .expect("md5")
+        .get(0);
+    assert_eq!(
+        stored_uuid(&mut coordinator, "accounts-global", None, &global_dkey),
+        Some(9.0)
+    );
+    // Calls from every node reach those rows; a key that is no uuid is
+    // 22P02 (white space, a misplaced hyphen, one brace).
+    for url in &urls {
+        let mut client = connect(url);
+        for key in KEYS {
+            assert!(
+                consume(&mut client, "accounts", Some(key)),
+                "{key} from {url}"
+            );
+        }
+        assert!(consume(&mut client, "accounts-global", None), "from {url}");
+        for key in [
+            "x1",
+            " a0eebc99-9c0b-4ef8-bb6d-6bb9bd380a11",
+            "a0eebc9-99c0b-4ef8-bb6d-6bb9bd380a11",
+            "{a0eebc99-9c0b-4ef8-bb6d-6bb9bd380a11",
+            "a0eebc99-9c0b-4ef8-bb6d-6bb9bd380a11-",
+        ] {
+            let error = client
+                .query_one(
+                    "SELECT ok FROM rate_limiter.rate_limit('accounts', $1)",
+                    &[&key],
+                )
+                .expect_err("not a uuid");
+            assert_eq!(
+                error.code(),
+                Some(&SqlState::INVALID_TEXT_REPRESENTATION),
+                "{key:?}: {error}"
+            );
+            // PostgreSQL refuses it too.
+            let refused = client
+                .query_one("SELECT $1::text::uuid", &[&key])
+                .expect_err("uuid_in refuses it");
+            assert_eq!(refused.code(), Some(&SqlState::INVALID_TEXT_REPRESENTATION));
+        }
+    }
+    for key in KEYS {
+        assert_eq!(
+            stored_uuid(&mut coordinator, "accounts", Some(key), TENANT),
+            Some(6.0),
+            "{key}"
+        );
+    }
+    // Tenants on worker 1 and on worker 2.
+    let node_of_uuid = |client: &mut Client, tenant: &str| -> usize {
+        let port: i32 = client
+            .query_one(
+                "SELECT n.nodeport FROM pg_dist_placement AS p JOIN pg_dist_node AS n USING (groupid) \
+                 WHERE p.shardid = get_shard_id_for_distribution_column('app.accounts', $1::text::uuid)",
+                &[&tenant],
+            )
+            .expect("find the tenant's node")
+            .get(0);
+        urls.iter()
+            .position(|url| url.contains(&format!("port={port} ")))
+            .expect("a node")
+    };
+    let tenants: Vec<String> = (0..100)
+        .map(|n| format!("00000000-0000-0000-0000-{n:012}"))
+        .collect();
+    let one = tenants
+        .iter()
+        .find(|tenant| node_of_uuid(&mut coordinator, tenant) == 1)
+        .expect("a tenant on worker 1")
+        .clone();
+    let two = tenants
+        .iter()
+        .find(|tenant| node_of_uuid(&mut coordinator, tenant) == 2)
+        .expect("a tenant on worker 2")
+        .clone();
+    // The tenant transaction, from the coordinator and from the tenant's
+    // worker: one node, one-phase commit, nothing on the other worker.
+    for url in [&urls[0], &urls[1]] {
+        tenant_transaction_stays_on_one_worker(
+            url,
+            "accounts",
+            &one,
+            "INSERT INTO app.accounts VALUES ($1::text::uuid, 'an account')",
+            &one,
+        );
+    }
+    assert_eq!(
+        stored_uuid(&mut coordinator, "accounts", Some(&one), &one),
+        Some(8.0)
+    );
+    // rate_limit_all over both tenants and the global limit, from worker 2.
+    let mut worker2 = connect(&urls[2]);
+    let answers: Vec<bool> = worker2
+        .query(
+            "SELECT ok FROM rate_limiter.rate_limit_all(ARRAY[\
+                 ('accounts', $1, 1, NULL), ('accounts-global', NULL, 1, NULL), ('accounts', $2, 1, NULL)\
+             ]::rate_limiter.request[])",
+            &[&one, &two],
+        )
+        .expect("rate_limit_all")
+        .iter()
+        .map(|row| row.get(0))
+        .collect();
+    assert_eq!(answers, [true, true, true]);
+    assert_eq!(
+        stored_uuid(&mut coordinator, "accounts", Some(&one), &one),
+        Some(7.0)
+    );
+    assert_eq!(
+        stored_uuid(&mut coordinator, "accounts", Some(&two), &two),
+        Some(9.0)
+    );
+    assert_eq!(
+        stored_uuid(&mut coordinator, "accounts-global", None, &global_dkey),
+        Some(5.0)
+    );
+    // undistribute() goes back to a text dkey, keeping the rows.
+    make_local();
+    let column_type: String = coordinator
+        .query_one(
+            "SELECT format_type(atttypid, atttypmod) FROM pg_attribute \
+             WHERE attrelid = 'rate_limiter.rate_limits'::regclass AND attname = 'dkey'",
+            &[],
+        )
+        .expect("dkey's type")
+        .get(0);
+    assert_eq!(column_type, "text");
+    let remaining: f64 = coordinator
+        .query_one(
+            "SELECT remaining FROM rate_limiter.rate_check('accounts', $1)",
+            &[&one],
+        )
+        .expect("rate_check")
+        .get(0);
+    assert_eq!(remaining.round(), 6.0, "7 stored, minus the checked token");
+    coordinator
+        .batch_execute("DROP SCHEMA app CASCADE")
+        .expect("drop the application");
+    forget("accounts");
+}
