@@ -1728,16 +1728,18 @@ fn a_worker_killed_between_prepare_and_commit_keeps_what_committed_and_never_ove
     forget("crash");
 }
 
-/// The node (0 coordinator, 1 and 2 workers) holding `app.orders`' rows of
-/// `tenant` (a bigint distribution column).
-fn node_of_tenant(client: &mut Client, tenant: i64) -> usize {
+/// The node (0 coordinator, 1 and 2 workers) holding `table`'s rows of
+/// `value` (as text; its distribution column is of type `column_type`).
+fn node_of_value(client: &mut Client, table: &str, value: &str, column_type: &str) -> usize {
     let port: i32 = client
         .query_one(
-            "SELECT n.nodeport FROM pg_dist_placement AS p JOIN pg_dist_node AS n USING (groupid) \
-             WHERE p.shardid = get_shard_id_for_distribution_column('app.orders', $1::bigint)",
-            &[&tenant],
+            &format!(
+                "SELECT n.nodeport FROM pg_dist_placement AS p JOIN pg_dist_node AS n USING (groupid) \
+                 WHERE p.shardid = get_shard_id_for_distribution_column($1::text::regclass, $2::text::{column_type})"
+            ),
+            &[&table, &value],
         )
-        .expect("find the tenant's node")
+        .expect("find the value's node")
         .get(0);
     urls()
         .iter()
@@ -1746,131 +1748,295 @@ fn node_of_tenant(client: &mut Client, tenant: i64) -> usize {
 }
 
 /// The stored tokens of (name, key) on a state table distributed by a
-/// bigint column, read through a query Citus routes by that value.
-fn stored_bigint(client: &mut Client, name: &str, key: Option<&str>, dkey: i64) -> Option<f64> {
+/// column of type `column_type`, `dkey` its value as text, read through a
+/// query Citus routes by that value.
+fn stored_typed(
+    client: &mut Client,
+    name: &str,
+    key: Option<&str>,
+    dkey: &str,
+    column_type: &str,
+) -> Option<f64> {
     client
         .query_opt(
-            "SELECT round(value::numeric, 3)::float8 FROM rate_limiter.rate_limits \
-             WHERE dkey = $3 AND name = $1 AND key IS NOT DISTINCT FROM $2",
+            &format!(
+                "SELECT round(value::numeric, 3)::float8 FROM rate_limiter.rate_limits \
+                 WHERE dkey = $3::text::{column_type} AND name = $1 AND key IS NOT DISTINCT FROM $2"
+            ),
             &[&name, &key, &dkey],
         )
         .expect("read the state")
         .map(|row| row.get(0))
 }
 
-#[test]
-#[ignore = "needs the Citus cluster of scripts/test.sh"]
-fn colocated_with_a_bigint_tenant_column_a_tenant_transaction_stays_on_one_worker() {
+/// The type of the state table's `dkey`, and whether it is in the
+/// colocation group of `table`.
+fn dkey_type_and_colocation(client: &mut Client, table: &str) -> (String, bool) {
+    let row = client
+        .query_one(
+            "SELECT format_type(atttypid, atttypmod), \
+                    (SELECT colocationid FROM pg_dist_partition WHERE logicalrelid = $1::text::regclass) \
+                  IS NOT DISTINCT FROM \
+                    (SELECT colocationid FROM pg_dist_partition WHERE logicalrelid = 'rate_limiter.rate_limits'::regclass) \
+             FROM pg_attribute WHERE attrelid = 'rate_limiter.rate_limits'::regclass AND attname = 'dkey'",
+            &[&table],
+        )
+        .expect("dkey's type and the colocation");
+    (row.get(0), row.get(1))
+}
+
+/// Local tables with no state (every stored key must be a tenant id to
+/// colocate, and a test that failed leaves its rows), the application
+/// table `table` (`tenant_id column_type`, `body text`) distributed by its
+/// tenant column, and the limits `name` and `name-global` (10 tokens each)
+/// defined: a coordinator connection.
+fn colocation_setup(table: &str, column_type: &str, name: &str) -> Client {
     make_local();
-    forget("orders");
-    let urls = urls();
+    forget(name);
     let mut coordinator = coordinator();
     coordinator
-        .batch_execute(
-            "DROP SCHEMA IF EXISTS app CASCADE; CREATE SCHEMA app; \
-             CREATE TABLE app.orders (tenant_id bigint NOT NULL, body text); \
-             SELECT create_distributed_table('app.orders', 'tenant_id')",
-        )
-        .expect("an application table distributed by a bigint tenant id");
-    define(&mut coordinator, "orders", 10.0);
-    define(&mut coordinator, "orders-global", 10.0);
+        .batch_execute(&format!(
+            "DELETE FROM rate_limiter.rate_limits; \
+             DROP SCHEMA IF EXISTS app CASCADE; CREATE SCHEMA app; \
+             CREATE TABLE {table} (tenant_id {column_type} NOT NULL, body text); \
+             SELECT create_distributed_table('{table}', 'tenant_id')"
+        ))
+        .expect("an application table distributed by its tenant id");
+    define(&mut coordinator, name, 10.0);
+    define(&mut coordinator, &format!("{name}-global"), 10.0);
+    coordinator
+}
 
-    // State written before distributing, and a key that is no tenant id:
-    // distribute() refuses (22P02) and changes nothing.
-    // Keys as distribute() (key::bigint) and the calls read them.
-    const TENANT_KEYS: [(&str, i64); 4] = [(" 42", 42), ("+7", 7), ("-3", -3), ("0042\t", 42)];
-    for (key, _) in TENANT_KEYS {
-        assert!(consume(&mut coordinator, "orders", Some(key)));
+/// With one token of `name` consumed for each of `keys`, of the global
+/// limit `name-global`, and of the key `not-a-tenant` (no value of
+/// `column_type`), `distribute(colocate_with => table)` refuses (22P02)
+/// and changes nothing; once that key is `rate_reset`, it distributes,
+/// `dkey` of `column_type`, in `table`'s colocation group.
+fn distribute_colocated_after_refusing(
+    coordinator: &mut Client,
+    table: &str,
+    column_type: &str,
+    name: &str,
+    keys: &[&str],
+) {
+    let bad_key = "not-a-tenant";
+    for key in keys.iter().chain([&bad_key]) {
+        assert!(consume(coordinator, name, Some(key)));
     }
-    assert!(consume(&mut coordinator, "orders-global", None));
-    assert!(consume(&mut coordinator, "orders", Some("not-a-tenant")));
+    assert!(consume(coordinator, &format!("{name}-global"), None));
+    let distribute = format!("SELECT rate_limiter.distribute(colocate_with => '{table}')");
     let error = coordinator
-        .batch_execute("SELECT rate_limiter.distribute(colocate_with => 'app.orders')")
-        .expect_err("a key that is not a bigint");
+        .batch_execute(&distribute)
+        .expect_err("a key that is not a tenant id");
     assert_eq!(
         error.code(),
         Some(&SqlState::INVALID_TEXT_REPRESENTATION),
         "{error}"
     );
-    assert_eq!(distribution(&mut coordinator), None, "still local");
+    assert_eq!(distribution(coordinator), None, "still local");
     coordinator
-        .execute(
-            "SELECT rate_limiter.rate_reset('orders', 'not-a-tenant')",
-            &[],
-        )
+        .execute("SELECT rate_limiter.rate_reset($1, $2)", &[&name, &bad_key])
         .expect("rate_reset");
     coordinator
-        .batch_execute("SELECT rate_limiter.distribute(colocate_with => 'app.orders')")
-        .expect("the limiter colocated with app.orders");
-    let (column_type, together): (String, bool) = {
-        let row = coordinator
-            .query_one(
-                "SELECT format_type(atttypid, atttypmod), \
-                        (SELECT colocationid FROM pg_dist_partition WHERE logicalrelid = 'app.orders'::regclass) \
-                      = (SELECT colocationid FROM pg_dist_partition WHERE logicalrelid = 'rate_limiter.rate_limits'::regclass) \
-                 FROM pg_attribute WHERE attrelid = 'rate_limiter.rate_limits'::regclass AND attname = 'dkey'",
-                &[],
-            )
-            .expect("dkey's type and the colocation");
-        (row.get(0), row.get(1))
-    };
-    assert_eq!(column_type, "bigint");
+        .batch_execute(&distribute)
+        .expect("the limiter colocated with the table");
+    let (dkey_type, together) = dkey_type_and_colocation(coordinator, table);
+    assert_eq!(dkey_type, column_type);
     assert!(together, "one colocation group");
+}
+
+/// After `distribute(colocate_with => ...)`, with `dkey` of
+/// `column_type`: each of `keys` ((key, its `dkey` as text)) of `name`
+/// and the global limit `name-global` (`dkey` as text `global_dkey`),
+/// each consumed once before distributing (9 tokens left), is where Citus
+/// routes its value, and a call from every node finds it there (6 tokens
+/// left afterwards).
+fn colocated_rows_are_found_from_every_node(
+    coordinator: &mut Client,
+    name: &str,
+    column_type: &str,
+    keys: &[(&str, String)],
+    global_dkey: &str,
+) {
+    let global = format!("{name}-global");
+    let expect_tokens = |coordinator: &mut Client, tokens: f64| {
+        for (key, dkey) in keys {
+            assert_eq!(
+                stored_typed(coordinator, name, Some(key), dkey, column_type),
+                Some(tokens),
+                "{key:?}"
+            );
+        }
+        assert_eq!(
+            stored_typed(coordinator, &global, None, global_dkey, column_type),
+            Some(tokens)
+        );
+    };
+    expect_tokens(coordinator, 9.0);
+    for url in urls() {
+        let mut client = connect(&url);
+        for (key, _) in keys {
+            assert!(consume(&mut client, name, Some(key)), "{key:?} from {url}");
+        }
+        assert!(consume(&mut client, &global, None), "from {url}");
+    }
+    expect_tokens(coordinator, 6.0);
+}
+
+/// What a state table colocated with `table` (distributed by a column of
+/// `column_type`) shows for tenants on the two workers (the first of
+/// `candidates`, values as text, on each), with the keyed limit `name` (10
+/// tokens, never used for these tenants) and the global limit
+/// `name-global` (6 tokens left, its row's `dkey` as text
+/// `global_dkey`) defined:
+/// - the tenant transaction (`rate_limit` and an `INSERT` into `table`),
+///   from the coordinator and from the tenant's worker, runs on that
+///   worker alone, one-phase;
+/// - a transaction that consumed on both workers commits with 2PC;
+/// - `rate_limit_all` over both tenants and the global limit, from worker
+///   2, consumes on both workers, and a refusal on one consumes nothing
+///   anywhere;
+/// - `undistribute()` makes `dkey` text (NULL) again, keeping the rows.
+fn colocated_tenants_on_two_workers(
+    table: &str,
+    column_type: &str,
+    candidates: &[String],
+    name: &str,
+    global_dkey: &str,
+) {
+    let urls = urls();
+    let mut coordinator = coordinator();
+    let global = format!("{name}-global");
+    let tenant_on = |coordinator: &mut Client, node: usize| {
+        candidates
+            .iter()
+            .find(|tenant| node_of_value(coordinator, table, tenant, column_type) == node)
+            .expect("a tenant on that worker")
+            .clone()
+    };
+    let (one, two) = (
+        tenant_on(&mut coordinator, 1),
+        tenant_on(&mut coordinator, 2),
+    );
+    let tokens = |coordinator: &mut Client, key: Option<&str>, dkey: &str| {
+        stored_typed(
+            coordinator,
+            if key.is_some() { name } else { &global },
+            key,
+            dkey,
+            column_type,
+        )
+    };
+    for url in [&urls[0], &urls[1]] {
+        tenant_transaction_stays_on_one_worker(
+            url,
+            name,
+            &one,
+            &format!("INSERT INTO {table} VALUES ($1::text::{column_type}, 'a row')"),
+            &one,
+        );
+    }
+    assert_eq!(tokens(&mut coordinator, Some(&one), &one), Some(8.0));
+    // Both workers in one transaction, from worker 1 (a direct write and a
+    // delegated one): two-phase commit.
+    let (mut worker, notices) = connect_with_notices(&urls[1]);
+    worker
+        .batch_execute("SET citus.log_remote_commands = on")
+        .expect("log remote commands");
+    let mut transaction = worker.transaction().expect("begin");
+    for tenant in [&one, &two] {
+        transaction
+            .execute(
+                "SELECT * FROM rate_limiter.rate_limit($1, $2)",
+                &[&name, tenant],
+            )
+            .expect("rate_limit");
+    }
+    transaction.commit().expect("commit");
+    let log = taken(&notices);
+    assert!(
+        log.iter().any(|line| line.contains("PREPARE TRANSACTION")),
+        "two workers commit with 2PC: {log:#?}"
+    );
+    assert_eq!(tokens(&mut coordinator, Some(&one), &one), Some(7.0));
+    assert_eq!(tokens(&mut coordinator, Some(&two), &two), Some(9.0));
+    // rate_limit_all over both tenants and the global limit, from worker
+    // 2: all admitted, then a refusal (9 > 8 on tenant two) that consumes
+    // nothing anywhere.
+    let mut worker2 = connect(&urls[2]);
+    for (count, expected) in [(1.0, [true, true, true]), (9.0, [true, true, false])] {
+        let answers: Vec<bool> = worker2
+            .query(
+                "SELECT ok FROM rate_limiter.rate_limit_all(ARRAY[\
+                     ($1, $2, 1, NULL), ($4, NULL, 1, NULL), ($1, $3, $5, NULL)\
+                 ]::rate_limiter.request[])",
+                &[&name, &one, &two, &global, &count],
+            )
+            .expect("rate_limit_all")
+            .iter()
+            .map(|row| row.get(0))
+            .collect();
+        assert_eq!(answers, expected);
+        assert_eq!(tokens(&mut coordinator, Some(&one), &one), Some(6.0));
+        assert_eq!(tokens(&mut coordinator, Some(&two), &two), Some(8.0));
+        assert_eq!(tokens(&mut coordinator, None, global_dkey), Some(5.0));
+    }
+    // undistribute() goes back to a text dkey, keeping the rows.
+    make_local();
+    assert_eq!(dkey_type_and_colocation(&mut coordinator, table).0, "text");
+    assert_eq!(
+        stored(&mut coordinator, name, &one),
+        None,
+        "dkey is NULL when local"
+    );
+    let remaining: f64 = coordinator
+        .query_one(
+            "SELECT remaining FROM rate_limiter.rate_check($1, $2)",
+            &[&name, &one],
+        )
+        .expect("rate_check")
+        .get(0);
+    assert_eq!(remaining.round(), 5.0, "6 stored, minus the checked token");
+}
+
+#[test]
+#[ignore = "needs the Citus cluster of scripts/test.sh"]
+fn colocated_with_a_bigint_tenant_column_a_tenant_transaction_stays_on_one_worker() {
+    let mut coordinator = colocation_setup("app.orders", "bigint", "orders");
+
+    // State written before distributing, and a key that is no tenant id:
+    // distribute() refuses (22P02) and changes nothing.
+    // Keys as distribute() (key::bigint) and the calls read them.
+    const TENANT_KEYS: [(&str, i64); 4] = [(" 42", 42), ("+7", 7), ("-3", -3), ("0042\t", 42)];
+    distribute_colocated_after_refusing(
+        &mut coordinator,
+        "app.orders",
+        "bigint",
+        "orders",
+        &TENANT_KEYS.map(|(key, _)| key),
+    );
 
     // The rows kept their state, each in the shard Citus routes its value
     // to: the key as a bigint, hashtextextended(name/shard, 0) for a
-    // global limit.
-    for (key, tenant) in TENANT_KEYS {
-        assert_eq!(
-            stored_bigint(&mut coordinator, "orders", Some(key), tenant),
-            Some(9.0),
-            "{key:?}"
-        );
-    }
+    // global limit; calls from every node reach them.
     let global_dkey: i64 = coordinator
         .query_one("SELECT hashtextextended('orders-global/0', 0)", &[])
         .expect("hash")
         .get(0);
-    assert_eq!(
-        stored_bigint(&mut coordinator, "orders-global", None, global_dkey),
-        Some(9.0)
+    let keys: Vec<(&str, String)> = TENANT_KEYS
+        .iter()
+        .map(|(key, tenant)| (*key, tenant.to_string()))
+        .collect();
+    colocated_rows_are_found_from_every_node(
+        &mut coordinator,
+        "orders",
+        "bigint",
+        &keys,
+        &global_dkey.to_string(),
     );
-
-    // Calls from every node reach those rows; a global limit too.
-    for (node, url) in urls.iter().enumerate() {
-        let mut client = connect(url);
-        for (key, _) in TENANT_KEYS {
-            assert!(
-                consume(&mut client, "orders", Some(key)),
-                "{key:?} from node {node}"
-            );
-        }
-        assert!(
-            consume(&mut client, "orders-global", None),
-            "from node {node}"
-        );
-        let error = client
-            .query_one(
-                "SELECT ok FROM rate_limiter.rate_limit('orders', 'x1')",
-                &[],
-            )
-            .expect_err("a key that is not a bigint");
-        assert_eq!(
-            error.code(),
-            Some(&SqlState::INVALID_TEXT_REPRESENTATION),
-            "{error}"
-        );
-    }
-    for (key, tenant) in TENANT_KEYS {
-        assert_eq!(
-            stored_bigint(&mut coordinator, "orders", Some(key), tenant),
-            Some(6.0),
-            "{key:?}: every call found the row distribute() moved"
-        );
-    }
     // What key::bigint would take but distribute() refuses is refused by
     // the calls too (22P02), as is what is out of range or no integer.
-    for key in ["4_2", "0x2A", "9223372036854775808", "", " ", "1e3"] {
+    for key in ["x1", "4_2", "0x2A", "9223372036854775808", "", " ", "1e3"] {
         let error = coordinator
             .query_one(
                 "SELECT ok FROM rate_limiter.rate_check('orders', $1)",
@@ -1883,118 +2049,15 @@ fn colocated_with_a_bigint_tenant_column_a_tenant_transaction_stays_on_one_worke
             "{key:?}: {error}"
         );
     }
-    assert_eq!(
-        stored_bigint(&mut coordinator, "orders-global", None, global_dkey),
-        Some(6.0)
+    colocated_tenants_on_two_workers(
+        "app.orders",
+        "bigint",
+        &(1000..1100)
+            .map(|tenant| tenant.to_string())
+            .collect::<Vec<_>>(),
+        "orders",
+        &global_dkey.to_string(),
     );
-
-    // Tenants on worker 1 and on worker 2.
-    let tenant_on = |coordinator: &mut Client, node: usize| {
-        (1000..1100)
-            .find(|&tenant| node_of_tenant(coordinator, tenant) == node)
-            .expect("a tenant on that worker")
-    };
-    let (one, two) = (
-        tenant_on(&mut coordinator, 1),
-        tenant_on(&mut coordinator, 2),
-    );
-    // The tenant transaction, from the coordinator and from the tenant's
-    // worker: one node, one-phase commit, nothing on the other worker.
-    for url in [&urls[0], &urls[1]] {
-        tenant_transaction_stays_on_one_worker(
-            url,
-            "orders",
-            &one.to_string(),
-            "INSERT INTO app.orders VALUES ($1, 'an order')",
-            &one,
-        );
-    }
-    assert_eq!(
-        stored_bigint(&mut coordinator, "orders", Some(&one.to_string()), one),
-        Some(8.0)
-    );
-    // Both workers in one transaction, from worker 1 (a direct write and a
-    // delegated one): two-phase commit.
-    let (mut worker, notices) = connect_with_notices(&urls[1]);
-    worker
-        .batch_execute("SET citus.log_remote_commands = on")
-        .expect("log remote commands");
-    let mut transaction = worker.transaction().expect("begin");
-    for tenant in [one, two] {
-        transaction
-            .execute(
-                "SELECT * FROM rate_limiter.rate_limit('orders', $1)",
-                &[&tenant.to_string()],
-            )
-            .expect("rate_limit");
-    }
-    transaction.commit().expect("commit");
-    let log = taken(&notices);
-    assert!(
-        log.iter().any(|line| line.contains("PREPARE TRANSACTION")),
-        "two workers commit with 2PC: {log:#?}"
-    );
-    assert_eq!(
-        stored_bigint(&mut coordinator, "orders", Some(&one.to_string()), one),
-        Some(7.0)
-    );
-    assert_eq!(
-        stored_bigint(&mut coordinator, "orders", Some(&two.to_string()), two),
-        Some(9.0)
-    );
-    // rate_limit_all over both tenants and the global limit, from worker
-    // 2: all admitted, then a refusal (9 > 8 on tenant two) that consumes
-    // nothing anywhere.
-    let mut worker2 = connect(&urls[2]);
-    let all = "SELECT ok FROM rate_limiter.rate_limit_all(ARRAY[\
-                   ('orders', $1, 1, NULL), ('orders-global', NULL, 1, NULL), ('orders', $2, $3, NULL)\
-               ]::rate_limiter.request[])";
-    for (count, expected) in [(1.0, [true, true, true]), (9.0, [true, true, false])] {
-        let answers: Vec<bool> = worker2
-            .query(all, &[&one.to_string(), &two.to_string(), &count])
-            .expect("rate_limit_all")
-            .iter()
-            .map(|row| row.get(0))
-            .collect();
-        assert_eq!(answers, expected);
-        assert_eq!(
-            stored_bigint(&mut coordinator, "orders", Some(&one.to_string()), one),
-            Some(6.0)
-        );
-        assert_eq!(
-            stored_bigint(&mut coordinator, "orders", Some(&two.to_string()), two),
-            Some(8.0)
-        );
-        assert_eq!(
-            stored_bigint(&mut coordinator, "orders-global", None, global_dkey),
-            Some(5.0)
-        );
-    }
-
-    // undistribute() goes back to a text dkey, keeping the rows.
-    make_local();
-    let column_type: String = coordinator
-        .query_one(
-            "SELECT format_type(atttypid, atttypmod) FROM pg_attribute \
-             WHERE attrelid = 'rate_limiter.rate_limits'::regclass AND attname = 'dkey'",
-            &[],
-        )
-        .expect("dkey's type")
-        .get(0);
-    assert_eq!(column_type, "text");
-    assert_eq!(
-        stored(&mut coordinator, "orders", &one.to_string()),
-        None,
-        "dkey is NULL when local"
-    );
-    let remaining: f64 = coordinator
-        .query_one(
-            "SELECT remaining FROM rate_limiter.rate_check('orders', $1)",
-            &[&one.to_string()],
-        )
-        .expect("rate_check")
-        .get(0);
-    assert_eq!(remaining.round(), 5.0, "6 stored, minus the checked token");
     coordinator
         .batch_execute("DROP SCHEMA app CASCADE")
         .expect("drop the application");
@@ -2326,6 +2389,17 @@ fn rate_credit_reaches_the_row_where_it_lives_inside_the_transaction() {
     forget("credit");
 }
 
+/// Runs `statement` (with `$1` = `value`) in a transaction of its own,
+/// which it must fail with `code`; rolls back.
+fn fails_in_a_transaction(client: &mut Client, statement: &str, value: &str, code: SqlState) {
+    let mut transaction = client.transaction().expect("begin");
+    let error = transaction
+        .query(statement, &[&value])
+        .expect_err("an error");
+    assert_eq!(error.code(), Some(&code), "{statement}: {error}");
+    transaction.rollback().expect("rollback");
+}
+
 #[test]
 #[ignore = "needs the Citus cluster of scripts/test.sh"]
 fn the_internal_functions_fail_closed_where_they_must() {
@@ -2370,16 +2444,7 @@ fn the_internal_functions_fail_closed_where_they_must() {
         "SELECT * FROM rate_limiter._rate_limit_at($1, 'internal', 'another key', 1, false, NULL, true, NULL)",
         "SELECT * FROM rate_limiter._rate_limit_all_at($1, ARRAY[('internal', 'another key', 1, NULL)]::rate_limiter.request[], false, NULL)",
     ] {
-        let mut transaction = worker.transaction().expect("begin");
-        let error = transaction
-            .query(statement, &[&one])
-            .expect_err("a dkey of another key");
-        assert_eq!(
-            error.code(),
-            Some(&SqlState::INVALID_PARAMETER_VALUE),
-            "{statement}: {error}"
-        );
-        transaction.rollback().expect("rollback");
+        fails_in_a_transaction(&mut worker, statement, &one, SqlState::INVALID_PARAMETER_VALUE);
     }
     // A call Citus does not delegate (a generic plan) runs where it is
     // made: on worker 2, for a row on worker 1, 55000 and nothing written.
@@ -2388,16 +2453,12 @@ fn the_internal_functions_fail_closed_where_they_must() {
         .batch_execute("SET plan_cache_mode = force_generic_plan")
         .expect("generic plans");
     for statement in calls {
-        let mut transaction = other.transaction().expect("begin");
-        let error = transaction
-            .query(statement, &[&one])
-            .expect_err("not delegated");
-        assert_eq!(
-            error.code(),
-            Some(&SqlState::OBJECT_NOT_IN_PREREQUISITE_STATE),
-            "{statement}: {error}"
+        fails_in_a_transaction(
+            &mut other,
+            statement,
+            &one,
+            SqlState::OBJECT_NOT_IN_PREREQUISITE_STATE,
         );
-        transaction.rollback().expect("rollback");
     }
     assert_eq!(stored(&mut coordinator, "internal", &one), None);
     forget("internal");
@@ -2431,7 +2492,13 @@ fn rate_limit_all_is_all_or_nothing_across_workers() {
     let mut coordinator = coordinator();
     define(&mut coordinator, "every", 10.0);
     let (one, two) = keys_on_each_worker(&mut coordinator, "every-");
-    // The expected stored values of one and two.
+    // The stored values of one and two, and what they should be.
+    let both = |coordinator: &mut Client| {
+        (
+            stored(coordinator, "every", &one),
+            stored(coordinator, "every", &two),
+        )
+    };
     let (mut on_one, mut on_two) = (10.0, 10.0);
     for (node, url) in NODES.iter().zip(&urls) {
         let (mut client, notices) = connect_with_notices(url);
@@ -2468,13 +2535,8 @@ fn rate_limit_all_is_all_or_nothing_across_workers() {
         }
         (on_one, on_two) = (on_one - 2.0, on_two - 2.0);
         assert_eq!(
-            stored(&mut coordinator, "every", &one),
-            Some(on_one),
-            "{node}"
-        );
-        assert_eq!(
-            stored(&mut coordinator, "every", &two),
-            Some(on_two),
+            both(&mut coordinator),
+            (Some(on_one), Some(on_two)),
             "{node}"
         );
         // Refused on worker 2 (9 > 8 tokens), in either order: nothing consumed on
@@ -2488,13 +2550,8 @@ fn rate_limit_all_is_all_or_nothing_across_workers() {
             let expected: Vec<bool> = requests.iter().map(|(_, count)| *count == 1.0).collect();
             assert_eq!(answers, expected, "{node}");
             assert_eq!(
-                stored(&mut coordinator, "every", &one),
-                Some(on_one),
-                "{node}"
-            );
-            assert_eq!(
-                stored(&mut coordinator, "every", &two),
-                Some(on_two),
+                both(&mut coordinator),
+                (Some(on_one), Some(on_two)),
                 "{node}"
             );
         }
@@ -2507,8 +2564,8 @@ fn rate_limit_all_is_all_or_nothing_across_workers() {
             .expect_err("throws");
         assert!(error.as_db_error().is_some(), "{error}");
         assert_eq!(
-            stored(&mut coordinator, "every", &one),
-            Some(on_one),
+            both(&mut coordinator),
+            (Some(on_one), Some(on_two)),
             "{node}"
         );
         // Admitted, then rolled back: nothing consumed; to a savepoint:
@@ -2530,13 +2587,8 @@ fn rate_limit_all_is_all_or_nothing_across_workers() {
         transaction.commit().expect("commit");
         on_one -= 1.0;
         assert_eq!(
-            stored(&mut coordinator, "every", &one),
-            Some(on_one),
-            "{node}"
-        );
-        assert_eq!(
-            stored(&mut coordinator, "every", &two),
-            Some(on_two),
+            both(&mut coordinator),
+            (Some(on_one), Some(on_two)),
             "{node}"
         );
         // Each request is counted once, on the node called (16 here), not
@@ -2823,34 +2875,10 @@ fn a_global_limit_with_one_shard_per_worker_refuses_without_retry_after_what_onl
     forget("halves");
 }
 
-/// The stored tokens of (name, key) on a state table distributed by a uuid
-/// column, read through a query Citus routes by that value (`dkey` as
-/// text, cast in SQL).
-fn stored_uuid(client: &mut Client, name: &str, key: Option<&str>, dkey: &str) -> Option<f64> {
-    client
-        .query_opt(
-            "SELECT round(value::numeric, 3)::float8 FROM rate_limiter.rate_limits \
-             WHERE dkey = $3::text::uuid AND name = $1 AND key IS NOT DISTINCT FROM $2",
-            &[&name, &key, &dkey],
-        )
-        .expect("read the state")
-        .map(|row| row.get(0))
-}
-
 #[test]
 #[ignore = "needs the Citus cluster of scripts/test.sh"]
 fn colocated_with_a_uuid_tenant_column_a_tenant_transaction_stays_on_one_worker() {
-    make_local();
-    forget("accounts");
-    let urls = urls();
-    let mut coordinator = coordinator();
-    coordinator
-        .batch_execute(
-            "DROP SCHEMA IF EXISTS app CASCADE; CREATE SCHEMA app; \
-             CREATE TABLE app.accounts (tenant_id uuid NOT NULL, body text); \
-             SELECT create_distributed_table('app.accounts', 'tenant_id')",
-        )
-        .expect("an application table distributed by a uuid tenant id");
+    let mut coordinator = colocation_setup("app.accounts", "uuid", "accounts");
     // A distribution column of another type (integer here): 0A000.
     coordinator
         .batch_execute(
@@ -2867,8 +2895,6 @@ fn colocated_with_a_uuid_tenant_column_a_tenant_transaction_stays_on_one_worker(
         "{error}"
     );
     assert_eq!(distribution(&mut coordinator), None, "still local");
-    define(&mut coordinator, "accounts", 10.0);
-    define(&mut coordinator, "accounts-global", 10.0);
     // One tenant written three ways (uuid_in takes them all), before
     // distributing; and a key that is no uuid: distribute() refuses
     // (22P02) and changes nothing.
@@ -2878,190 +2904,62 @@ fn colocated_with_a_uuid_tenant_column_a_tenant_transaction_stays_on_one_worker(
         "{A0EEBC99-9C0B-4EF8-BB6D-6BB9BD380A11}",
         "a0eebc999c0b4ef8bb6d6bb9bd380a11",
     ];
-    for key in KEYS {
-        assert!(consume(&mut coordinator, "accounts", Some(key)));
-    }
-    assert!(consume(&mut coordinator, "accounts-global", None));
-    assert!(consume(&mut coordinator, "accounts", Some("not-a-tenant")));
-    let error = coordinator
-        .batch_execute("SELECT rate_limiter.distribute(colocate_with => 'app.accounts')")
-        .expect_err("a key that is not a uuid");
-    assert_eq!(
-        error.code(),
-        Some(&SqlState::INVALID_TEXT_REPRESENTATION),
-        "{error}"
+    distribute_colocated_after_refusing(
+        &mut coordinator,
+        "app.accounts",
+        "uuid",
+        "accounts",
+        &KEYS,
     );
-    assert_eq!(distribution(&mut coordinator), None, "still local");
-    coordinator
-        .execute(
-            "SELECT rate_limiter.rate_reset('accounts', 'not-a-tenant')",
-            &[],
-        )
-        .expect("rate_reset");
-    coordinator
-        .batch_execute("SELECT rate_limiter.distribute(colocate_with => 'app.accounts')")
-        .expect("the limiter colocated with app.accounts");
-    let (column_type, together): (String, bool) = {
-        let row = coordinator
-            .query_one(
-                "SELECT format_type(atttypid, atttypmod), \
-                        (SELECT colocationid FROM pg_dist_partition WHERE logicalrelid = 'app.accounts'::regclass) \
-                      = (SELECT colocationid FROM pg_dist_partition WHERE logicalrelid = 'rate_limiter.rate_limits'::regclass) \
-                 FROM pg_attribute WHERE attrelid = 'rate_limiter.rate_limits'::regclass AND attname = 'dkey'",
-                &[],
-            )
-            .expect("dkey's type and the colocation");
-        (row.get(0), row.get(1))
-    };
-    assert_eq!(column_type, "uuid");
-    assert!(together, "one colocation group");
     // The rows kept their state, where Citus routes their value: the key
-    // as a uuid, md5(name/shard)::uuid for a global limit.
-    for key in KEYS {
-        assert_eq!(
-            stored_uuid(&mut coordinator, "accounts", Some(key), TENANT),
-            Some(9.0),
-            "{key}"
-        );
-    }
+    // as a uuid, md5(name/shard)::uuid for a global limit; calls from
+    // every node reach them.
     let global_dkey: String = coordinator
         .query_one("SELECT md5('accounts-global/0')::uuid::text", &[])
         .expect("md5")
         .get(0);
-    assert_eq!(
-        stored_uuid(&mut coordinator, "accounts-global", None, &global_dkey),
-        Some(9.0)
+    let keys: Vec<(&str, String)> = KEYS.iter().map(|key| (*key, TENANT.to_string())).collect();
+    colocated_rows_are_found_from_every_node(
+        &mut coordinator,
+        "accounts",
+        "uuid",
+        &keys,
+        &global_dkey,
     );
-    // Calls from every node reach those rows; a key that is no uuid is
-    // 22P02 (white space, a misplaced hyphen, one brace).
-    for url in &urls {
-        let mut client = connect(url);
-        for key in KEYS {
-            assert!(
-                consume(&mut client, "accounts", Some(key)),
-                "{key} from {url}"
-            );
-        }
-        assert!(consume(&mut client, "accounts-global", None), "from {url}");
-        for key in [
-            "x1",
-            " a0eebc99-9c0b-4ef8-bb6d-6bb9bd380a11",
-            "a0eebc9-99c0b-4ef8-bb6d-6bb9bd380a11",
-            "{a0eebc99-9c0b-4ef8-bb6d-6bb9bd380a11",
-            "a0eebc99-9c0b-4ef8-bb6d-6bb9bd380a11-",
-        ] {
-            let error = client
-                .query_one(
-                    "SELECT ok FROM rate_limiter.rate_limit('accounts', $1)",
-                    &[&key],
-                )
-                .expect_err("not a uuid");
-            assert_eq!(
-                error.code(),
-                Some(&SqlState::INVALID_TEXT_REPRESENTATION),
-                "{key:?}: {error}"
-            );
-            // PostgreSQL refuses it too.
-            let refused = client
-                .query_one("SELECT $1::text::uuid", &[&key])
-                .expect_err("uuid_in refuses it");
-            assert_eq!(refused.code(), Some(&SqlState::INVALID_TEXT_REPRESENTATION));
-        }
-    }
-    for key in KEYS {
-        assert_eq!(
-            stored_uuid(&mut coordinator, "accounts", Some(key), TENANT),
-            Some(6.0),
-            "{key}"
-        );
-    }
-    // Tenants on worker 1 and on worker 2.
-    let node_of_uuid = |client: &mut Client, tenant: &str| -> usize {
-        let port: i32 = client
+    // A key that is no uuid is 22P02 (white space, a misplaced hyphen, one
+    // brace), as PostgreSQL's uuid_in refuses it.
+    for key in [
+        "x1",
+        " a0eebc99-9c0b-4ef8-bb6d-6bb9bd380a11",
+        "a0eebc9-99c0b-4ef8-bb6d-6bb9bd380a11",
+        "{a0eebc99-9c0b-4ef8-bb6d-6bb9bd380a11",
+        "a0eebc99-9c0b-4ef8-bb6d-6bb9bd380a11-",
+    ] {
+        let error = coordinator
             .query_one(
-                "SELECT n.nodeport FROM pg_dist_placement AS p JOIN pg_dist_node AS n USING (groupid) \
-                 WHERE p.shardid = get_shard_id_for_distribution_column('app.accounts', $1::text::uuid)",
-                &[&tenant],
+                "SELECT ok FROM rate_limiter.rate_check('accounts', $1)",
+                &[&key],
             )
-            .expect("find the tenant's node")
-            .get(0);
-        urls.iter()
-            .position(|url| url.contains(&format!("port={port} ")))
-            .expect("a node")
-    };
-    let tenants: Vec<String> = (0..100)
-        .map(|n| format!("00000000-0000-0000-0000-{n:012}"))
-        .collect();
-    let one = tenants
-        .iter()
-        .find(|tenant| node_of_uuid(&mut coordinator, tenant) == 1)
-        .expect("a tenant on worker 1")
-        .clone();
-    let two = tenants
-        .iter()
-        .find(|tenant| node_of_uuid(&mut coordinator, tenant) == 2)
-        .expect("a tenant on worker 2")
-        .clone();
-    // The tenant transaction, from the coordinator and from the tenant's
-    // worker: one node, one-phase commit, nothing on the other worker.
-    for url in [&urls[0], &urls[1]] {
-        tenant_transaction_stays_on_one_worker(
-            url,
-            "accounts",
-            &one,
-            "INSERT INTO app.accounts VALUES ($1::text::uuid, 'an account')",
-            &one,
+            .expect_err("not a uuid");
+        assert_eq!(
+            error.code(),
+            Some(&SqlState::INVALID_TEXT_REPRESENTATION),
+            "{key:?}: {error}"
         );
+        let refused = coordinator
+            .query_one("SELECT $1::text::uuid", &[&key])
+            .expect_err("uuid_in refuses it");
+        assert_eq!(refused.code(), Some(&SqlState::INVALID_TEXT_REPRESENTATION));
     }
-    assert_eq!(
-        stored_uuid(&mut coordinator, "accounts", Some(&one), &one),
-        Some(8.0)
+    colocated_tenants_on_two_workers(
+        "app.accounts",
+        "uuid",
+        &(0..100)
+            .map(|n| format!("00000000-0000-0000-0000-{n:012}"))
+            .collect::<Vec<_>>(),
+        "accounts",
+        &global_dkey,
     );
-    // rate_limit_all over both tenants and the global limit, from worker 2.
-    let mut worker2 = connect(&urls[2]);
-    let answers: Vec<bool> = worker2
-        .query(
-            "SELECT ok FROM rate_limiter.rate_limit_all(ARRAY[\
-                 ('accounts', $1, 1, NULL), ('accounts-global', NULL, 1, NULL), ('accounts', $2, 1, NULL)\
-             ]::rate_limiter.request[])",
-            &[&one, &two],
-        )
-        .expect("rate_limit_all")
-        .iter()
-        .map(|row| row.get(0))
-        .collect();
-    assert_eq!(answers, [true, true, true]);
-    assert_eq!(
-        stored_uuid(&mut coordinator, "accounts", Some(&one), &one),
-        Some(7.0)
-    );
-    assert_eq!(
-        stored_uuid(&mut coordinator, "accounts", Some(&two), &two),
-        Some(9.0)
-    );
-    assert_eq!(
-        stored_uuid(&mut coordinator, "accounts-global", None, &global_dkey),
-        Some(5.0)
-    );
-    // undistribute() goes back to a text dkey, keeping the rows.
-    make_local();
-    let column_type: String = coordinator
-        .query_one(
-            "SELECT format_type(atttypid, atttypmod) FROM pg_attribute \
-             WHERE attrelid = 'rate_limiter.rate_limits'::regclass AND attname = 'dkey'",
-            &[],
-        )
-        .expect("dkey's type")
-        .get(0);
-    assert_eq!(column_type, "text");
-    let remaining: f64 = coordinator
-        .query_one(
-            "SELECT remaining FROM rate_limiter.rate_check('accounts', $1)",
-            &[&one],
-        )
-        .expect("rate_check")
-        .get(0);
-    assert_eq!(remaining.round(), 6.0, "7 stored, minus the checked token");
     coordinator
         .batch_execute("DROP SCHEMA app CASCADE")
         .expect("drop the application");
