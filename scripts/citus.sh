@@ -160,6 +160,35 @@ regress() {
     for node in 0 1 2; do
         psql_node "$node" -c "ALTER SYSTEM RESET rate_limiter.max_requests" -c "SELECT pg_reload_conf()" >/dev/null
     done
+    amcheck_shards || status=1
+    return $status
+}
+
+# amcheck of every shard relation of the state table on each worker (the
+# relations the direct writes wrote): verify_heapam finds nothing and
+# bt_index_check (heapallindexed) passes on each of their indexes. Prints
+# one line per worker in pg_regress's format ("... ok" / "... FAILED").
+amcheck_shards() {
+    local node result relations corrupt checked indexes status=0
+    # Shards are hidden from catalog queries unless visibility is overridden.
+    local shards="SELECT c.oid FROM pg_class AS c WHERE c.relnamespace = 'rate_limiter'::regnamespace
+                  AND c.relkind = 'r' AND c.relname ~ '^rate_limits_[0-9]+$'"
+    for node in 1 2; do
+        result=$(psql_node "$node" -c "SET citus.enable_ddl_propagation = off" -c "SET citus.override_table_visibility = off" \
+            -c "CREATE EXTENSION IF NOT EXISTS amcheck" \
+            -c "SELECT (SELECT count(*) FROM ($shards) AS s) || ' ' ||
+                       (SELECT count(*) FROM ($shards) AS s, LATERAL verify_heapam(s.oid, check_toast => true)) || ' ' ||
+                       (SELECT count(bt_index_check(i.indexrelid, true)) FROM pg_index AS i WHERE i.indrelid IN ($shards)) || ' ' ||
+                       (SELECT count(*) FROM pg_index AS i WHERE i.indrelid IN ($shards))" 2>&1 | tail -1) || result="error"
+        # relations, corrupt tuples, indexes checked, indexes
+        read -r relations corrupt checked indexes <<<"$result"
+        if [ "${relations:-0}" -ge 1 ] 2>/dev/null && [ "$corrupt" = 0 ] && [ "$checked" = "$indexes" ] && [ "${indexes:-0}" -ge 1 ]; then
+            echo "test amcheck of the shards on worker $node ($relations relations, $indexes indexes) ... ok"
+        else
+            echo "test amcheck of the shards on worker $node ($result) ... FAILED"
+            status=1
+        fi
+    done
     return $status
 }
 

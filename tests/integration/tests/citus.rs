@@ -1394,56 +1394,31 @@ fn port_of(url: &str) -> i32 {
         .unwrap_or_else(|| panic!("no port in {url}"))
 }
 
-#[test]
-#[ignore = "needs the Citus cluster of scripts/test.sh"]
-fn a_shard_moved_under_load_loses_no_row_and_never_over_admits() {
+/// Runs `statement` (its first column `ok`; `$1` = `argument`, if any) over and
+/// over from 6 connections spread over the three nodes while the shard
+/// `shard` of the state table moves (logically) from worker 1 to worker 2,
+/// from 200 calls before the move until 200 calls after it: how many calls
+/// were admitted, and how many ended in an error (rolled back).
+fn calls_while_a_shard_moves(statement: &str, argument: Option<&str>, shard: i64) -> (u32, u32) {
     use std::sync::atomic::{AtomicBool, AtomicU32, Ordering};
-    make_distributed();
-    forget("move");
-    const CAPACITY: f64 = 100_000.0;
     let urls = urls();
-    let mut coordinator = coordinator();
-    define(&mut coordinator, "move", CAPACITY);
-    let (key, _) = keys_on_each_worker(&mut coordinator, "move-");
-    let shard: i64 = coordinator
-        .query_one(
-            "SELECT get_shard_id_for_distribution_column('rate_limiter.rate_limits', $1::text)",
-            &[&key],
-        )
-        .expect("the key's shard")
-        .get(0);
-    // Other rows of the same shard, which the move must carry over too.
-    let neighbours: Vec<String> = (0..2000)
-        .map(|n| format!("move-neighbour-{n}"))
-        .filter(|candidate| {
-            coordinator
-                .query_one(
-                    "SELECT get_shard_id_for_distribution_column('rate_limiter.rate_limits', $1::text) = $2",
-                    &[candidate, &shard],
-                )
-                .expect("shard")
-                .get(0)
-        })
-        .take(20)
-        .collect();
-    for neighbour in &neighbours {
-        assert!(consume(&mut coordinator, "move", Some(neighbour)));
-    }
-
+    let parameters: Vec<&(dyn postgres::types::ToSql + Sync)> = match &argument {
+        Some(argument) => vec![argument],
+        None => Vec::new(),
+    };
+    let parameters = &parameters;
     let stop = AtomicBool::new(false);
     let calls = AtomicU32::new(0);
-    let (admitted, failed): (u32, u32) = std::thread::scope(|scope| {
+    std::thread::scope(|scope| {
         let clients: Vec<_> = (0..6)
             .map(|thread| {
                 let url = urls[thread % 3].clone();
-                let (stop, calls, key) = (&stop, &calls, &key);
+                let (stop, calls) = (&stop, &calls);
                 scope.spawn(move || {
                     let mut client = connect(&url);
                     let (mut admitted, mut failed) = (0u32, 0u32);
                     while !stop.load(Ordering::Relaxed) {
-                        match client
-                            .query_one("SELECT ok FROM rate_limiter.rate_limit('move', $1)", &[key])
-                        {
+                        match client.query_one(statement, parameters) {
                             Ok(row) => admitted += u32::from(row.get::<_, bool>(0)),
                             // Rolled back: nothing consumed (a lock or
                             // metadata wait that gave up, say).
@@ -1490,7 +1465,48 @@ fn a_shard_moved_under_load_loses_no_row_and_never_over_admits() {
             .fold((0, 0), |(a, f), (admitted, failed)| {
                 (a + admitted, f + failed)
             })
-    });
+    })
+}
+
+#[test]
+#[ignore = "needs the Citus cluster of scripts/test.sh"]
+fn a_shard_moved_under_load_loses_no_row_and_never_over_admits() {
+    make_distributed();
+    forget("move");
+    const CAPACITY: f64 = 100_000.0;
+    let mut coordinator = coordinator();
+    define(&mut coordinator, "move", CAPACITY);
+    let (key, _) = keys_on_each_worker(&mut coordinator, "move-");
+    let shard: i64 = coordinator
+        .query_one(
+            "SELECT get_shard_id_for_distribution_column('rate_limiter.rate_limits', $1::text)",
+            &[&key],
+        )
+        .expect("the key's shard")
+        .get(0);
+    // Other rows of the same shard, which the move must carry over too.
+    let neighbours: Vec<String> = (0..2000)
+        .map(|n| format!("move-neighbour-{n}"))
+        .filter(|candidate| {
+            coordinator
+                .query_one(
+                    "SELECT get_shard_id_for_distribution_column('rate_limiter.rate_limits', $1::text) = $2",
+                    &[candidate, &shard],
+                )
+                .expect("shard")
+                .get(0)
+        })
+        .take(20)
+        .collect();
+    for neighbour in &neighbours {
+        assert!(consume(&mut coordinator, "move", Some(neighbour)));
+    }
+
+    let (admitted, failed) = calls_while_a_shard_moves(
+        "SELECT ok FROM rate_limiter.rate_limit('move', $1)",
+        Some(&key),
+        shard,
+    );
     eprintln!("shard move under load: {admitted} admitted, {failed} calls ended in an error");
     assert_eq!(
         node_of(&mut coordinator, &key),
@@ -1513,6 +1529,53 @@ fn a_shard_moved_under_load_loses_no_row_and_never_over_admits() {
         );
     }
     forget("move");
+}
+
+#[test]
+#[ignore = "needs the Citus cluster of scripts/test.sh"]
+fn a_shard_moved_under_load_of_a_sharded_global_limit_loses_no_row_and_never_over_admits() {
+    // 8 shards of 10,000 tokens over both workers, which never refill
+    // during the test.
+    let (mut coordinator, name, nodes) = sharded_global_limit("gmove", 80_000.0);
+    let urls = urls();
+    // Consume once from each node, so that rows exist on both workers.
+    for url in &urls {
+        assert!(consume(&mut connect(url), &name, None));
+    }
+    // The Citus shard holding one of the limit's shards on worker 1.
+    let moved = nodes
+        .iter()
+        .position(|node| *node == 1)
+        .expect("a shard on worker 1");
+    let shard: i64 = coordinator
+        .query_one(
+            "SELECT get_shard_id_for_distribution_column('rate_limiter.rate_limits', $1::text)",
+            &[&format!("{name}/{moved}")],
+        )
+        .expect("its shard")
+        .get(0);
+    let statement = format!("SELECT ok FROM rate_limiter.rate_limit('{name}')");
+    let (admitted, failed) = calls_while_a_shard_moves(&statement, None, shard);
+    eprintln!("shard move under load of a sharded global limit: {admitted} admitted, {failed} calls ended in an error");
+    assert_eq!(
+        node_of(&mut coordinator, &format!("{name}/{moved}")),
+        2,
+        "the limit's shard {moved} is on worker 2 now"
+    );
+    assert!(admitted > 0, "calls were admitted ({failed} failed)");
+    // What is stored is what committed: the capacity minus every
+    // admission (3 before the move), over all 8 shards (a shard without a
+    // row is full).
+    let stored: f64 = shard_values(&mut coordinator, &name, 8)
+        .iter()
+        .map(|value| value.unwrap_or(10_000.0))
+        .sum();
+    assert_eq!(
+        stored.round(),
+        80_000.0 - f64::from(admitted) - 3.0,
+        "stored state equals the admissions ({admitted} admitted, {failed} failed)"
+    );
+    forget("gmove");
 }
 
 /// Undoes the coordinator's `synchronous_standby_names` when dropped, so a
