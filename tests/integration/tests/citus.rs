@@ -153,7 +153,7 @@ fn define(client: &mut Client, name: &str, capacity: f64) {
         .expect("define");
 }
 
-fn consume(client: &mut Client, name: &str, key: Option<&str>) -> bool {
+fn consume(client: &mut impl postgres::GenericClient, name: &str, key: Option<&str>) -> bool {
     client
         .query_one(
             "SELECT ok FROM rate_limiter.rate_limit($1, $2)",
@@ -3027,4 +3027,58 @@ fn colocated_with_a_uuid_tenant_column_a_tenant_transaction_stays_on_one_worker(
         .batch_execute("DROP SCHEMA app CASCADE")
         .expect("drop the application");
     forget("accounts");
+}
+
+#[test]
+#[ignore = "needs the Citus cluster of scripts/test.sh"]
+fn a_refused_rate_limit_all_leaves_a_transaction_that_still_commits_with_two_phase_commit() {
+    make_distributed();
+    forget("after");
+    let urls = urls();
+    let mut coordinator = coordinator();
+    define(&mut coordinator, "after", 10.0);
+    let (one, two) = keys_on_each_worker(&mut coordinator, "after-");
+    // On worker 1: a direct write of its own row; then a rate_limit_all
+    // that writes on both workers inside its subtransaction (telling Citus
+    // about the direct write there) and is refused on worker 2, so the
+    // subtransaction rolls back; then a call for worker 2's row. The
+    // commit must still be two-phase: Citus is told again.
+    let (mut worker, notices) = connect_with_notices(&urls[1]);
+    worker
+        .batch_execute("SET citus.log_remote_commands = on")
+        .expect("log remote commands");
+    // Worker 2's row down to 5 tokens, so that 6 are refused there.
+    coordinator
+        .execute(
+            "SELECT * FROM rate_limiter.rate_limit('after', $1, 5)",
+            &[&two],
+        )
+        .expect("worker 2's row down to 5");
+    taken(&notices);
+    let mut transaction = worker.transaction().expect("begin");
+    assert!(consume(&mut transaction, "after", Some(&one)));
+    let answers = consume_all(&mut transaction, "after", &[(&one, 1.0), (&two, 6.0)])
+        .expect("rate_limit_all");
+    assert_eq!(answers, [true, false], "refused on worker 2");
+    assert!(consume(&mut transaction, "after", Some(&two)));
+    transaction.commit().expect("commit");
+    let log = taken(&notices);
+    assert!(
+        log.iter().any(|line| line.contains("PREPARE TRANSACTION")),
+        "a direct write and a remote one still commit with 2PC: {log:#?}"
+    );
+    // The marker statement ran inside the rolled-back subtransaction and
+    // again after it: the limiter does not rely on Citus remembering a
+    // rolled-back local execution (Citus 13.2.2 and 14.0.1 do).
+    assert_eq!(
+        log.iter()
+            .filter(|line| line
+                .contains("executing the command locally: DELETE FROM rate_limiter.rate_limits_"))
+            .count(),
+        2,
+        "{log:#?}"
+    );
+    assert_eq!(stored(&mut coordinator, "after", &one), Some(9.0));
+    assert_eq!(stored(&mut coordinator, "after", &two), Some(4.0));
+    forget("after");
 }
