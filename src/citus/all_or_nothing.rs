@@ -2,27 +2,34 @@
 //! nothing over rows that live on several nodes, inside the caller's
 //! distributed transaction.
 //!
-//! - The requests are grouped by their rows' distribution value: one
+//! - A request of a global limit with several shards (whose shards spread
+//!   over the nodes) is taken as `rate_limit` takes it there
+//!   (`consume_spread`): this node's shards first, where the call may wait
+//!   for a busy one as on one server, then another node's, never waiting
+//!   for a busy shard there. These requests come first, by limit name (a
+//!   limit named twice: in request order), so a call waits for such a
+//!   shard only while it holds shards of limits named before it; and within
+//!   one limit the storage's shard rule (`storage/shards.rs`) keeps calls
+//!   from waiting for each other.
+//! - The other requests are grouped by their rows' distribution value: one
 //!   group's rows are in one shard relation of one node (a limit named
-//!   twice, and every shard of a keyed limit, are in one group). A global
-//!   limit with several shards spreads over the nodes and is refused here
-//!   (0A000).
-//! - The groups are taken in one fixed order, whatever order the requests
-//!   come in: by node (`pg_dist_node.groupid`), then shard (hash range),
-//!   then distribution value, and inside a group by (name, key, shard) as
-//!   on one server (`storage/all_or_nothing.rs`). A call waits only for a
-//!   row that comes after every row it holds in that order, so two calls
-//!   never wait for each other in a cycle, across nodes either.
+//!   twice, and every shard of a keyed limit, are in one group). The
+//!   groups are taken next, in one fixed order, whatever order the
+//!   requests come in: by node (`pg_dist_node.groupid`), then shard (hash
+//!   range), then distribution value, and inside a group by (name, key,
+//!   shard) as on one server (`storage/all_or_nothing.rs`). A call waits
+//!   only for a row that comes after every row it holds in that order, so
+//!   two calls never wait for each other in a cycle, across nodes either.
 //! - A group on this node is decided and written as on one server, in its
 //!   shard relation. The groups of another node go there in one call of
 //!   `rate_limiter._rate_limit_all_at()`, which Citus delegates by the
 //!   distribution value of the first; that node does the same for them.
 //! - Each group is all or nothing by itself. When the call has more than
-//!   one part (groups here, nodes elsewhere), the parts run in a
-//!   subtransaction, which is rolled back unless every request is
-//!   admitted: Citus rolls back the other nodes' parts with it (a
-//!   savepoint on each connection). So a refusal anywhere consumes
-//!   nothing anywhere, and holds no row lock afterwards.
+//!   one part (a request of a sharded global limit, a group here, another
+//!   node's groups), the parts run in a subtransaction, which is rolled
+//!   back unless every request is admitted: Citus rolls back the other
+//!   nodes' parts with it (a savepoint on each connection). So a refusal
+//!   anywhere consumes nothing anywhere, and holds no row lock afterwards.
 //! - Every node decides by its own clock; statistics count on the node
 //!   the call was made on.
 
@@ -32,13 +39,14 @@ use super::{DistributionValue, CALLING_CONVENTION};
 use crate::all_or_nothing::{self as local, Answers, RequestArgument};
 use crate::config::required;
 use crate::errors::{report, CallError};
+use crate::limit::Call;
 use crate::result_row;
 use crate::subtransaction;
 use pgrx::datum::DatumWithOid;
 use pgrx::fcinfo::{pg_getarg, pg_getarg_datum};
 use pgrx::pg_sys;
 use pgrx::prelude::*;
-use rate_limiter_algorithm::Answer;
+use rate_limiter_algorithm::{Answer, Request};
 
 /// Requests whose rows share one distribution value.
 struct Group {
@@ -49,12 +57,17 @@ struct Group {
     members: Vec<usize>,
 }
 
-/// The requests' groups in lock order (see the module documentation), and
-/// this node's group.
+/// Whether `request` names a global limit with several shards (its
+/// shards spread over the nodes: see [`consume_spread_member`]).
+fn spreads(request: &RequestArgument) -> bool {
+    request.key.is_none() && request.config.shards > 1
+}
+
+/// The groups of the requests that do not [`spreads`], in lock order (see
+/// the module documentation), and this node's group.
 ///
-/// Errors: 0A000 for a global limit with several shards; 22P02 a key that
-/// is not a bigint (colocated with a bigint column); 55000 as
-/// `Distribution::place`.
+/// Errors: 22P02 a key that is not a bigint or uuid (colocated with such
+/// a column); 55000 as `Distribution::place`.
 fn groups(requests: &[&RequestArgument]) -> Result<(Vec<Group>, i32), CallError> {
     let Some(distribution) = distribution() else {
         return Err(CallError::Cluster(
@@ -64,10 +77,8 @@ fn groups(requests: &[&RequestArgument]) -> Result<(Vec<Group>, i32), CallError>
     };
     let mut placed = Vec::with_capacity(requests.len());
     for (position, request) in requests.iter().enumerate() {
-        if request.key.is_none() && request.config.shards > 1 {
-            return Err(CallError::NotOnCluster(
-                "rate_limit_all of a global limit with several shards",
-            ));
+        if spreads(request) {
+            continue;
         }
         let dkey = distribution_value(&request.name, request.key.as_deref(), 0)?;
         let place = distribution.place(&dkey)?;
@@ -107,8 +118,19 @@ fn decide(
     delegated: bool,
 ) -> Result<Answers, CallError> {
     let (groups, local_group) = groups(requests)?;
-    // Groups here are parts of their own; another node's groups are one.
-    let mut parts = 0;
+    // The global limits with several shards, by name (a limit named twice:
+    // in request order), taken before the groups.
+    let mut spread: Vec<usize> = (0..requests.len())
+        .filter(|&at| spreads(requests[at]))
+        .collect();
+    if delegated && !spread.is_empty() {
+        // The calling node takes them itself.
+        return Err(internal("a global limit with several shards was passed on"));
+    }
+    spread.sort_by(|&a, &b| requests[a].name.cmp(&requests[b].name));
+    // Each of those is a part; groups here are parts of their own; another
+    // node's groups are one.
+    let mut parts = spread.len();
     for (at, group) in groups.iter().enumerate() {
         if group.node == local_group || at == 0 || groups[at - 1].node != group.node {
             parts += 1;
@@ -117,6 +139,11 @@ fn decide(
     let work = || {
         let mut answers: Vec<Option<Answer>> = vec![None; requests.len()];
         let mut contended = vec![false; requests.len()];
+        for &at in &spread {
+            let (answer, waited) = consume_spread_member(requests[at], reserve)?;
+            answers[at] = Some(answer);
+            contended[at] = waited;
+        }
         let mut start = 0;
         while start < groups.len() {
             let node = groups[start].node;
@@ -163,6 +190,55 @@ fn decide(
     } else {
         work()
     }
+}
+
+/// A request of a global limit with several shards, taken as `rate_limit`
+/// takes it on a distributed install (`consume_spread`): the shards on
+/// this node first, then another node's, never waiting for a busy shard on
+/// another node. Its answer, and whether it met a busy shard.
+fn consume_spread_member(
+    request: &RequestArgument,
+    reserve: bool,
+) -> Result<(Answer, bool), CallError> {
+    let call = Call {
+        name: &request.name,
+        key: None,
+        request: Request {
+            count: request.count,
+            reserve,
+        },
+        throws: false,
+        config: request.inline,
+        // SAFETY: the element is a rate_limiter.request datum valid for
+        // this call; its fourth attribute is the inline config.
+        config_argument: request
+            .inline
+            .and_then(|_| unsafe { inline_config_of(request) }),
+    };
+    let shards = i16::try_from(request.config.shards).unwrap_or(i16::MAX);
+    let (decision, counted) = super::consume_spread(&call, shards)?;
+    Ok((
+        Answer {
+            ok: decision.ok,
+            retry_after: decision.retry_after,
+            remaining: decision.remaining,
+            verdict: counted.verdict,
+        },
+        counted.contended,
+    ))
+}
+
+/// The inline config of `request` as the SQL value it came as, and its
+/// type (what a call passed on to another node carries).
+///
+/// # Safety
+/// `request.element` is a `rate_limiter.request` datum valid for the call.
+unsafe fn inline_config_of(request: &RequestArgument) -> Option<(pg_sys::Datum, pg_sys::Oid)> {
+    let header =
+        pg_sys::pg_detoast_datum(request.element.cast_mut_ptr()) as pg_sys::HeapTupleHeader;
+    let mut is_null = false;
+    let datum = pg_sys::GetAttributeByNum(header, 4, &mut is_null);
+    (!is_null).then(|| (datum, pgrx::regtypein("rate_limiter.config")))
 }
 
 fn internal(what: &str) -> CallError {

@@ -1294,53 +1294,95 @@ fn a_state_table_distributed_otherwise_fails_closed_and_the_hint_works() {
 
 #[test]
 #[ignore = "needs the Citus cluster of scripts/test.sh"]
-fn what_is_not_distributed_yet_is_refused_with_0a000() {
-    make_distributed();
-    forget("sharded");
-    let mut coordinator = coordinator();
-    coordinator
-        .execute(
-            "SELECT rate_limiter.define('sharded', rate_limiter.token_bucket(80, '1 hour', shards => 8))",
-            &[],
-        )
-        .expect("define");
-    // rate_limit of a global limit with shards works (see
-    // a_sharded_global_limit_prefers_the_shards_of_the_node_it_runs_on);
-    // a keyed limit with shards too: all its shards live with the key.
-    assert!(consume(&mut coordinator, "sharded", None));
-    assert!(consume(&mut coordinator, "sharded", Some("k")));
-    // rate_limit_all of a keyed limit with shards too; of a global limit
-    // with shards (which spread over the nodes), not yet.
-    let ok: bool = coordinator
-        .query_one(
-            "SELECT ok FROM rate_limiter.rate_limit_all(ARRAY[('sharded', 'k', 1, NULL)]::rate_limiter.request[])",
-            &[],
-        )
-        .expect("rate_limit_all of a keyed limit with shards")
-        .get(0);
-    assert!(ok);
-    // Nothing written, nothing deleted by these.
-    for statement in [
-        "SELECT * FROM rate_limiter.rate_limit_all(ARRAY[('sharded', NULL, 1, NULL)]::rate_limiter.request[])",
-    ] {
-        let error = coordinator
-            .batch_execute(statement)
-            .expect_err("not supported yet");
-        assert_eq!(
-            error.as_db_error().expect("db error").code(),
-            &SqlState::FEATURE_NOT_SUPPORTED,
-            "{statement}"
-        );
+fn rate_limit_all_of_a_sharded_global_limit_prefers_the_callers_shards_and_is_all_or_nothing() {
+    // 8 shards of 10 tokens, at least two on each worker.
+    let (mut coordinator, name, nodes) = sharded_global_limit("gall", 80.0);
+    define(&mut coordinator, "gall-keyed", 10.0);
+    let (_, two) = keys_on_each_worker(&mut coordinator, "gall-");
+    let urls = urls();
+    let mut worker1 = connect(&urls[1]);
+    let all = |client: &mut Client, requests: &[(Option<&str>, f64)]| -> Vec<bool> {
+        let names: Vec<&str> = requests
+            .iter()
+            .map(|(key, _)| {
+                if key.is_some() {
+                    "gall-keyed"
+                } else {
+                    name.as_str()
+                }
+            })
+            .collect();
+        let keys: Vec<Option<&str>> = requests.iter().map(|(key, _)| *key).collect();
+        let counts: Vec<f64> = requests.iter().map(|(_, count)| *count).collect();
+        client
+            .query(
+                "SELECT ok FROM rate_limiter.rate_limit_all(ARRAY(\
+                     SELECT (name, key, count, NULL)::rate_limiter.request \
+                     FROM unnest($1::text[], $2::text[], $3::float8[]) WITH ORDINALITY AS r(name, key, count, position) \
+                     ORDER BY position))",
+                &[&names, &keys, &counts],
+            )
+            .expect("rate_limit_all")
+            .iter()
+            .map(|row| row.get(0))
+            .collect()
+    };
+    // From worker 1: the global limit's token comes from a shard on
+    // worker 1; the keyed row on worker 2 is consumed in the same call.
+    assert_eq!(
+        all(&mut worker1, &[(None, 1.0), (Some(&two), 1.0)]),
+        [true, true]
+    );
+    let values = shard_values(&mut coordinator, &name, 8);
+    let consumed: Vec<usize> = (0..8).filter(|&shard| values[shard].is_some()).collect();
+    assert_eq!(consumed.len(), 1, "{values:?}");
+    assert_eq!(values[consumed[0]], Some(9.0));
+    assert_eq!(nodes[consumed[0]], 1, "a shard of the caller's worker");
+    assert_eq!(stored(&mut coordinator, "gall-keyed", &two), Some(9.0));
+    // Refused on the keyed row: nothing consumed anywhere, the global
+    // limit's shard included.
+    assert_eq!(
+        all(&mut worker1, &[(None, 1.0), (Some(&two), 10.0)]),
+        [true, false]
+    );
+    assert_eq!(shard_values(&mut coordinator, &name, 8), values);
+    assert_eq!(stored(&mut coordinator, "gall-keyed", &two), Some(9.0));
+    // Named twice, from worker 2: charged twice, on worker 2's shards.
+    let mut worker2 = connect(&urls[2]);
+    assert_eq!(all(&mut worker2, &[(None, 1.0), (None, 1.0)]), [true, true]);
+    let on_worker2: f64 = shard_values(&mut coordinator, &name, 8)
+        .iter()
+        .zip(&nodes)
+        .filter(|(_, node)| **node == 2)
+        .map(|(value, _)| value.unwrap_or(10.0))
+        .sum();
+    let worker2_shards = nodes.iter().filter(|node| **node == 2).count() as f64;
+    assert_eq!(on_worker2, worker2_shards * 10.0 - 2.0);
+    // Never more than the capacity: calls from the three nodes until the
+    // limit is empty (77 tokens left).
+    let mut admitted = 0;
+    for call in 0..120 {
+        let client = match call % 3 {
+            0 => &mut coordinator,
+            1 => &mut worker1,
+            _ => &mut worker2,
+        };
+        if all(client, &[(None, 1.0)])[0] {
+            admitted += 1;
+        }
     }
-    let rows: i64 = coordinator
-        .query_one(
-            "SELECT count(*) FROM rate_limiter.rate_limits WHERE name = 'sharded'",
-            &[],
-        )
-        .expect("count")
-        .get(0);
-    assert!(rows >= 1, "nothing deleted");
-    forget("sharded");
+    let left: f64 = shard_values(&mut coordinator, &name, 8)
+        .iter()
+        .map(|value| value.unwrap_or(10.0))
+        .sum();
+    eprintln!("rate_limit_all of a sharded global limit: {admitted} of 77 admitted");
+    assert!(admitted <= 77, "{admitted} admitted of 77");
+    assert_eq!(
+        left,
+        77.0 - f64::from(admitted),
+        "the stored tokens are what was admitted"
+    );
+    forget("gall");
 }
 
 #[test]
