@@ -2544,6 +2544,15 @@ fn the_internal_functions_fail_closed_where_they_must() {
             "{statement}"
         );
     }
+    // The bound on the work of one call holds for a direct call too: more
+    // requests than rate_limiter.max_requests (1,000) is 54000.
+    fails_in_a_transaction(
+        &mut worker,
+        "SELECT * FROM rate_limiter._rate_limit_all_at($1, ARRAY(\
+             SELECT ('internal', $1, 1, NULL)::rate_limiter.request FROM generate_series(1, 1001)), false, NULL)",
+        &one,
+        SqlState::PROGRAM_LIMIT_EXCEEDED,
+    );
     // A dkey that is not (name, key)'s (the first request's): 22023.
     for statement in [
         "SELECT * FROM rate_limiter._rate_limit_at($1, 'internal', 'another key', 1, false, NULL, true, NULL)",
