@@ -173,10 +173,10 @@ BEGIN
     PERFORM truncate_local_data_after_distributing_table(state_table);
     PERFORM create_distributed_function(
         CASE WHEN bigint_dkey
-             THEN 'rate_limiter._rate_limit_at(bigint, text, text, float8, boolean, rate_limiter.config, boolean, timestamptz)'
+             THEN 'rate_limiter._rate_limit_at(bigint, text, text, float8, boolean, rate_limiter.config, boolean, timestamptz, boolean)'
              WHEN uuid_dkey
-             THEN 'rate_limiter._rate_limit_at(uuid, text, text, float8, boolean, rate_limiter.config, boolean, timestamptz)'
-             ELSE 'rate_limiter._rate_limit_at(text, text, text, float8, boolean, rate_limiter.config, boolean, timestamptz)' END::regprocedure,
+             THEN 'rate_limiter._rate_limit_at(uuid, text, text, float8, boolean, rate_limiter.config, boolean, timestamptz, boolean)'
+             ELSE 'rate_limiter._rate_limit_at(text, text, text, float8, boolean, rate_limiter.config, boolean, timestamptz, boolean)' END::regprocedure,
         'dkey', colocate_with => 'rate_limiter.rate_limits', force_delegation => true);
     PERFORM create_distributed_function(
         CASE WHEN bigint_dkey
@@ -298,13 +298,14 @@ CREATE FUNCTION rate_limiter._rate_limit_at(
     reserve boolean,
     config  rate_limiter.config,
     consume boolean,
-    now_override timestamptz)
+    now_override timestamptz,
+    own_transaction boolean DEFAULT false)
 RETURNS TABLE (ok boolean, retry_after bigint, remaining float8, verdict int2,
                reserved boolean, near_limit boolean, contended boolean)
 LANGUAGE c VOLATILE ROWS 1
 AS 'MODULE_PATHNAME', '_rate_limit_at_wrapper';
 
-COMMENT ON FUNCTION rate_limiter._rate_limit_at(text, text, text, float8, boolean, rate_limiter.config, boolean, timestamptz) IS
+COMMENT ON FUNCTION rate_limiter._rate_limit_at(text, text, text, float8, boolean, rate_limiter.config, boolean, timestamptz, boolean) IS
 'Internal (Citus): rate_limit (consume => true) or rate_check on the node that holds the row of dkey, which Citus delegates the call to. '
 'now_override: the calling node''s rate_limiter.now_override, used as the clock for this call (a superuser''s only: 42501 otherwise); NULL = this node''s clock. '
 'Errors: 55000 when the row is not on this node or the call is outside a transaction block.';
@@ -317,13 +318,14 @@ CREATE FUNCTION rate_limiter._rate_limit_at(
     reserve boolean,
     config  rate_limiter.config,
     consume boolean,
-    now_override timestamptz)
+    now_override timestamptz,
+    own_transaction boolean DEFAULT false)
 RETURNS TABLE (ok boolean, retry_after bigint, remaining float8, verdict int2,
                reserved boolean, near_limit boolean, contended boolean)
 LANGUAGE c VOLATILE ROWS 1
 AS 'MODULE_PATHNAME', '_rate_limit_at_bigint_wrapper';
 
-COMMENT ON FUNCTION rate_limiter._rate_limit_at(bigint, text, text, float8, boolean, rate_limiter.config, boolean, timestamptz) IS
+COMMENT ON FUNCTION rate_limiter._rate_limit_at(bigint, text, text, float8, boolean, rate_limiter.config, boolean, timestamptz, boolean) IS
 'Internal (Citus): _rate_limit_at for a state table colocated with a table distributed by a bigint column (dkey: the key as a bigint). '
 'Errors: 55000 when the row is not on this node or the call is outside a transaction block; 22P02 a key that is not a decimal integer.';
 
@@ -335,13 +337,14 @@ CREATE FUNCTION rate_limiter._rate_limit_at(
     reserve boolean,
     config  rate_limiter.config,
     consume boolean,
-    now_override timestamptz)
+    now_override timestamptz,
+    own_transaction boolean DEFAULT false)
 RETURNS TABLE (ok boolean, retry_after bigint, remaining float8, verdict int2,
                reserved boolean, near_limit boolean, contended boolean)
 LANGUAGE c VOLATILE ROWS 1
 AS 'MODULE_PATHNAME', '_rate_limit_at_uuid_wrapper';
 
-COMMENT ON FUNCTION rate_limiter._rate_limit_at(uuid, text, text, float8, boolean, rate_limiter.config, boolean, timestamptz) IS
+COMMENT ON FUNCTION rate_limiter._rate_limit_at(uuid, text, text, float8, boolean, rate_limiter.config, boolean, timestamptz, boolean) IS
 'Internal (Citus): _rate_limit_at for a state table colocated with a table distributed by a uuid column. '
 'Errors: as the text overload''s; 22P02 a key that is not a uuid.';
 

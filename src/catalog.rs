@@ -31,6 +31,10 @@ pub struct Objects {
     /// and later): until `ALTER EXTENSION rate_limiter UPDATE`, the library
     /// works with an older version's tables, where every limit enforces.
     pub enforce_column: bool,
+    /// The composite type `rate_limiter.config` (invalid if missing).
+    pub config_type: pg_sys::Oid,
+    /// The composite type `rate_limiter.request` (invalid if missing).
+    pub request_type: pg_sys::Oid,
     /// Whether Citus lists the state table or the definitions in
     /// `pg_catalog.pg_dist_partition`: then calls go where `crate::citus`
     /// says, or fail closed.
@@ -103,6 +107,22 @@ fn define_function() -> pg_sys::Oid {
     .unwrap_or(pg_sys::InvalidOid)
 }
 
+/// The OID of the type `name` in the schema `schema` (one catalog cache
+/// lookup), invalid if there is none.
+fn type_in(name: &std::ffi::CStr, schema: pg_sys::Oid) -> pg_sys::Oid {
+    // SAFETY: a catalog cache lookup by (name, namespace).
+    unsafe {
+        pg_sys::GetSysCacheOid(
+            pg_sys::SysCacheIdentifier::TYPENAMENSP as i32,
+            pg_sys::Anum_pg_type_oid as pg_sys::AttrNumber,
+            pg_sys::Datum::from(name.as_ptr()),
+            pg_sys::Datum::from(schema),
+            pg_sys::Datum::from(0),
+            pg_sys::Datum::from(0),
+        )
+    }
+}
+
 /// Lookups before giving up when the catalog keeps changing under them.
 const LOOKUPS: usize = 3;
 
@@ -163,6 +183,8 @@ pub fn objects() -> Objects {
         index,
         definitions,
         owner,
+        config_type: type_in(c"config", schema),
+        request_type: type_in(c"request", schema),
         define: define_function(),
         enforce_column,
         distributed: distributed(table, definitions),

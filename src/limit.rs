@@ -41,6 +41,11 @@ pub struct Call<'a> {
     /// distributed install only (the call may be passed on to the node
     /// holding its row): see [`config_argument`].
     pub config_argument: Option<(pg_sys::Datum, pg_sys::Oid)>,
+    /// The SQL function this call is, when SQL called `rate_limit` or
+    /// `rate_check` itself: on a distributed install a call that is its
+    /// transaction's only work reaches another node in one round trip
+    /// (see `citus::single_statement`).
+    pub function: Option<pg_sys::Oid>,
 }
 
 impl<'a> Call<'a> {
@@ -65,6 +70,7 @@ impl<'a> Call<'a> {
             throws,
             config: inline_config(config)?,
             config_argument: None,
+            function: None,
         })
     }
 
@@ -172,7 +178,7 @@ pub fn consume(call: &Call<'_>) -> Result<(Decision, Counted), CallError> {
         let dkey = citus::distribution_value(call.name, call.key, 0)?;
         return match citus::here(&dkey, true, || consume_here(call))? {
             Some(answer) => Ok(answer),
-            None => citus::consume_elsewhere(call, &dkey),
+            None => citus::consume_elsewhere(call, &dkey, citus::alone(call)),
         };
     }
     consume_here(call)
@@ -274,7 +280,8 @@ pub fn check(call: &Call<'_>) -> Result<Decision, CallError> {
         let dkey = citus::distribution_value(call.name, call.key, 0)?;
         return match citus::here(&dkey, false, || check_here(call))? {
             Some(answer) => Ok(answer),
-            None => citus::elsewhere(call, &dkey, false).map(|(decision, _)| decision),
+            None => citus::elsewhere(call, &dkey, false, citus::alone(call))
+                .map(|(decision, _)| decision),
         };
     }
     check_here(call)
@@ -371,6 +378,7 @@ unsafe fn run(
     ) {
         Ok(call) => Call {
             config_argument: config_argument(fcinfo, 5),
+            function: Some((*(*fcinfo).flinfo).fn_oid),
             ..call
         },
         Err(error) => report(CallError::Limit(error)),

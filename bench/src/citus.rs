@@ -295,7 +295,7 @@ pub fn run(bench: &Bench, report: &mut Report) {
              its time comes from the `VALUES` row (`EXCLUDED.ts`), because Citus refuses a non-immutable function in `DO UPDATE`.\n\n\
              Median of {RUNS} rounds (min–max), the contenders taking turns.\n\n\
              | case | extension | upsert |\n|---|---:|---:|\n{rows}\n\
-             Why (a) is slower: the limiter's call for a row on a worker is a function call that Citus delegates to the worker, and Citus runs a call made inside a function in a transaction block there (`citus.function_opens_transaction_block`): three round trips to the worker (`BEGIN` with `assign_distributed_transaction_id`, the call, `COMMIT`), where the upsert in autocommit is one statement and one round trip (seen with `citus.log_remote_commands`). Without the block, a statement that failed after the call could not undo the consumption. In (b) the tenant's own `INSERT` needs the block anyway, and the call costs one more round trip, as the upsert does.\n\n\
+             Round trips to the worker (seen with `citus.log_remote_commands`): in (a) one for each contender, as a statement of its own there (the limiter's call is its transaction's only work, so it goes without a transaction block: README, Citus); in (b) the tenant's transaction opens a block on the worker for both (`BEGIN` with `assign_distributed_transaction_id`, the limit, the insert, `COMMIT`).\n\n\
              {spread}"
         ),
         "what a call costs through the coordinator against the statement an application would write, alone and inside the tenant's own transaction; and how much of a sharded global limit's work stays on the caller's worker, and that it keeps its bound, when the limit is and is not the bottleneck.",

@@ -214,6 +214,7 @@ fn consume_spread_member(
         config_argument: request
             .inline
             .and_then(|_| unsafe { inline_config_of(request) }),
+        function: None,
     };
     let shards = i16::try_from(request.config.shards).unwrap_or(i16::MAX);
     let (decision, counted) = super::consume_spread(&call, shards)?;
@@ -238,7 +239,7 @@ unsafe fn inline_config_of(request: &RequestArgument) -> Option<(pg_sys::Datum, 
         pg_sys::pg_detoast_datum(request.element.cast_mut_ptr()) as pg_sys::HeapTupleHeader;
     let mut is_null = false;
     let datum = pg_sys::GetAttributeByNum(header, 4, &mut is_null);
-    (!is_null).then(|| (datum, pgrx::regtypein("rate_limiter.config")))
+    (!is_null).then(|| (datum, crate::catalog::objects().config_type))
 }
 
 fn internal(what: &str) -> CallError {
@@ -265,7 +266,7 @@ fn elsewhere(
     // SAFETY: the elements are rate_limiter.request datums valid for this
     // call; construct_array copies them into a new array.
     let array = unsafe {
-        let element_type = pgrx::regtypein("rate_limiter.request");
+        let element_type = crate::catalog::objects().request_type;
         let array_type = pg_sys::get_array_type(element_type);
         let (mut length, mut by_value, mut align) = (0i16, false, 0 as std::ffi::c_char);
         pg_sys::get_typlenbyvalalign(element_type, &mut length, &mut by_value, &mut align);

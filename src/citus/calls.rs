@@ -3,6 +3,7 @@
 //! (`_rate_state_at`) and crediting (`_rate_credit_at`), for one row or
 //! for a global limit's shards spread over the nodes.
 
+use super::single_statement;
 use super::{distribution_value, here, on_shard, spread, wrote, DistributionValue, Other, Spread};
 use crate::errors::CallError;
 use crate::limit::{self, Call};
@@ -11,6 +12,7 @@ use pgrx::datum::DatumWithOid;
 use pgrx::pg_sys;
 use pgrx::prelude::*;
 use rate_limiter_algorithm::{Decision, State, Verdict};
+use std::cell::RefCell;
 
 /// The statement that runs a call on the node holding its row: Citus
 /// delegates `_rate_limit_at` (a distributed function colocated with the
@@ -18,7 +20,145 @@ use rate_limiter_algorithm::{Decision, State, Verdict};
 /// turns into a constant (never NULL: a NULL crashes Citus 13.2.2).
 pub(super) const ELSEWHERE: &str =
     "SELECT ok, retry_after, remaining, verdict, reserved, near_limit, contended \
-     FROM rate_limiter._rate_limit_at($1, $2, $3, $4, $5, $6, $7, $8)";
+     FROM rate_limiter._rate_limit_at($1, $2, $3, $4, $5, $6, $7, $8, $9)";
+
+/// The columns of [`ELSEWHERE`]'s row: `ok`, `retry_after`,
+/// `remaining`, `verdict`, `reserved`, `near_limit`, `contended`.
+type ElsewhereRow = (
+    Option<bool>,
+    Option<i64>,
+    Option<f64>,
+    Option<i16>,
+    Option<bool>,
+    Option<bool>,
+    Option<bool>,
+);
+
+/// [`ELSEWHERE`] parsed and analyzed once per backend (`SPI_keepplan`)
+/// for one list of argument types, planned for each call with its
+/// arguments as constants (`CURSOR_OPT_CUSTOM_PLAN`: Citus delegates a
+/// call only when its distribution argument is a constant, which a
+/// generic plan's parameter is not). PostgreSQL's plan cache analyzes it
+/// again when an object it uses changes.
+struct KeptPlan {
+    types: Vec<pg_sys::Oid>,
+    plan: pg_sys::SPIPlanPtr,
+}
+
+thread_local! {
+    /// The kept plans of this backend, one per list of argument types
+    /// (the type of `dkey`, and of the config once the extension was
+    /// created again). Never freed: at most a few per backend.
+    static KEPT_PLANS: RefCell<Vec<KeptPlan>> = const { RefCell::new(Vec::new()) };
+}
+
+/// The kept plan of [`ELSEWHERE`] for `arguments`' types, made on first
+/// use; `None` when `plan_cache_mode` forces generic plans (which the
+/// plan cache applies before the cursor option: the statement is then
+/// parsed for each call as a one-shot plan, which is always custom), or
+/// when it cannot be made. Saves parsing and analyzing the statement on
+/// every call. Needs an SPI connection.
+fn kept_plan(arguments: &[DatumWithOid<'_>]) -> Option<pg_sys::SPIPlanPtr> {
+    // SAFETY: reads a setting.
+    if unsafe { pg_sys::plan_cache_mode }
+        == pg_sys::PlanCacheMode::PLAN_CACHE_MODE_FORCE_GENERIC_PLAN as i32
+    {
+        return None;
+    }
+    let mut types: Vec<pg_sys::Oid> = arguments.iter().map(DatumWithOid::oid).collect();
+    let kept = KEPT_PLANS.with(|plans| {
+        plans
+            .borrow()
+            .iter()
+            .find(|kept| kept.types == types)
+            .map(|kept| kept.plan)
+    });
+    if kept.is_some() {
+        return kept;
+    }
+    let query = std::ffi::CString::new(ELSEWHERE).ok()?;
+    // SAFETY: prepares in the current SPI connection and moves the plan
+    // to a memory context of its own that lives as long as the backend.
+    let plan = unsafe {
+        let plan = pg_sys::SPI_prepare_cursor(
+            query.as_ptr(),
+            types.len() as i32,
+            types.as_mut_ptr(),
+            pg_sys::CURSOR_OPT_CUSTOM_PLAN as i32,
+        );
+        if plan.is_null() || pg_sys::SPI_keepplan(plan) != 0 {
+            return None;
+        }
+        plan
+    };
+    KEPT_PLANS.with(|plans| plans.borrow_mut().push(KeptPlan { types, plan }));
+    Some(plan)
+}
+
+/// Runs the kept plan `plan` of [`ELSEWHERE`] with `arguments` in the
+/// current SPI connection, read-only while this transaction has no
+/// transaction id (as pgrx's `select`): its one row.
+fn run_kept(
+    plan: pg_sys::SPIPlanPtr,
+    arguments: &[DatumWithOid<'_>],
+) -> Result<ElsewhereRow, pgrx::spi::SpiError> {
+    let mut values: Vec<pg_sys::Datum> = Vec::with_capacity(arguments.len());
+    let mut nulls: Vec<std::ffi::c_char> = Vec::with_capacity(arguments.len());
+    for argument in arguments {
+        match argument.datum() {
+            Some(datum) => {
+                values.push(datum.sans_lifetime());
+                nulls.push(b' ' as std::ffi::c_char);
+            }
+            None => {
+                values.push(pg_sys::Datum::from(0));
+                nulls.push(b'n' as std::ffi::c_char);
+            }
+        }
+    }
+    // SAFETY: executes a kept plan with as many arguments as it has
+    // parameters, of its types, and reads the row it returned while the
+    // SPI connection is open.
+    unsafe {
+        let read_only = pg_sys::GetCurrentTransactionIdIfAny() == pg_sys::InvalidTransactionId;
+        let status =
+            pg_sys::SPI_execute_plan(plan, values.as_mut_ptr(), nulls.as_ptr(), read_only, 1);
+        Spi::check_status(status)?;
+        let table = pg_sys::SPI_tuptable;
+        if table.is_null() || pg_sys::SPI_processed != 1 {
+            return Ok((None, None, None, None, None, None, None));
+        }
+        let tuple = *(*table).vals;
+        let descriptor = (*table).tupdesc;
+        let column = |number: i32| {
+            let mut is_null = false;
+            let datum = pg_sys::SPI_getbinval(tuple, descriptor, number, &mut is_null);
+            (datum, is_null)
+        };
+        let boolean = |number| {
+            let (datum, is_null) = column(number);
+            bool::from_datum(datum, is_null)
+        };
+        Ok((
+            boolean(1),
+            {
+                let (datum, is_null) = column(2);
+                i64::from_datum(datum, is_null)
+            },
+            {
+                let (datum, is_null) = column(3);
+                f64::from_datum(datum, is_null)
+            },
+            {
+                let (datum, is_null) = column(4);
+                i16::from_datum(datum, is_null)
+            },
+            boolean(5),
+            boolean(6),
+            boolean(7),
+        ))
+    }
+}
 
 /// The SPI arguments of a delegated call: `dkey`, then `name` and `key`
 /// as text (a NULL key for a global limit).
@@ -60,18 +200,22 @@ pub(super) fn verdict_of(number: i16) -> Verdict {
 /// Runs `call` on the node holding the row of `dkey`: consumes
 /// (`consume`) or checks there, inside this transaction (Citus's
 /// distributed transaction: rollback undoes it; a transaction that wrote
-/// on several nodes commits with two-phase commit). The decision as
-/// answered, and for a consuming call how it is counted (here: statistics
-/// count on the node where the function was called).
+/// on several nodes commits with two-phase commit). When `alone` (what
+/// [`alone`] said of the call: it is its transaction's only work), as a
+/// statement of its own there, in one round trip (see
+/// `single_statement`). The decision as answered, and for a consuming
+/// call how it is counted (here: statistics count on the node where the
+/// function was called).
 pub fn elsewhere(
     call: &Call<'_>,
     dkey: &DistributionValue,
     consume: bool,
+    alone: bool,
 ) -> Result<(Decision, Option<Counted>), CallError> {
     let config = match call.config_argument {
         // SAFETY: the argument's datum, of its declared type.
         Some((datum, type_id)) => unsafe { DatumWithOid::new(datum, type_id) },
-        None => DatumWithOid::null_oid(pgrx::regtypein("rate_limiter.config")),
+        None => DatumWithOid::null_oid(crate::catalog::objects().config_type),
     };
     let [dkey, name, key] = row_arguments(dkey, call.name, call.key);
     let arguments = [
@@ -83,14 +227,21 @@ pub fn elsewhere(
         config,
         DatumWithOid::from(consume),
         crate::clock::override_to_send(),
+        DatumWithOid::from(alone),
     ];
     // As the calling role: Citus keys its connections by role, so the
     // call reuses the connection this transaction's own statements on the
     // tenant's colocated rows use (one node, no 2PC), and the node holding
     // the row checks that role's privileges as this one would.
-    let row = {
-        Spi::connect_mut(|client| {
-            let table = client.update(ELSEWHERE, Some(1), &arguments)?;
+    // Read-only SPI (`select`, which takes no transaction id here): the
+    // write is the other node's, and a transaction id here would only add
+    // a commit record to this node's WAL.
+    let run = || {
+        Spi::connect(|client| {
+            if let Some(plan) = kept_plan(&arguments) {
+                return run_kept(plan, &arguments);
+            }
+            let table = client.select(ELSEWHERE, Some(1), &arguments)?;
             let row = table.first();
             Ok::<_, pgrx::spi::SpiError>((
                 row.get::<bool>(1)?,
@@ -102,6 +253,11 @@ pub fn elsewhere(
                 row.get::<bool>(7)?,
             ))
         })
+    };
+    let row = if alone {
+        single_statement::without_transaction_block(run)
+    } else {
+        run()
     }?;
     let (Some(ok), retry_after, Some(remaining), verdict, reserved, near_limit, contended) = row
     else {
@@ -126,12 +282,20 @@ pub fn elsewhere(
     Ok((decision, counted))
 }
 
+/// Whether `call` (of `rate_limit` or `rate_check` called by SQL) is its
+/// transaction's only work, so that it may reach another node as a
+/// statement of its own (see `single_statement::alone`).
+pub fn alone(call: &Call<'_>) -> bool {
+    call.function.is_some_and(single_statement::alone)
+}
+
 /// [`elsewhere`] for a consuming call: the decision and how it counts.
 pub fn consume_elsewhere(
     call: &Call<'_>,
     dkey: &DistributionValue,
+    alone: bool,
 ) -> Result<(Decision, Counted), CallError> {
-    let (decision, counted) = elsewhere(call, dkey, true)?;
+    let (decision, counted) = elsewhere(call, dkey, true, alone)?;
     wrote(None)?;
     counted.map(|counted| (decision, counted)).ok_or_else(|| {
         CallError::Cluster(
@@ -167,7 +331,7 @@ pub fn consume_spread(call: &Call<'_>, shards: i16) -> Result<(Decision, Counted
         best = Some(answer);
     }
     for other in &spread.others {
-        let answer = consume_elsewhere(call, &other.dkey)?;
+        let answer = consume_elsewhere(call, &other.dkey, false)?;
         if answer.1.verdict == Verdict::Admitted {
             return Ok(answer);
         }
@@ -433,7 +597,7 @@ pub(super) fn credit_elsewhere(
     count: f64,
     config_argument: Option<pg_sys::Datum>,
 ) -> Result<f64, CallError> {
-    let config_type = pgrx::regtypein("rate_limiter.config");
+    let config_type = crate::catalog::objects().config_type;
     let [dkey_argument, name, key] = row_arguments(dkey, name, key);
     let arguments = [
         dkey_argument,

@@ -164,11 +164,15 @@ pub(super) fn not_here() -> CallError {
 
 /// The body of `_rate_limit_at`: the call as the node holding its row
 /// makes it, or an error (see [`delegated`]; 55000 if the row is not
-/// here).
+/// here). `own_transaction`: the caller made the call its transaction's
+/// only work (`single_statement`), so it may commit as a statement of its
+/// own here, outside a transaction block (a global limit with several
+/// shards never is: it still needs one).
 pub(super) fn at(
     dkey: Option<DistributionValue>,
     call: &Call<'_>,
     consume: bool,
+    own_transaction: bool,
 ) -> Result<(Decision, Option<Counted>), CallError> {
     if let Some(shards) = call.spread_shards()? {
         return spread_at(dkey, call, consume, shards);
@@ -176,7 +180,7 @@ pub(super) fn at(
     let expected = delegated(
         "_rate_limit_at",
         RATE_LIMIT_AT_HINT,
-        consume,
+        consume && !own_transaction,
         dkey,
         call.name,
         call.key,
@@ -318,12 +322,13 @@ delegated_entry_points!(
 /// The body of both `_rate_limit_at` wrappers, `dkey` their first argument.
 ///
 /// # Safety
-/// `fcinfo` holds `_rate_limit_at`'s seven arguments.
+/// `fcinfo` holds `_rate_limit_at`'s nine arguments.
 pub(super) unsafe fn rate_limit_at(
     fcinfo: pg_sys::FunctionCallInfo,
     dkey: Option<DistributionValue>,
 ) -> pg_sys::Datum {
     let consume = pg_getarg::<bool>(fcinfo, 6).unwrap_or(false);
+    let own_transaction = pg_getarg::<bool>(fcinfo, 8).unwrap_or(false);
     let call = match Call::new(
         pg_getarg::<&[u8]>(fcinfo, 1),
         pg_getarg::<&[u8]>(fcinfo, 2),
@@ -338,7 +343,7 @@ pub(super) unsafe fn rate_limit_at(
         },
         Err(error) => report(CallError::Limit(error)),
     };
-    match at(dkey, &call, consume) {
+    match at(dkey, &call, consume, own_transaction) {
         Ok((decision, counted)) => result_row::put_rows(
             fcinfo,
             [[

@@ -25,12 +25,15 @@
 //!   through SPI with the distribution value as a constant; Citus delegates
 //!   that function (`force_delegation`) to the node holding the shard,
 //!   inside the caller's distributed transaction. There the function checks
-//!   that the row is local and in a transaction block, or fails closed.
+//!   that the row is local and in a transaction block, or fails closed. A
+//!   call that is its transaction's only work goes as a statement of its
+//!   own instead, in one round trip ([`single_statement`]).
 
 mod calls;
 mod internal_functions;
 mod metadata;
 mod routing;
+mod single_statement;
 mod two_phase_commit;
 mod value;
 
