@@ -308,7 +308,8 @@ AS 'MODULE_PATHNAME', '_rate_limit_at_wrapper';
 COMMENT ON FUNCTION rate_limiter._rate_limit_at(text, text, text, float8, boolean, rate_limiter.config, boolean, timestamptz, boolean) IS
 'Internal (Citus): rate_limit (consume => true) or rate_check on the node that holds the row of dkey, which Citus delegates the call to. '
 'now_override: the calling node''s rate_limiter.now_override, used as the clock for this call (a superuser''s only: 42501 otherwise); NULL = this node''s clock. '
-'Errors: 55000 when the row is not on this node or the call is outside a transaction block.';
+'own_transaction: the caller''s call is its transaction''s only work, so it may commit here as a statement of its own (default false). '
+'Errors: 55000 when the row is not on this node, or a consuming call is outside a transaction block without own_transaction (a global limit with several shards: even with it).';
 
 CREATE FUNCTION rate_limiter._rate_limit_at(
     dkey    bigint,
@@ -327,7 +328,7 @@ AS 'MODULE_PATHNAME', '_rate_limit_at_bigint_wrapper';
 
 COMMENT ON FUNCTION rate_limiter._rate_limit_at(bigint, text, text, float8, boolean, rate_limiter.config, boolean, timestamptz, boolean) IS
 'Internal (Citus): _rate_limit_at for a state table colocated with a table distributed by a bigint column (dkey: the key as a bigint). '
-'Errors: 55000 when the row is not on this node or the call is outside a transaction block; 22P02 a key that is not a decimal integer.';
+'Errors: as the text overload''s; 22P02 a key that is not a decimal integer.';
 
 CREATE FUNCTION rate_limiter._rate_limit_at(
     dkey    uuid,
