@@ -18,8 +18,8 @@ use std::cell::RefCell;
 /// delegates `_rate_limit_at` (a distributed function colocated with the
 /// state table, `force_delegation`) by its first argument, which planning
 /// turns into a constant (never NULL: a NULL crashes Citus 13.2.2).
-pub(super) const ELSEWHERE: &str =
-    "SELECT ok, retry_after, remaining, verdict, reserved, near_limit, contended \
+const ELSEWHERE: &std::ffi::CStr =
+    c"SELECT ok, retry_after, remaining, verdict, reserved, near_limit, contended \
      FROM rate_limiter._rate_limit_at($1, $2, $3, $4, $5, $6, $7, $8, $9)";
 
 /// The columns of [`ELSEWHERE`]'s row: `ok`, `retry_after`,
@@ -52,20 +52,18 @@ thread_local! {
     static KEPT_PLANS: RefCell<Vec<KeptPlan>> = const { RefCell::new(Vec::new()) };
 }
 
-/// The kept plan of [`ELSEWHERE`] for `arguments`' types, made on first
-/// use; `None` when `plan_cache_mode` forces generic plans (which the
-/// plan cache applies before the cursor option: the statement is then
-/// parsed for each call as a one-shot plan, which is always custom), or
-/// when it cannot be made. Saves parsing and analyzing the statement on
-/// every call. Needs an SPI connection.
-fn kept_plan(arguments: &[DatumWithOid<'_>]) -> Option<pg_sys::SPIPlanPtr> {
+/// The kept plan of [`ELSEWHERE`] for the argument types `types`, made on
+/// first use; `None` when `plan_cache_mode` forces generic plans (which
+/// the plan cache applies before the cursor option), or when it cannot be
+/// made. Saves parsing and analyzing the statement on every call. Needs
+/// an SPI connection.
+fn kept_plan(types: &[pg_sys::Oid]) -> Option<pg_sys::SPIPlanPtr> {
     // SAFETY: reads a setting.
     if unsafe { pg_sys::plan_cache_mode }
         == pg_sys::PlanCacheMode::PLAN_CACHE_MODE_FORCE_GENERIC_PLAN as i32
     {
         return None;
     }
-    let mut types: Vec<pg_sys::Oid> = arguments.iter().map(DatumWithOid::oid).collect();
     let kept = KEPT_PLANS.with(|plans| {
         plans
             .borrow()
@@ -76,12 +74,12 @@ fn kept_plan(arguments: &[DatumWithOid<'_>]) -> Option<pg_sys::SPIPlanPtr> {
     if kept.is_some() {
         return kept;
     }
-    let query = std::ffi::CString::new(ELSEWHERE).ok()?;
+    let mut types = types.to_vec();
     // SAFETY: prepares in the current SPI connection and moves the plan
     // to a memory context of its own that lives as long as the backend.
     let plan = unsafe {
         let plan = pg_sys::SPI_prepare_cursor(
-            query.as_ptr(),
+            ELSEWHERE.as_ptr(),
             types.len() as i32,
             types.as_mut_ptr(),
             pg_sys::CURSOR_OPT_CUSTOM_PLAN as i32,
@@ -95,34 +93,39 @@ fn kept_plan(arguments: &[DatumWithOid<'_>]) -> Option<pg_sys::SPIPlanPtr> {
     Some(plan)
 }
 
-/// Runs the kept plan `plan` of [`ELSEWHERE`] with `arguments` in the
-/// current SPI connection, read-only while this transaction has no
-/// transaction id (as pgrx's `select`): its one row.
-fn run_kept(
-    plan: pg_sys::SPIPlanPtr,
-    arguments: &[DatumWithOid<'_>],
-) -> Result<ElsewhereRow, pgrx::spi::SpiError> {
-    let mut values: Vec<pg_sys::Datum> = Vec::with_capacity(arguments.len());
+/// Runs [`ELSEWHERE`] with `arguments` in the current SPI connection, by
+/// its kept plan (else as a one-shot plan, which is always custom),
+/// read-only while this transaction has no transaction id (as pgrx's
+/// `select`): its one row, all NULL if it returned none.
+fn run_elsewhere(arguments: &[DatumWithOid<'_>]) -> Result<ElsewhereRow, pgrx::spi::SpiError> {
+    let mut types = Vec::with_capacity(arguments.len());
+    let mut values = Vec::with_capacity(arguments.len());
     let mut nulls: Vec<std::ffi::c_char> = Vec::with_capacity(arguments.len());
     for argument in arguments {
-        match argument.datum() {
-            Some(datum) => {
-                values.push(datum.sans_lifetime());
-                nulls.push(b' ' as std::ffi::c_char);
-            }
-            None => {
-                values.push(pg_sys::Datum::from(0));
-                nulls.push(b'n' as std::ffi::c_char);
-            }
-        }
+        types.push(argument.oid());
+        let datum = argument.datum();
+        nulls.push(if datum.is_some() { b' ' } else { b'n' } as std::ffi::c_char);
+        values.push(datum.map_or(pg_sys::Datum::from(0), |datum| datum.sans_lifetime()));
     }
-    // SAFETY: executes a kept plan with as many arguments as it has
-    // parameters, of its types, and reads the row it returned while the
-    // SPI connection is open.
+    // SAFETY: executes the statement with as many arguments as it has
+    // parameters, of their types, and reads the row it returned while the
+    // SPI connection is open (every column is passed by value).
     unsafe {
         let read_only = pg_sys::GetCurrentTransactionIdIfAny() == pg_sys::InvalidTransactionId;
-        let status =
-            pg_sys::SPI_execute_plan(plan, values.as_mut_ptr(), nulls.as_ptr(), read_only, 1);
+        let status = match kept_plan(&types) {
+            Some(plan) => {
+                pg_sys::SPI_execute_plan(plan, values.as_mut_ptr(), nulls.as_ptr(), read_only, 1)
+            }
+            None => pg_sys::SPI_execute_with_args(
+                ELSEWHERE.as_ptr(),
+                types.len() as i32,
+                types.as_mut_ptr(),
+                values.as_mut_ptr(),
+                nulls.as_ptr(),
+                read_only,
+                1,
+            ),
+        };
         Spi::check_status(status)?;
         let table = pg_sys::SPI_tuptable;
         if table.is_null() || pg_sys::SPI_processed != 1 {
@@ -139,20 +142,12 @@ fn run_kept(
             let (datum, is_null) = column(number);
             bool::from_datum(datum, is_null)
         };
+        let (retry_after, remaining, verdict) = (column(2), column(3), column(4));
         Ok((
             boolean(1),
-            {
-                let (datum, is_null) = column(2);
-                i64::from_datum(datum, is_null)
-            },
-            {
-                let (datum, is_null) = column(3);
-                f64::from_datum(datum, is_null)
-            },
-            {
-                let (datum, is_null) = column(4);
-                i16::from_datum(datum, is_null)
-            },
+            i64::from_datum(retry_after.0, retry_after.1),
+            f64::from_datum(remaining.0, remaining.1),
+            i16::from_datum(verdict.0, verdict.1),
             boolean(5),
             boolean(6),
             boolean(7),
@@ -233,27 +228,10 @@ pub fn elsewhere(
     // call reuses the connection this transaction's own statements on the
     // tenant's colocated rows use (one node, no 2PC), and the node holding
     // the row checks that role's privileges as this one would.
-    // Read-only SPI (`select`, which takes no transaction id here): the
-    // write is the other node's, and a transaction id here would only add
-    // a commit record to this node's WAL.
-    let run = || {
-        Spi::connect(|client| {
-            if let Some(plan) = kept_plan(&arguments) {
-                return run_kept(plan, &arguments);
-            }
-            let table = client.select(ELSEWHERE, Some(1), &arguments)?;
-            let row = table.first();
-            Ok::<_, pgrx::spi::SpiError>((
-                row.get::<bool>(1)?,
-                row.get::<i64>(2)?,
-                row.get::<f64>(3)?,
-                row.get::<i16>(4)?,
-                row.get::<bool>(5)?,
-                row.get::<bool>(6)?,
-                row.get::<bool>(7)?,
-            ))
-        })
-    };
+    // Read-only SPI (no transaction id here): the write is the other
+    // node's, and a transaction id here would only add a commit record to
+    // this node's WAL.
+    let run = || Spi::connect(|_| run_elsewhere(&arguments));
     let row = if alone {
         single_statement::without_transaction_block(run)
     } else {

@@ -68,9 +68,9 @@ pub(super) fn alone(function: pg_sys::Oid) -> bool {
         {
             return false;
         }
-        match nodes((*portal).stmts).as_deref() {
-            Some(&[statement]) => is_only_the_call(statement, function),
-            _ => false,
+        match only_node((*portal).stmts, pg_sys::NodeTag::T_PlannedStmt) {
+            Some(statement) => is_only_the_call(statement.cast(), function),
+            None => false,
         }
     }
 }
@@ -87,12 +87,8 @@ unsafe fn same_text(one: *const std::ffi::c_char, other: *const std::ffi::c_char
 /// and nothing else (see [`alone`]).
 ///
 /// # Safety
-/// `statement` is NULL or a node of the active portal.
-unsafe fn is_only_the_call(statement: *mut pg_sys::Node, function: pg_sys::Oid) -> bool {
-    if !is_a(statement, pg_sys::NodeTag::T_PlannedStmt) {
-        return false;
-    }
-    let statement = statement.cast::<pg_sys::PlannedStmt>();
+/// `statement` is a statement of the active portal.
+unsafe fn is_only_the_call(statement: *mut pg_sys::PlannedStmt, function: pg_sys::Oid) -> bool {
     let statement = &*statement;
     if statement.commandType != pg_sys::CmdType::CMD_SELECT
         || statement.hasModifyingCTE
@@ -108,17 +104,14 @@ unsafe fn is_only_the_call(statement: *mut pg_sys::Node, function: pg_sys::Oid) 
         if !plain(&scan.scan.plan) || !only_columns(scan.scan.plan.targetlist) {
             return false;
         }
-        let Some(functions) = nodes(scan.functions) else {
-            return false;
-        };
-        let [only] = functions.as_slice() else {
-            return false;
-        };
-        if !is_a(*only, pg_sys::NodeTag::T_RangeTblFunction) {
-            return false;
-        }
-        let call = (*only.cast::<pg_sys::RangeTblFunction>()).funcexpr;
-        return is_call_of(call, function);
+        return only_node(scan.functions, pg_sys::NodeTag::T_RangeTblFunction).is_some_and(
+            |only| {
+                is_call_of(
+                    (*only.cast::<pg_sys::RangeTblFunction>()).funcexpr,
+                    function,
+                )
+            },
+        );
     }
     if is_a(plan.cast(), pg_sys::NodeTag::T_ProjectSet) {
         let projection = &*plan;
@@ -130,16 +123,9 @@ unsafe fn is_only_the_call(statement: *mut pg_sys::Node, function: pg_sys::Oid) 
         if !plain(&result.plan) || !result.resconstantqual.is_null() {
             return false;
         }
-        let Some(outputs) = nodes(projection.targetlist) else {
-            return false;
-        };
-        let [only] = outputs.as_slice() else {
-            return false;
-        };
-        if !is_a(*only, pg_sys::NodeTag::T_TargetEntry) {
-            return false;
-        }
-        return is_call_of((*only.cast::<pg_sys::TargetEntry>()).expr.cast(), function);
+        return only_node(projection.targetlist, pg_sys::NodeTag::T_TargetEntry).is_some_and(
+            |only| is_call_of((*only.cast::<pg_sys::TargetEntry>()).expr.cast(), function),
+        );
     }
     false
 }
@@ -219,6 +205,18 @@ unsafe fn nodes(list: *mut pg_sys::List) -> Option<Vec<*mut pg_sys::Node>> {
             .map(|index| (*list.elements.add(index)).ptr_value.cast())
             .collect(),
     )
+}
+
+/// The one node of the list `list` when it has exactly one, of the tag
+/// `tag`.
+///
+/// # Safety
+/// `list` is NULL or a `List`.
+unsafe fn only_node(list: *mut pg_sys::List, tag: pg_sys::NodeTag) -> Option<*mut pg_sys::Node> {
+    match nodes(list)?.as_slice() {
+        &[only] if is_a(only, tag) => Some(only),
+        _ => None,
+    }
 }
 
 /// Whether `node` is not NULL and has the tag `tag`.
