@@ -11,6 +11,7 @@
 //! | a tuple descriptor's attributes | the array `attrs` | as 15 | after `compact_attrs` (`TupleDescAttr`) |
 //! | may a role execute a function | `pg_proc_aclcheck` | `object_aclcheck(ProcedureRelationId, ...)` | as 16 |
 //! | after inserting index entries | nothing to release | 16: as 15; 17: `index_insert_cleanup` (BRIN keeps buffers pinned in the `IndexInfo`) | as 17 |
+//! | is client input already received (`pqcomm.c`) | `pq_buffer_has_data()` (bool) | 16: as 15; 17: `pq_buffer_remaining_data()` (a byte count) | as 17 |
 
 use pgrx::pg_sys;
 use std::ffi::c_void;
@@ -193,4 +194,45 @@ pub unsafe fn may_execute(function: pg_sys::Oid, role: pg_sys::Oid) -> bool {
     #[cfg(any(feature = "pg16", feature = "pg17", feature = "pg18"))]
     let result = pg_sys::object_aclcheck(pg_sys::ProcedureRelationId, function, role, mode);
     result == pg_sys::AclResult::ACLCHECK_OK
+}
+
+// pqcomm.c's reading of the client's messages (libpq/libpq.h, which pgrx
+// does not bind).
+unsafe extern "C-unwind" {
+    #[cfg(any(feature = "pg15", feature = "pg16"))]
+    fn pq_buffer_has_data() -> bool;
+    #[cfg(any(feature = "pg17", feature = "pg18"))]
+    fn pq_buffer_remaining_data() -> isize;
+    fn pq_is_reading_msg() -> bool;
+    fn pq_startmsgread();
+    fn pq_peekbyte() -> std::ffi::c_int;
+    fn pq_endmsgread();
+}
+
+/// The type byte of the client's next message (`b'S'` for Sync, ...) when
+/// its first byte has already been received into the backend's input
+/// buffer; `None` when nothing is buffered (this never waits for the
+/// client, never reads from the socket and consumes nothing), or while a
+/// message is being read.
+///
+/// # Safety
+/// In a backend serving a client, between its messages (while one
+/// executes).
+pub unsafe fn next_client_message_type() -> Option<u8> {
+    #[cfg(any(feature = "pg15", feature = "pg16"))]
+    let buffered = pq_buffer_has_data();
+    #[cfg(any(feature = "pg17", feature = "pg18"))]
+    let buffered = pq_buffer_remaining_data() > 0;
+    if !buffered || pq_is_reading_msg() {
+        return None;
+    }
+    // pq_peekbyte belongs inside a message read (it asserts so): a read is
+    // opened around it and closed again. With a byte buffered it returns
+    // it without touching the socket, and cannot fail.
+    pg_sys::ffi::pg_guard_ffi_boundary(|| {
+        pq_startmsgread();
+        let next = pq_peekbyte();
+        pq_endmsgread();
+        u8::try_from(next).ok()
+    })
 }

@@ -17,8 +17,11 @@
 //! transaction, and [`without_transaction_block`] runs the delegated call
 //! with `citus.function_opens_transaction_block` off for its duration,
 //! after making the caller's transaction end with its statement (the flag
-//! `VACUUM` sets: in a pipeline of the extended protocol, the next
-//! statement starts a transaction of its own instead of sharing this one).
+//! `VACUUM` sets). With the extended protocol that needs the client's
+//! Sync to be the next message, already received: a pipeline's later
+//! statements would share the implicit transaction, and their failure
+//! must undo the call, so a call with anything after it in its pipeline
+//! keeps the block.
 //! The node holding the row runs it only when told so (`_rate_limit_at`'s
 //! `own_transaction`); otherwise a call outside a transaction block is
 //! still 55000 there.
@@ -38,6 +41,10 @@ use std::ffi::CStr;
 /// - no transaction block (not after `BEGIN`, not one of several
 ///   statements of a simple query), no savepoint, no earlier statement of
 ///   a pipeline in this transaction, and nothing written here yet;
+/// - with the extended protocol, the client's next message, already
+///   received, is Sync: no later statement of a pipeline can share the
+///   transaction (a client that has not sent its Sync yet keeps the
+///   block);
 /// - the statement running is the client's own (not a cursor or statement
 ///   a function runs: its text is the one the client sent);
 /// - its plan is the call and nothing else: one `SELECT` whose plan is a
@@ -66,6 +73,14 @@ pub(super) fn alone(function: pg_sys::Oid) -> bool {
             || (*portal).cursorOptions & pg_sys::CURSOR_OPT_HOLD as i32 != 0
             || !same_text((*portal).sourceText, pg_sys::debug_query_string)
         {
+            return false;
+        }
+        // The extended protocol (its portals are visible in pg_cursors; a
+        // simple query's is not, and its one statement is its
+        // transaction): every statement until the next Sync shares the
+        // implicit transaction, so only a Sync, already received, may
+        // come next.
+        if (*portal).visible && crate::compat::next_client_message_type() != Some(b'S') {
             return false;
         }
         match only_node((*portal).stmts, pg_sys::NodeTag::T_PlannedStmt) {

@@ -3451,10 +3451,10 @@ fn a_call_with_anything_after_it_in_its_transaction_is_undone_when_that_fails() 
         ]
     );
     assert_eq!(stored(&mut coordinator, "after", &one), None);
-    // A pipeline that starts with the call: the call commits as a
-    // transaction of its own (on worker 1 and here: the lock its planning
-    // took on the state table is gone by the next statement), and the
-    // next statement starts another.
+    // A pipeline that starts with the call: the statements after it share
+    // its implicit transaction (the lock the call's planning took on the
+    // state table is still held by the next statement), so the call keeps
+    // its block there and the later failure undoes it too.
     let locks = "SELECT count(*) FROM pg_locks WHERE pid = pg_backend_pid() \
                  AND locktype = 'relation' AND relation = 'rate_limiter.rate_limits'::regclass";
     assert_eq!(
@@ -3465,12 +3465,12 @@ fn a_call_with_anything_after_it_in_its_transaction_is_undone_when_that_fails() 
         ),
         [
             Answer::Rows(vec!["t".into()]),
-            Answer::Rows(vec!["0".into()]),
+            Answer::Rows(vec!["1".into()]),
             Answer::Error("22012".into()),
         ]
     );
-    // (In one transaction, that lock is still held: what the count above
-    // would see if the call did not end its transaction.)
+    assert_eq!(stored(&mut coordinator, "after", &one), None);
+    // Without a failure, the pipeline commits the call with the rest.
     assert_eq!(
         pipeline(url, &warm_up, &["SELECT 1", &call, locks]),
         [
@@ -3479,6 +3479,6 @@ fn a_call_with_anything_after_it_in_its_transaction_is_undone_when_that_fails() 
             Answer::Rows(vec!["1".into()]),
         ]
     );
-    assert_eq!(stored(&mut coordinator, "after", &one), Some(98.0));
+    assert_eq!(stored(&mut coordinator, "after", &one), Some(99.0));
     forget("after");
 }
