@@ -208,6 +208,13 @@ BEGIN
              THEN 'rate_limiter._rate_limit_all_at(uuid, rate_limiter.request[], boolean, timestamptz)'
              ELSE 'rate_limiter._rate_limit_all_at(text, rate_limiter.request[], boolean, timestamptz)' END::regprocedure,
         'dkey', colocate_with => 'rate_limiter.rate_limits', force_delegation => true);
+    PERFORM create_distributed_function(
+        CASE WHEN bigint_dkey
+             THEN 'rate_limiter._prune_at(bigint, interval, timestamptz)'
+             WHEN uuid_dkey
+             THEN 'rate_limiter._prune_at(uuid, interval, timestamptz)'
+             ELSE 'rate_limiter._prune_at(text, interval, timestamptz)' END::regprocedure,
+        'dkey', colocate_with => 'rate_limiter.rate_limits', force_delegation => true);
 END
 $distribute$;
 
@@ -483,6 +490,43 @@ COMMENT ON FUNCTION rate_limiter._rate_limit_all_at(uuid, rate_limiter.request[]
 'Internal (Citus): _rate_limit_all_at for a state table colocated with a table distributed by a uuid column. '
 'Errors: as the text overload''s; 22P02 a key that is not a uuid.';
 
+CREATE FUNCTION rate_limiter._prune_at(
+    dkey         text,
+    older_than   interval,
+    now_override timestamptz)
+RETURNS bigint
+LANGUAGE c VOLATILE
+AS 'MODULE_PATHNAME', '_prune_at_wrapper';
+
+COMMENT ON FUNCTION rate_limiter._prune_at(text, interval, timestamptz) IS
+'Internal (Citus): prune(older_than) of the shards placed on the node that holds the shard of dkey, which Citus delegates the call to; how many rows it deleted. prune() on any node reaches every other node through it. '
+'now_override: the calling node''s rate_limiter.now_override, used as the clock (a superuser''s only: 42501 otherwise); NULL = this node''s clock. '
+'Errors: 55000 when the shard of dkey is not on this node or the call is outside a transaction block; 42501 for a role that may not call rate_limiter.prune(); those of prune.';
+
+CREATE FUNCTION rate_limiter._prune_at(
+    dkey         bigint,
+    older_than   interval,
+    now_override timestamptz)
+RETURNS bigint
+LANGUAGE c VOLATILE
+AS 'MODULE_PATHNAME', '_prune_at_bigint_wrapper';
+
+COMMENT ON FUNCTION rate_limiter._prune_at(bigint, interval, timestamptz) IS
+'Internal (Citus): _prune_at for a state table colocated with a table distributed by a bigint column. '
+'Errors: as the text overload''s.';
+
+CREATE FUNCTION rate_limiter._prune_at(
+    dkey         uuid,
+    older_than   interval,
+    now_override timestamptz)
+RETURNS bigint
+LANGUAGE c VOLATILE
+AS 'MODULE_PATHNAME', '_prune_at_uuid_wrapper';
+
+COMMENT ON FUNCTION rate_limiter._prune_at(uuid, interval, timestamptz) IS
+'Internal (Citus): _prune_at for a state table colocated with a table distributed by a uuid column. '
+'Errors: as the text overload''s.';
+
 DO $revoke$
 DECLARE
     grantee_name name;
@@ -498,7 +542,9 @@ BEGIN
         rate_limiter._rate_limit_at(uuid, text, text, float8, boolean, rate_limiter.config, boolean, timestamptz, boolean),
         rate_limiter._rate_state_at(uuid, text, text, int2),
         rate_limiter._rate_credit_at(uuid, text, text, float8, rate_limiter.config, timestamptz),
-        rate_limiter._rate_limit_all_at(uuid, rate_limiter.request[], boolean, timestamptz) FROM PUBLIC;
+        rate_limiter._rate_limit_all_at(uuid, rate_limiter.request[], boolean, timestamptz),
+        rate_limiter._prune_at(text, interval, timestamptz), rate_limiter._prune_at(bigint, interval, timestamptz),
+        rate_limiter._prune_at(uuid, interval, timestamptz) FROM PUBLIC;
     FOR grantee_name IN
         SELECT DISTINCT r.rolname
         FROM (
@@ -517,7 +563,10 @@ BEGIN
                             'rate_limiter._rate_credit_at(uuid, text, text, float8, rate_limiter.config, timestamptz)'::pg_catalog.regprocedure,
                             'rate_limiter._rate_limit_all_at(text, rate_limiter.request[], boolean, timestamptz)'::pg_catalog.regprocedure,
                             'rate_limiter._rate_limit_all_at(bigint, rate_limiter.request[], boolean, timestamptz)'::pg_catalog.regprocedure,
-                            'rate_limiter._rate_limit_all_at(uuid, rate_limiter.request[], boolean, timestamptz)'::pg_catalog.regprocedure)
+                            'rate_limiter._rate_limit_all_at(uuid, rate_limiter.request[], boolean, timestamptz)'::pg_catalog.regprocedure,
+                            'rate_limiter._prune_at(text, interval, timestamptz)'::pg_catalog.regprocedure,
+                            'rate_limiter._prune_at(bigint, interval, timestamptz)'::pg_catalog.regprocedure,
+                            'rate_limiter._prune_at(uuid, interval, timestamptz)'::pg_catalog.regprocedure)
         ) AS granted
         JOIN pg_catalog.pg_roles AS r ON r.oid = granted.grantee
         WHERE granted.grantee <> granted.owner
@@ -533,7 +582,9 @@ BEGIN
             'rate_limiter._rate_limit_at(uuid, text, text, float8, boolean, rate_limiter.config, boolean, timestamptz, boolean), '
             'rate_limiter._rate_state_at(uuid, text, text, int2), '
             'rate_limiter._rate_credit_at(uuid, text, text, float8, rate_limiter.config, timestamptz), '
-            'rate_limiter._rate_limit_all_at(uuid, rate_limiter.request[], boolean, timestamptz) FROM %I', grantee_name);
+            'rate_limiter._rate_limit_all_at(uuid, rate_limiter.request[], boolean, timestamptz), '
+            'rate_limiter._prune_at(text, interval, timestamptz), rate_limiter._prune_at(bigint, interval, timestamptz), '
+            'rate_limiter._prune_at(uuid, interval, timestamptz) FROM %I', grantee_name);
     END LOOP;
 END
 $revoke$;
@@ -549,5 +600,7 @@ GRANT EXECUTE ON FUNCTION rate_limiter.distribute(regclass), rate_limiter.undist
     rate_limiter._rate_limit_at(uuid, text, text, float8, boolean, rate_limiter.config, boolean, timestamptz, boolean),
     rate_limiter._rate_state_at(uuid, text, text, int2),
     rate_limiter._rate_credit_at(uuid, text, text, float8, rate_limiter.config, timestamptz),
-    rate_limiter._rate_limit_all_at(uuid, rate_limiter.request[], boolean, timestamptz)
+    rate_limiter._rate_limit_all_at(uuid, rate_limiter.request[], boolean, timestamptz),
+    rate_limiter._prune_at(text, interval, timestamptz), rate_limiter._prune_at(bigint, interval, timestamptz),
+    rate_limiter._prune_at(uuid, interval, timestamptz)
     TO @extowner@ WITH GRANT OPTION;

@@ -61,6 +61,10 @@ pub enum CallError {
     /// Citus: a delegated internal function was given another node's
     /// `now_override` by a role that is not a superuser (SQLSTATE 42501).
     ClockNotAllowed,
+    /// Citus: a delegated internal function that does what a public
+    /// function does (named, e.g. `rate_limiter.rate_credit()`) was called
+    /// by a role that may not call that function (SQLSTATE 42501).
+    NotAllowed(&'static str),
 }
 
 impl From<LimitError> for CallError {
@@ -137,6 +141,11 @@ pub fn report(error: CallError) -> ! {
             PgSqlErrorCode::ERRCODE_INSUFFICIENT_PRIVILEGE,
             "permission denied to set rate_limiter.now_override".to_string(),
             Some("Only a superuser may replace the clock; pass now_override => NULL.".to_string()),
+        ),
+        CallError::NotAllowed(function) => (
+            PgSqlErrorCode::ERRCODE_INSUFFICIENT_PRIVILEGE,
+            format!("permission denied: this internal function does what {function} does, which the current role may not call"),
+            Some(format!("Grant EXECUTE on {function} to the role on every node, and call that function instead.")),
         ),
         CallError::NotOnCluster(what) => (
             PgSqlErrorCode::ERRCODE_FEATURE_NOT_SUPPORTED,

@@ -16,12 +16,12 @@
 //! `prune` goes through the executor, so it obeys everything attached to
 //! the table, and in a read-only transaction it fails with 25006.
 //!
-//! On a distributed install (Citus) it prunes the shards placed on the node
-//! it runs on, each through its own relation (`rate_limits_<shardid>`,
-//! where a ctid means something), with Citus's metadata lock for a write
-//! to that shard held until the transaction ends, as a call's write holds
-//! it ([`crate::citus::local_shards`]). Run it on every node that holds
-//! shards.
+//! On a distributed install (Citus) each node prunes the shards placed on
+//! it, each through its own relation (`rate_limits_<shardid>`, where a ctid
+//! means something), with Citus's metadata lock for a write to that shard
+//! held until the transaction ends, as a call's write holds it
+//! ([`prune_local_shards`]); the node `prune()` is called on reaches the
+//! others inside its transaction ([`crate::citus::prune_everywhere`]).
 
 use crate::clock;
 use crate::definitions;
@@ -62,48 +62,71 @@ impl Statements {
 }
 
 /// `rate_limiter.prune(older_than)`: how many rows were deleted. See
-/// sql/functions.sql.
+/// sql/functions.sql. On a distributed install: every node's shards
+/// ([`crate::citus::prune_everywhere`]).
 #[pg_extern(sql = false)]
 fn prune(older_than: Option<Interval>) -> i64 {
-    let result = older_than
-        .map(older_than_micros)
-        .transpose()
-        .map_err(CallError::Limit)
-        .and_then(|older_than| {
-            // Its statements name rows by ctid, which means something
-            // within one relation: on a distributed install, each shard of
-            // this node.
-            let tables = if crate::catalog::objects().distributed {
-                crate::citus::local_shards()?
-            } else {
-                vec![STATE_TABLE.to_string()]
-            };
-            write_as_owner(c"prune()", |client| {
-                tables.iter().try_fold(0, |deleted, table| {
-                    Ok(deleted + prune_rows(client, &Statements::of(table), older_than)?)
-                })
-            })
-        });
+    let result = if crate::catalog::objects().distributed {
+        crate::citus::prune_everywhere(older_than, || prune_local_shards(older_than))
+    } else {
+        older_than_micros(older_than)
+            .and_then(|older_than| prune_tables(&[STATE_TABLE.to_string()], older_than))
+    };
     match result {
         Ok(deleted) => deleted,
         Err(error) => report(error),
     }
 }
 
-/// `older_than` in microseconds, measured as a period is (`extract(epoch
-/// from ...)`: a month is 30 days). Zero is allowed.
+/// Prunes the shards of the state table placed on this node (a
+/// distributed install), each through its own relation, where a ctid
+/// means something, holding Citus's metadata lock for a write to each
+/// until the transaction ends ([`crate::citus::local_shards`]): how many
+/// rows were deleted.
 ///
-/// Errors: 22023 when it is negative or too long.
-fn older_than_micros(interval: Interval) -> Result<Micros, LimitError> {
-    if interval.months() == 0 && interval.days() == 0 && interval.micros() == 0 {
+/// Errors: 22023 a bad `older_than`; 25006 in a read-only transaction
+/// (also with no shard here); 55000 as `local_shards`.
+pub fn prune_local_shards(older_than: Option<Interval>) -> Result<i64, CallError> {
+    let older_than = older_than_micros(older_than)?;
+    prune_tables(&crate::citus::local_shards()?, older_than)
+}
+
+/// Prunes each of `tables` (qualified relation names) as the extension's
+/// owner: how many rows were deleted.
+///
+/// Errors: 25006 in a read-only transaction (before anything is read).
+fn prune_tables(tables: &[String], older_than: Option<Micros>) -> Result<i64, CallError> {
+    if tables.is_empty() {
+        // SAFETY: reads the transaction state; raises an ERROR when read-only.
+        unsafe { pg_sys::PreventCommandIfReadOnly(c"prune()".as_ptr()) };
         return Ok(0);
     }
-    period_micros(interval.months(), interval.days(), interval.micros()).map_err(|_| {
-        LimitError::invalid(
-            "older_than",
-            "older_than must be zero or a positive interval".to_string(),
-        )
+    write_as_owner(c"prune()", |client| {
+        tables.iter().try_fold(0, |deleted, table| {
+            Ok(deleted + prune_rows(client, &Statements::of(table), older_than)?)
+        })
     })
+}
+
+/// `older_than` in microseconds, measured as a period is (`extract(epoch
+/// from ...)`: a month is 30 days); `None` when not given. Zero is allowed.
+///
+/// Errors: 22023 when it is negative or too long.
+fn older_than_micros(older_than: Option<Interval>) -> Result<Option<Micros>, CallError> {
+    let Some(interval) = older_than else {
+        return Ok(None);
+    };
+    if interval.months() == 0 && interval.days() == 0 && interval.micros() == 0 {
+        return Ok(Some(0));
+    }
+    period_micros(interval.months(), interval.days(), interval.micros())
+        .map(Some)
+        .map_err(|_| {
+            CallError::Limit(LimitError::invalid(
+                "older_than",
+                "older_than must be zero or a positive interval".to_string(),
+            ))
+        })
 }
 
 /// One row as read.

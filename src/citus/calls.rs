@@ -589,18 +589,31 @@ pub(super) fn credit_elsewhere(
         },
         crate::clock::override_to_send(),
     ];
-    let value = Spi::connect_mut(|client| {
+    let value = one_value_elsewhere(CREDIT_ELSEWHERE, &arguments, "_rate_credit_at")?;
+    wrote(None)?;
+    Ok(value)
+}
+
+/// Runs `statement`, the call of the delegated internal function
+/// `function` with `arguments`, through a writing SPI connection, inside
+/// this transaction: the first column of its one row.
+///
+/// Errors: 55000 when it returned no row or NULL; those of the call.
+pub(super) fn one_value_elsewhere<T: FromDatum + IntoDatum>(
+    statement: &str,
+    arguments: &[DatumWithOid<'_>],
+    function: &str,
+) -> Result<T, CallError> {
+    Spi::connect_mut(|client| {
         client
-            .update(CREDIT_ELSEWHERE, Some(1), &arguments)?
+            .update(statement, Some(1), arguments)?
             .first()
-            .get::<f64>(1)
+            .get::<T>(1)
     })?
     .ok_or_else(|| {
         CallError::Cluster(
-            "rate_limiter._rate_credit_at() on another node returned no answer".into(),
+            format!("rate_limiter.{function}() on another node returned no answer"),
             "Check that every node runs the same version of rate_limiter.",
         )
-    })?;
-    wrote(None)?;
-    Ok(value)
+    })
 }

@@ -424,7 +424,9 @@ pub(super) unsafe fn rate_state_at(
 }
 
 /// The body of `_rate_credit_at`: the credit on this node, which must hold
-/// the rows, inside a transaction block.
+/// the rows, inside a transaction block, for a role that may call
+/// `rate_credit` (42501 otherwise: EXECUTE on this function alone must not
+/// let an application role refill its own limits).
 pub(super) fn credit_at(
     dkey: Option<DistributionValue>,
     name: Option<&[u8]>,
@@ -436,6 +438,11 @@ pub(super) fn credit_at(
     let count = crate::config::required(count, "count")?;
     let inline = crate::config::inline_config(config)?;
     rate_limiter_algorithm::validate_credit(count)?;
+    // It credits as rate_credit does: only for a role that may call that.
+    crate::security::require_execute(
+        "rate_limiter.rate_credit(pg_catalog.text, pg_catalog.text, pg_catalog.float8, rate_limiter.config)",
+        "rate_limiter.rate_credit()",
+    )?;
     const HINT: &str = "It is internal: call rate_limiter.rate_credit(), which reaches the node holding the row inside your transaction.";
     if key.is_none() {
         let shards = crate::definitions::resolve(name, inline)?.config.shards;

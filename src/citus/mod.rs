@@ -32,6 +32,7 @@
 mod calls;
 mod internal_functions;
 mod metadata;
+mod prune;
 mod routing;
 mod single_statement;
 mod two_phase_commit;
@@ -40,6 +41,7 @@ mod value;
 pub use calls::*;
 pub use internal_functions::*;
 pub use metadata::*;
+pub use prune::prune_everywhere;
 pub use routing::*;
 pub use two_phase_commit::*;
 pub use value::*;

@@ -21,7 +21,8 @@
 //!   waits for another node's busy shard;
 //! - a definition made on any node is used by every node's next call;
 //! - `status`, `http_headers`, `postgrest_limit` and `rate_credit` reach
-//!   the rows where they live; `prune()` prunes the shards of its node;
+//!   the rows where they live; `prune()` on any node prunes every node's
+//!   shards;
 //! - a state table distributed otherwise fails closed with `55000`, and the
 //!   hint's `undistribute()` brings it back;
 //! - a shard moved under load loses no row and admits no more than its
@@ -2174,16 +2175,46 @@ fn colocated_with_a_bigint_tenant_column_a_tenant_transaction_stays_on_one_worke
     forget("orders");
 }
 
+/// The ShareLocks on Citus's shard metadata this session holds (taken
+/// for a write to a shard), and the shards of the state table placed on
+/// its node.
+fn metadata_locks_and_local_shards(client: &mut impl postgres::GenericClient) -> (i64, i64) {
+    let row = client
+        .query_one(
+            "SELECT (SELECT count(*) FROM pg_locks WHERE pid = pg_backend_pid() \
+                     AND locktype = 'advisory' AND objsubid = 8 AND mode = 'ShareLock'), \
+                    (SELECT count(*) FROM pg_dist_shard JOIN pg_dist_placement USING (shardid) \
+                     WHERE logicalrelid = 'rate_limiter.rate_limits'::regclass \
+                       AND groupid = (SELECT groupid FROM pg_dist_local_group))",
+            &[],
+        )
+        .expect("locks");
+    (row.get(0), row.get(1))
+}
+
+/// `rate_limiter.prune(older_than)`: how many rows it deleted.
+fn prune(client: &mut impl postgres::GenericClient, older_than: Option<&str>) -> i64 {
+    client
+        .query_one(
+            "SELECT rate_limiter.prune($1::text::interval)",
+            &[&older_than],
+        )
+        .expect("prune()")
+        .get(0)
+}
+
 #[test]
 #[ignore = "needs the Citus cluster of scripts/test.sh"]
-fn prune_on_each_node_deletes_what_its_shards_no_longer_need() {
+fn prune_on_any_node_deletes_what_every_nodes_shards_no_longer_need() {
     make_distributed();
     forget("prune");
     let urls = urls();
     let mut coordinator = coordinator();
+    // prune-short refills a token every minute: full again within the
+    // hour, not within the test's first seconds.
     coordinator
         .batch_execute(
-            "SELECT rate_limiter.define('prune-short', rate_limiter.token_bucket(10, '1 second')); \
+            "SELECT rate_limiter.define('prune-short', rate_limiter.token_bucket(10, '10 minutes')); \
              SELECT rate_limiter.define('prune-long', rate_limiter.token_bucket(10, '1000 days'))",
         )
         .expect("define");
@@ -2207,51 +2238,72 @@ fn prune_on_each_node_deletes_what_its_shards_no_longer_need() {
             .expect("count")
             .get(0)
     };
-    // An hour later every prune-short row is full again (prunable); the
-    // prune-long rows are not.
-    let later = "SET rate_limiter.now_override = 'now'; \
-                 SELECT set_config('rate_limiter.now_override', (now() + interval '1 hour')::text, false)";
-    // The coordinator holds no shard: nothing to prune there.
-    coordinator.batch_execute(later).expect("an hour later");
-    let deleted: i64 = coordinator
-        .query_one("SELECT rate_limiter.prune()", &[])
-        .expect("prune() on the coordinator")
+    // Now nothing is prunable anywhere.
+    assert_eq!(prune(&mut coordinator, None), 0, "every row still counts");
+    // An hour later, set in the calling session only (the clock travels
+    // with the delegated prunes; the workers' own clocks say now), every
+    // prune-short row is full again; the prune-long rows are not.
+    let hour: String = coordinator
+        .query_one("SELECT (now() + interval '1 hour')::text", &[])
+        .expect("an hour later")
         .get(0);
-    assert_eq!(deleted, 0);
-    for worker in [1, 2] {
-        let mut client = connect(&urls[worker]);
-        client.batch_execute(later).expect("an hour later");
-        let mut transaction = client.transaction().expect("begin");
-        let deleted: i64 = transaction
-            .query_one("SELECT rate_limiter.prune()", &[])
-            .expect("prune() on a worker")
-            .get(0);
-        assert_eq!(
-            deleted, on_worker[worker],
-            "worker {worker} pruned its own rows"
-        );
-        // Citus's metadata lock for a write to each of its shards, held as
-        // a call's write holds it.
-        let (locks, shards): (i64, i64) = {
-            let row = transaction
-                .query_one(
-                    "SELECT (SELECT count(*) FROM pg_locks WHERE pid = pg_backend_pid() \
-                             AND locktype = 'advisory' AND objsubid = 8 AND mode = 'ShareLock'), \
-                            (SELECT count(*) FROM pg_dist_shard JOIN pg_dist_placement USING (shardid) \
-                             WHERE logicalrelid = 'rate_limiter.rate_limits'::regclass \
-                               AND groupid = (SELECT groupid FROM pg_dist_local_group))",
-                    &[],
-                )
-                .expect("locks");
-            (row.get(0), row.get(1))
-        };
-        assert!(shards > 0);
-        assert_eq!(
-            locks, shards,
-            "worker {worker}: one metadata lock per shard of its own"
-        );
-        transaction.commit().expect("commit");
-    }
+    let set_clock = |client: &mut Client, at: &str| {
+        client
+            .execute(
+                "SELECT set_config('rate_limiter.now_override', $1, false)",
+                &[&at],
+            )
+            .expect("set the clock");
+    };
+
+    // From the coordinator (which holds no shard), inside a transaction:
+    // every worker's rows; a rollback undoes it on both.
+    set_clock(&mut coordinator, &hour);
+    let mut transaction = coordinator.transaction().expect("begin");
+    assert_eq!(prune(&mut transaction, None), 20, "both workers' full rows");
+    transaction.rollback().expect("rollback");
+    assert_eq!(count(&mut coordinator, "prune-short"), 20, "rolled back");
+
+    // A read-only transaction: 25006, as on one server.
+    let mut transaction = coordinator
+        .build_transaction()
+        .read_only(true)
+        .start()
+        .expect("begin read only");
+    let error = transaction
+        .query_one("SELECT rate_limiter.prune()", &[])
+        .expect_err("read only");
+    assert_eq!(
+        error.code(),
+        Some(&SqlState::READ_ONLY_SQL_TRANSACTION),
+        "{error}"
+    );
+    transaction.rollback().expect("rollback");
+
+    // From worker 1: its own shards directly (holding Citus's metadata
+    // lock for a write to each, as a call's write holds it), worker 2's
+    // through _prune_at; the commit uses 2PC (rows deleted on both).
+    let (mut worker, notices) = connect_with_notices(&urls[1]);
+    set_clock(&mut worker, &hour);
+    worker
+        .batch_execute("SET citus.log_remote_commands = on")
+        .expect("log remote commands");
+    taken(&notices);
+    let mut transaction = worker.transaction().expect("begin");
+    assert_eq!(prune(&mut transaction, None), 20, "both workers' full rows");
+    let (locks, shards) = metadata_locks_and_local_shards(&mut transaction);
+    assert!(shards > 0);
+    assert_eq!(locks, shards, "one metadata lock per shard of its own");
+    transaction.commit().expect("commit");
+    let log = taken(&notices);
+    assert!(
+        log.iter().any(|line| line.contains("_prune_at")),
+        "worker 2 reached through _prune_at: {log:#?}"
+    );
+    assert!(
+        log.iter().any(|line| line.contains("PREPARE TRANSACTION")),
+        "deleted on two nodes: 2PC: {log:#?}"
+    );
     assert_eq!(
         count(&mut coordinator, "prune-short"),
         0,
@@ -2271,7 +2323,122 @@ fn prune_on_each_node_deletes_what_its_shards_no_longer_need() {
         .expect("rate_limit")
         .get(0);
     assert_eq!(remaining.round(), 9.0);
+
+    // With older_than, an hour later still, from worker 2: also the rows
+    // of a name without a definition untouched for longer, on both
+    // workers.
+    for key in &keys {
+        coordinator
+            .execute(
+                "SELECT * FROM rate_limiter.rate_limit('prune-inline', $1, \
+                 config => rate_limiter.token_bucket(10, '1000 days'))",
+                &[key],
+            )
+            .expect("an inline config");
+    }
+    let two_hours: String = coordinator
+        .query_one(
+            "SELECT ($1::text::timestamptz + interval '1 hour')::text",
+            &[&hour],
+        )
+        .expect("two hours later")
+        .get(0);
+    let mut worker = connect(&urls[2]);
+    set_clock(&mut worker, &two_hours);
+    assert_eq!(
+        prune(&mut worker, Some("30 minutes")),
+        20 + 1,
+        "the inline rows, and prune-short's new one"
+    );
+    assert_eq!(count(&mut coordinator, "prune-inline"), 0);
+    assert_eq!(count(&mut coordinator, "prune-long"), 20);
     forget("prune");
+}
+
+/// The functions `citus_manager` gets EXECUTE on in
+/// [`only_a_role_that_may_credit_or_prune_may_call_their_internal_functions`]:
+/// distributed ones (Citus propagates their grants), then the public ones
+/// (granted on every node).
+const MANAGER_INTERNAL: &str =
+    "rate_limiter._rate_credit_at(text, text, text, float8, rate_limiter.config, timestamptz), \
+     rate_limiter._prune_at(text, interval, timestamptz)";
+const MANAGER_PUBLIC: &str =
+    "rate_limiter.rate_credit(text, text, float8, rate_limiter.config), rate_limiter.prune(interval)";
+
+#[test]
+#[ignore = "needs the Citus cluster of scripts/test.sh"]
+fn only_a_role_that_may_credit_or_prune_may_call_their_internal_functions() {
+    make_distributed();
+    forget("grants");
+    let urls = urls();
+    let mut coordinator = coordinator();
+    define(&mut coordinator, "grants", 10.0);
+    let (one, two) = keys_on_each_worker(&mut coordinator, "grants-");
+    for key in [&one, &two] {
+        assert!(consume(&mut coordinator, "grants", Some(key)));
+    }
+    // A role with EXECUTE on the internal functions only (what the README
+    // once granted an application role): refused on the node holding the
+    // row, inside a transaction block, and nothing credited or pruned.
+    coordinator
+        .batch_execute(&format!(
+            "DROP ROLE IF EXISTS citus_manager; CREATE ROLE citus_manager LOGIN; \
+             GRANT USAGE ON SCHEMA rate_limiter TO citus_manager; \
+             GRANT EXECUTE ON FUNCTION {MANAGER_INTERNAL} TO citus_manager"
+        ))
+        .expect("a role");
+    let mut worker = connect(&urls[1]);
+    for statement in [
+        "SELECT rate_limiter._rate_credit_at($1, 'grants', $1, 5, NULL, NULL)",
+        "SELECT rate_limiter._prune_at($1::text, '0 seconds', NULL)",
+    ] {
+        let mut transaction = worker.transaction().expect("begin");
+        transaction
+            .batch_execute("SET LOCAL ROLE citus_manager")
+            .expect("set role");
+        let error = transaction
+            .query(statement, &[&one])
+            .expect_err("not allowed");
+        assert_eq!(
+            error.code(),
+            Some(&SqlState::INSUFFICIENT_PRIVILEGE),
+            "{statement}: {error}"
+        );
+        transaction.rollback().expect("rollback");
+    }
+    assert_eq!(stored(&mut coordinator, "grants", &one), Some(9.0));
+    // With EXECUTE on rate_credit and prune too, on every node (Citus
+    // does not propagate grants on functions it does not distribute), the
+    // role credits and prunes rows on both workers from the coordinator.
+    coordinator
+        .batch_execute(&format!(
+            "GRANT EXECUTE ON FUNCTION {MANAGER_PUBLIC} TO citus_manager; \
+             SELECT run_command_on_workers('GRANT EXECUTE ON FUNCTION {MANAGER_PUBLIC} TO citus_manager')"
+        ))
+        .expect("grant the public functions");
+    let mut manager = connect(&urls[0].replace("user=postgres", "user=citus_manager"));
+    for key in [&one, &two] {
+        let value: f64 = manager
+            .query_one("SELECT rate_limiter.rate_credit('grants', $1, 1)", &[key])
+            .expect("rate_credit")
+            .get(0);
+        assert_eq!(value.round(), 10.0, "credited on the row's worker");
+    }
+    assert!(
+        prune(&mut manager, None) >= 2,
+        "both full rows, on both workers"
+    );
+    assert_eq!(stored(&mut coordinator, "grants", &one), None);
+    assert_eq!(stored(&mut coordinator, "grants", &two), None);
+    drop(manager);
+    coordinator
+        .batch_execute(&format!(
+            "REVOKE ALL ON FUNCTION {MANAGER_INTERNAL}, {MANAGER_PUBLIC} FROM citus_manager; \
+             SELECT run_command_on_workers('REVOKE ALL ON FUNCTION {MANAGER_PUBLIC} FROM citus_manager'); \
+             REVOKE ALL ON SCHEMA rate_limiter FROM citus_manager; DROP ROLE citus_manager"
+        ))
+        .expect("drop the role");
+    forget("grants");
 }
 
 #[test]
@@ -2518,6 +2685,7 @@ fn the_internal_functions_fail_closed_where_they_must() {
         "SELECT * FROM rate_limiter._rate_state_at($1, 'internal', $1, 1::int2)",
         "SELECT rate_limiter._rate_credit_at($1, 'internal', $1, 1, NULL, NULL)",
         "SELECT * FROM rate_limiter._rate_limit_all_at($1, ARRAY[('internal', $1, 1, NULL)]::rate_limiter.request[], false, NULL)",
+        "SELECT rate_limiter._prune_at($1::text, NULL, NULL)",
     ];
     let code = |client: &mut Client, statement: &str, dkey: &str| {
         client
@@ -2542,7 +2710,7 @@ fn the_internal_functions_fail_closed_where_they_must() {
     let mut worker = connect(&urls[1]);
     // On the node holding the row, outside a transaction block: the
     // writing ones refuse (they would commit on their own).
-    for statement in [calls[0], calls[2], calls[3]] {
+    for statement in [calls[0], calls[2], calls[3], calls[4]] {
         assert_eq!(
             code(&mut worker, statement, &one),
             Some(SqlState::OBJECT_NOT_IN_PREREQUISITE_STATE),
