@@ -70,6 +70,25 @@ BEGIN
                       HINT = 'Set max_prepared_transactions (to max_connections, say) on every node and restart them.';
         END IF;
     END LOOP;
+    -- Each node's library, loaded at server start, keeps a NULL
+    -- distribution argument from Citus's function delegation, which would
+    -- crash the server (src/citus/null_distribution_argument.rs): a
+    -- session's first statement may be such a call.
+    FOR worker IN
+        SELECT 'the coordinator' AS node, true AS success,
+               pg_catalog.current_setting('shared_preload_libraries') AS result
+        UNION ALL
+        SELECT pg_catalog.format('worker %s:%s', w.nodename, w.nodeport), w.success, w.result
+        FROM run_command_on_workers('SHOW shared_preload_libraries') AS w
+    LOOP
+        IF NOT worker.success OR NOT EXISTS (
+               SELECT FROM pg_catalog.unnest(pg_catalog.string_to_array(worker.result, ',')) AS library
+               WHERE pg_catalog.regexp_replace(pg_catalog.btrim(library, ' "'), '^.*/|[.]so$', '', 'g') = 'rate_limiter') THEN
+            RAISE EXCEPTION 'rate_limiter is not in shared_preload_libraries on % (it says: %)', worker.node, worker.result
+                USING ERRCODE = '55000',
+                      HINT = 'Set shared_preload_libraries = ''citus,rate_limiter'' on every node and restart them.';
+        END IF;
+    END LOOP;
 
     state_method := (SELECT p.partmethod FROM pg_catalog.pg_dist_partition AS p WHERE p.logicalrelid = state_table);
     state_column := (SELECT pg_catalog.column_to_column_name(p.logicalrelid, p.partkey)
@@ -221,7 +240,7 @@ $distribute$;
 COMMENT ON FUNCTION rate_limiter.distribute(regclass) IS
 'Citus: makes rate_limiter.rate_limits a distributed table (by the column dkey: the key, or name/shard for a global limit) and rate_limiter.definitions a reference table, keeping every row. '
 'colocate_with: a table distributed by a bigint or uuid column or a text COLLATE "C" column, whose rows for value K live beside the state of key K (with bigint, every key must be a decimal integer; with uuid, a uuid). Run on the coordinator; idempotent. '
-'Errors: 25001 in a transaction that has written already; 55000 without Citus, on a worker, max_prepared_transactions = 0 on a node, a worker with rows in its own table, tables distributed otherwise; 42501 neither superuser nor owner; '
+'Errors: 25001 in a transaction that has written already; 55000 without Citus, on a worker, max_prepared_transactions = 0 on a node, rate_limiter not in shared_preload_libraries on a node, a worker with rows in its own table, tables distributed otherwise; 42501 neither superuser nor owner; '
 '22023 colocate_with not hash-distributed; 0A000 its distribution column is neither bigint, uuid nor text COLLATE "C"; 22P02 with bigint or uuid, a stored key that is not a decimal integer or a uuid.';
 
 CREATE FUNCTION rate_limiter.undistribute()

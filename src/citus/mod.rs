@@ -32,6 +32,7 @@
 mod calls;
 mod internal_functions;
 mod metadata;
+mod null_distribution_argument;
 mod prune;
 mod routing;
 mod single_statement;
@@ -47,3 +48,11 @@ pub use two_phase_commit::*;
 pub use value::*;
 
 pub mod all_or_nothing;
+
+/// Called once when the library is loaded: the transaction callbacks of
+/// two-phase commit, and the planner check that keeps a NULL
+/// distribution argument from Citus's function delegation.
+pub fn register() {
+    two_phase_commit::register();
+    null_distribution_argument::register();
+}

@@ -484,6 +484,99 @@ fn distribute_refuses_where_it_cannot_run() {
         .expect("drop the role");
 }
 
+/// Restarts the server of `url` with `from` replaced by `to` in the
+/// command line it was started with (its `postmaster.opts`, which `pg_ctl
+/// restart` reuses), and waits until it accepts connections.
+fn restart_with(url: &str, from: &str, to: &str) {
+    let mut client = connect(url);
+    let data: String = client
+        .query_one("SHOW data_directory", &[])
+        .expect("data_directory")
+        .get(0);
+    let bin: String = client
+        .query_one("SELECT setting FROM pg_config WHERE name = 'BINDIR'", &[])
+        .expect("BINDIR")
+        .get(0);
+    drop(client);
+    let options = format!("{data}/postmaster.opts");
+    let started = std::fs::read_to_string(&options).expect("read postmaster.opts");
+    assert!(started.contains(from), "{from} in {started}");
+    std::fs::write(&options, started.replace(from, to)).expect("write postmaster.opts");
+    let restarted = std::process::Command::new("sudo")
+        .args(["-u", "postgres", "env", "-u", "RUST_BACKTRACE"])
+        .arg(format!("LD_LIBRARY_PATH={bin}/../lib"))
+        .arg(format!("{bin}/pg_ctl"))
+        .args([
+            "-D",
+            &data,
+            "-l",
+            &format!("{data}.restarted.log"),
+            "-m",
+            "fast",
+            "-w",
+            "restart",
+        ])
+        .output()
+        .expect("run pg_ctl restart");
+    assert!(
+        restarted.status.success(),
+        "pg_ctl restart: {}",
+        String::from_utf8_lossy(&restarted.stderr)
+    );
+    reconnect(url);
+}
+
+/// Worker 2 restarted without `rate_limiter` in its
+/// `shared_preload_libraries`, until dropped (then restarted as before).
+struct WithoutPreload;
+
+const PRELOADED: &str = "shared_preload_libraries=citus,rate_limiter";
+const NOT_PRELOADED: &str = "shared_preload_libraries=citus";
+
+impl WithoutPreload {
+    fn start() -> Self {
+        restart_with(&urls()[2], PRELOADED, NOT_PRELOADED);
+        WithoutPreload
+    }
+}
+
+impl Drop for WithoutPreload {
+    fn drop(&mut self) {
+        restart_with(&urls()[2], NOT_PRELOADED, PRELOADED);
+    }
+}
+
+#[test]
+#[ignore = "needs the Citus cluster of scripts/test.sh"]
+fn distribute_refuses_a_node_that_does_not_preload_rate_limiter() {
+    make_local();
+    let mut coordinator = coordinator();
+    {
+        let _worker = WithoutPreload::start();
+        let error = coordinator
+            .batch_execute("SELECT rate_limiter.distribute()")
+            .expect_err("distribute() with worker 2 not preloading the library");
+        let db = error.as_db_error().expect("a server error");
+        assert_eq!(
+            db.code(),
+            &SqlState::OBJECT_NOT_IN_PREREQUISITE_STATE,
+            "{db:?}"
+        );
+        assert!(
+            db.message().contains("shared_preload_libraries on worker")
+                && db.message().contains(&port_of(&urls()[2]).to_string()),
+            "{}",
+            db.message()
+        );
+        assert_eq!(distribution(&mut coordinator), None, "nothing distributed");
+    }
+    make_distributed();
+    assert_eq!(
+        distribution(&mut coordinator).map(|(method, _)| method),
+        Some("h".to_string())
+    );
+}
+
 #[test]
 #[ignore = "needs the Citus cluster of scripts/test.sh"]
 fn every_row_is_in_the_shard_citus_looks_in_for_its_value() {
@@ -2759,6 +2852,98 @@ fn the_internal_functions_fail_closed_where_they_must() {
         .expect("a call of its own");
     assert_eq!(stored(&mut coordinator, "internal", &one), Some(9.0));
     forget("internal");
+}
+
+/// Every form in which Citus would delegate a call of each internal
+/// function with a NULL distribution argument (after the planner folded
+/// it: a NULL literal, a parameter bound to NULL, an expression that
+/// folds to NULL, a subquery the planner pulls up).
+fn null_distribution_arguments() -> Vec<(String, Vec<Option<String>>)> {
+    let calls = [
+        "rate_limiter._rate_limit_at({dkey}, 'internal', 'k', 1, false, NULL, true, NULL)",
+        "rate_limiter._rate_state_at({dkey}, 'internal', 'k', 1::int2)",
+        "rate_limiter._rate_credit_at({dkey}, 'internal', 'k', 1, NULL, NULL)",
+        "rate_limiter._rate_limit_all_at({dkey}, ARRAY[('internal', 'k', 1, NULL)]::rate_limiter.request[], false, NULL)",
+        "rate_limiter._prune_at({dkey}, NULL, NULL)",
+    ];
+    let mut statements = Vec::new();
+    for call in calls {
+        for (dkey, parameters) in [
+            ("NULL::text", vec![]),
+            ("$1::text", vec![None]),
+            ("nullif('a'::text, 'a')", vec![]),
+        ] {
+            let call = call.replace("{dkey}", dkey);
+            statements.push((format!("SELECT * FROM {call}"), parameters.clone()));
+            statements.push((format!("SELECT {call}"), parameters.clone()));
+            statements.push((
+                format!("SELECT * FROM (SELECT * FROM {call}) AS pulled_up"),
+                parameters,
+            ));
+        }
+    }
+    statements
+}
+
+#[test]
+#[ignore = "needs the Citus cluster of scripts/test.sh"]
+fn a_null_distribution_argument_never_reaches_citus() {
+    make_distributed();
+    let urls = urls();
+    // Citus 13.2.2 and 14.0.1 hash the distribution argument of a call
+    // they delegate without checking for NULL: a server crash (signal 11).
+    // Every such call is 22004 at planning, on the coordinator and on a
+    // worker, in a transaction block and outside one, and the server
+    // lives on.
+    for url in [&urls[0], &urls[1]] {
+        let mut client = connect(url);
+        for (statement, parameters) in null_distribution_arguments() {
+            let parameters: Vec<&(dyn postgres::types::ToSql + Sync)> = parameters
+                .iter()
+                .map(|value| value as &(dyn postgres::types::ToSql + Sync))
+                .collect();
+            for in_block in [false, true] {
+                let error = if in_block {
+                    let mut transaction = client.transaction().expect("begin");
+                    let error = transaction
+                        .query(statement.as_str(), &parameters)
+                        .expect_err("a NULL dkey");
+                    transaction.rollback().expect("rollback");
+                    error
+                } else {
+                    client
+                        .query(statement.as_str(), &parameters)
+                        .expect_err("a NULL dkey")
+                };
+                assert_eq!(
+                    error.code(),
+                    Some(&SqlState::NULL_VALUE_NOT_ALLOWED),
+                    "{url}: {statement}: {error}"
+                );
+            }
+        }
+        assert_eq!(
+            client
+                .query_one("SELECT 1", &[])
+                .expect("the server lives on")
+                .get::<_, i32>(0),
+            1
+        );
+    }
+    // A call with a NULL dkey that Citus does not delegate (not the only
+    // call of its statement) still answers its own error.
+    let mut coordinator = coordinator();
+    let error = coordinator
+        .query(
+            "SELECT * FROM rate_limiter._rate_state_at(NULL::text, 'internal', 'k', 1::int2), generate_series(1, 1)",
+            &[],
+        )
+        .expect_err("a NULL dkey");
+    assert_eq!(
+        error.code(),
+        Some(&SqlState::INVALID_PARAMETER_VALUE),
+        "{error}"
+    );
 }
 
 /// `rate_limit_all(name, [(key, count), ...])` through `client`: each
