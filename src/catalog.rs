@@ -87,17 +87,29 @@ fn distributed(table: pg_sys::Oid, definitions: pg_sys::Oid) -> bool {
 /// The OID of `rate_limiter.define(text, rate_limiter.config, boolean)`, or
 /// of an older version's `define(text, rate_limiter.config)`; invalid when
 /// both are missing (then nobody may override a definition).
-/// A read-only statement (`Spi::connect` + `select`): `Spi::get_one` would
-/// assign a transaction id, which a hot standby cannot do.
 fn define_function() -> pg_sys::Oid {
+    [
+        "rate_limiter.define(pg_catalog.text, rate_limiter.config, pg_catalog.bool)",
+        "rate_limiter.define(pg_catalog.text, rate_limiter.config)",
+    ]
+    .into_iter()
+    .map(function)
+    .find(|&oid| oid != pg_sys::InvalidOid)
+    .unwrap_or(pg_sys::InvalidOid)
+}
+
+/// The OID of the function `signature` (a schema-qualified
+/// `regprocedure` text), invalid when there is none (or the lookup
+/// failed). A read-only statement (`Spi::connect` + `select`):
+/// `Spi::get_one` would assign a transaction id, which a hot standby
+/// cannot do.
+pub fn function(signature: &str) -> pg_sys::Oid {
     Spi::connect(|client| {
         client
             .select(
-                "SELECT COALESCE(\
-                     pg_catalog.to_regprocedure('rate_limiter.define(pg_catalog.text, rate_limiter.config, pg_catalog.bool)'), \
-                     pg_catalog.to_regprocedure('rate_limiter.define(pg_catalog.text, rate_limiter.config)'))::pg_catalog.oid",
+                "SELECT pg_catalog.to_regprocedure($1)::pg_catalog.oid",
                 Some(1),
-                &[],
+                &[signature.into()],
             )?
             .first()
             .get_one::<pg_sys::Oid>()

@@ -107,23 +107,13 @@ pub fn write_as_owner<R>(
 /// `signature` (a `regprocedure` text, schema-qualified). For the
 /// internal functions Citus delegates that do what a managing function
 /// does (`_rate_credit_at`, `_prune_at`): only a role that may call the
-/// public function may call them. A missing function allows nobody.
+/// public function may call them. A missing function (or a failed
+/// lookup) allows nobody.
 pub fn require_execute(
     signature: &str,
     label: &'static str,
 ) -> Result<(), crate::errors::CallError> {
-    // Read-only SPI: no transaction id (a hot standby has none to give).
-    let function = pgrx::spi::Spi::connect(|client| {
-        client
-            .select(
-                "SELECT pg_catalog.to_regprocedure($1)::pg_catalog.oid",
-                Some(1),
-                &[signature.into()],
-            )?
-            .first()
-            .get_one::<pg_sys::Oid>()
-    })?
-    .unwrap_or(pg_sys::InvalidOid);
+    let function = crate::catalog::function(signature);
     // SAFETY: an ACL check inside the caller's transaction.
     let allowed = function != pg_sys::InvalidOid
         && unsafe { crate::compat::may_execute(function, pg_sys::GetUserId()) };

@@ -34,7 +34,7 @@
 //!   the call was made on.
 
 use super::internal_functions::delegated_entry_points;
-use super::{checks, distribution, distribution_value, here, not_here, wrong_dkey, wrote};
+use super::{checks, current_distribution, distribution_value, here, not_here, wrong_dkey, wrote};
 use super::{DistributionValue, CALLING_CONVENTION};
 use crate::all_or_nothing::{self as local, Answers, RequestArgument};
 use crate::config::required;
@@ -69,12 +69,7 @@ fn spreads(request: &RequestArgument) -> bool {
 /// Errors: 22P02 a key that is not a bigint or uuid (colocated with such
 /// a column); 55000 as `Distribution::place`.
 fn groups(requests: &[&RequestArgument]) -> Result<(Vec<Group>, i32), CallError> {
-    let Some(distribution) = distribution() else {
-        return Err(CallError::Cluster(
-            "rate_limiter.rate_limits is no longer distributed".into(),
-            "Retry the call.",
-        ));
-    };
+    let distribution = current_distribution()?;
     let mut placed = Vec::with_capacity(requests.len());
     for (position, request) in requests.iter().enumerate() {
         if spreads(request) {

@@ -234,6 +234,17 @@ pub fn distribution() -> Option<Rc<Distribution>> {
     Some(distribution)
 }
 
+/// [`distribution`] for a call that found the tables distributed: 55000
+/// when they no longer are (an `undistribute()` committed meanwhile).
+pub(super) fn current_distribution() -> Result<Rc<Distribution>, CallError> {
+    distribution().ok_or_else(|| {
+        CallError::Cluster(
+            "rate_limiter.rate_limits is no longer distributed".into(),
+            "Retry the call.",
+        )
+    })
+}
+
 /// The error of a call that storage was asked to make on a distributed
 /// install without a route: 55000 if the tables are not distributed as
 /// `distribute()` distributes them, else 0A000 (a function that does not
@@ -344,12 +355,7 @@ pub(super) fn lock_shard_metadata(colocation_id: u32, index: usize, mode: u32) {
 /// distributes them, when the metadata changed while the locks were
 /// taken, or when a shard placed here has no relation here.
 pub fn local_shards() -> Result<Vec<String>, CallError> {
-    let Some(distribution) = distribution() else {
-        return Err(CallError::Cluster(
-            "rate_limiter.rate_limits is no longer distributed".into(),
-            "Retry the call.",
-        ));
-    };
+    let distribution = current_distribution()?;
     distribution.check()?;
     let generation = catalog::generation();
     let objects = catalog::objects();

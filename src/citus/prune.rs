@@ -14,8 +14,8 @@
 
 use super::internal_functions::delegated_entry_points;
 use super::{
-    checks, distribution, not_here, one_value_elsewhere, wrong_dkey, wrote, DistributionValue,
-    CALLING_CONVENTION,
+    checks, current_distribution, distribution, not_here, one_value_elsewhere, wrong_dkey, wrote,
+    DistributionValue, CALLING_CONVENTION,
 };
 use crate::errors::CallError;
 use pgrx::datum::DatumWithOid;
@@ -56,12 +56,7 @@ fn probe(column_type: pg_sys::Oid, number: u32) -> DistributionValue {
 /// Errors: 55000 when the tables are not distributed as `distribute()`
 /// distributes them, or no value routed to a node was found.
 fn nodes() -> Result<(Option<DistributionValue>, Vec<DistributionValue>), CallError> {
-    let Some(distribution) = distribution() else {
-        return Err(CallError::Cluster(
-            "rate_limiter.rate_limits is no longer distributed".into(),
-            "Retry the call.",
-        ));
-    };
+    let distribution = current_distribution()?;
     distribution.check()?;
     let mut groups: Vec<i32> = distribution
         .shards

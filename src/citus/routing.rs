@@ -3,7 +3,7 @@
 //! another node ([`site`], [`spread`], [`here`]).
 
 use super::{
-    distribution, distribution_value, lock_shard_metadata, wrote, DistributionValue, Place,
+    current_distribution, distribution_value, lock_shard_metadata, wrote, DistributionValue, Place,
 };
 use crate::catalog;
 use crate::errors::CallError;
@@ -61,12 +61,7 @@ pub(super) const LOOKUPS: usize = 3;
 /// re-reads the metadata if it changed meanwhile.
 pub fn site(dkey: &DistributionValue, for_write: bool) -> Result<Site, CallError> {
     for _ in 0..LOOKUPS {
-        let Some(distribution) = distribution() else {
-            return Err(CallError::Cluster(
-                "rate_limiter.rate_limits is no longer distributed".into(),
-                "Retry the call.",
-            ));
-        };
+        let distribution = current_distribution()?;
         let place = distribution.place(dkey)?;
         if place.group != distribution.local_group {
             return Ok(Site::Elsewhere);
@@ -101,12 +96,7 @@ pub fn site(dkey: &DistributionValue, for_write: bool) -> Result<Site, CallError
 /// Errors: 55000 as [`site`].
 pub fn spread(name: &[u8], shards: i16, for_write: bool) -> Result<Spread, CallError> {
     for _ in 0..LOOKUPS {
-        let Some(distribution) = distribution() else {
-            return Err(CallError::Cluster(
-                "rate_limiter.rate_limits is no longer distributed".into(),
-                "Retry the call.",
-            ));
-        };
+        let distribution = current_distribution()?;
         let generation = catalog::generation();
         let mut here = Vec::new();
         let mut others: Vec<Other> = Vec::new();

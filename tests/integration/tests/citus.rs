@@ -2185,6 +2185,49 @@ fn colocated_tenants_on_two_workers(
         assert_eq!(tokens(&mut coordinator, Some(&two), &two), Some(8.0));
         assert_eq!(tokens(&mut coordinator, None, global_dkey), Some(5.0));
     }
+    // prune() from the coordinator reaches both workers through
+    // _prune_at, delegated by a value of the column's type: the rows of a
+    // name without a definition on both tenants go, the others stay.
+    let inline = format!("{name}-inline");
+    for tenant in [&one, &two] {
+        coordinator
+            .execute(
+                "SELECT * FROM rate_limiter.rate_limit($1, $2, \
+                 config => rate_limiter.token_bucket(10, '1000 days'))",
+                &[&inline, tenant],
+            )
+            .expect("an inline config");
+        assert_eq!(
+            stored_typed(
+                &mut coordinator,
+                &inline,
+                Some(tenant.as_str()),
+                tenant,
+                column_type
+            ),
+            Some(9.0)
+        );
+    }
+    let deleted: i64 = coordinator
+        .query_one("SELECT rate_limiter.prune(older_than => '0 seconds')", &[])
+        .expect("prune()")
+        .get(0);
+    assert!(deleted >= 2, "both tenants' inline rows: {deleted}");
+    for tenant in [&one, &two] {
+        assert_eq!(
+            stored_typed(
+                &mut coordinator,
+                &inline,
+                Some(tenant.as_str()),
+                tenant,
+                column_type
+            ),
+            None,
+            "pruned on the tenant's worker"
+        );
+    }
+    assert_eq!(tokens(&mut coordinator, Some(&one), &one), Some(6.0));
+    assert_eq!(tokens(&mut coordinator, Some(&two), &two), Some(8.0));
     // undistribute() goes back to a text dkey, keeping the rows.
     make_local();
     assert_eq!(dkey_type_and_colocation(&mut coordinator, table).0, "text");
