@@ -10,7 +10,7 @@
 set -euo pipefail
 cd "$(dirname "$0")/.."
 source scripts/lib.sh
-RL_PORT=${RL_BENCH_PORT:-54331}
+RL_PORT=${RL_BENCH_PORT:-24331}
 REDIS_PORT=${RL_REDIS_PORT:-6390}
 
 ensure_tools

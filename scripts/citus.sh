@@ -13,13 +13,16 @@
 # compile against Debian's 15.20 headers as it is (their dbcommands.h
 # exports have_createdb_privilege(), which Citus also defines for < 16): the
 # build renames Citus's copy, as ../shared/citus/README.md says. The nodes
-# listen on 127.0.0.1, ports $RL_CITUS_PORT (coordinator, 55440 by default)
-# and the next two, with sockets in DIR; `start` prints their conninfos.
+# listen on 127.0.0.1, ports $RL_CITUS_PORT (coordinator; by default 25440
+# on PostgreSQL 15, 25470 on 18, scripts/lib.sh) and the next two, with
+# sockets in DIR; `start` prints their conninfos. When it cannot start them,
+# it says why: a port in use and by what, or the last lines of each node's
+# server log.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 source scripts/lib.sh
 
-CITUS_PORT=${RL_CITUS_PORT:-55440}
+CITUS_PORT=$RL_CITUS_PORT
 case "$RL_PG" in
 15) CITUS_VERSION=13.2.2 ;;
 *) CITUS_VERSION=14.0.1 ;;
@@ -79,7 +82,18 @@ build() {
 node_port() { echo $((CITUS_PORT + $1)); }
 
 start() {
-    local dir=$1 node
+    local dir=$1 node port
+    for node in 0 1 2; do
+        port=$(node_port "$node")
+        # Something listening there would answer in place of the node.
+        if (exec 3<>"/dev/tcp/127.0.0.1/$port") 2>/dev/null; then
+            echo "port $port (node $node) is in use already:" >&2
+            ss -ltnp "sport = :$port" >&2 || true
+            return 1
+        fi
+    done
+    # Whatever fails from here on (set -e ends the script), the nodes' logs say why.
+    trap 'explain_start "$?" "'"$dir"'"' EXIT
     mkdir -p "$dir"
     chown postgres:postgres "$dir"
     let_postgres_reach "$dir"
@@ -102,8 +116,24 @@ start() {
     local workers
     workers=$(psql_node 0 -c "SELECT count(*) FROM citus_get_active_worker_nodes()")
     [ "$workers" = 2 ] || { echo "the coordinator sees $workers active workers, not 2" >&2; return 1; }
+    trap - EXIT
     for node in 0 1 2; do
         echo "host=127.0.0.1 port=$(node_port $node) user=postgres dbname=postgres"
+    done
+}
+
+# The EXIT trap of a start that failed (status $1): the last lines of each
+# node's server log in DIR ($2), on standard error.
+explain_start() {
+    local status=$1 dir=$2 node
+    [ "$status" = 0 ] && return 0
+    echo "the Citus cluster in $dir did not start (exit status $status)" >&2
+    for node in 0 1 2; do
+        for file in "$dir/node$node.log" "$dir/node$node/log/"*; do
+            [ -f "$file" ] || continue
+            echo "--- node $node (port $(node_port "$node")), the end of $file:" >&2
+            tail -n 15 "$file" >&2
+        done
     done
 }
 
@@ -113,12 +143,21 @@ psql_node() {
     env "LD_LIBRARY_PATH=$PG_LIBRARY_PATH" "$PG_BIN/psql" -X -q -At -v ON_ERROR_STOP=1 -h 127.0.0.1 -p "$(node_port "$node")" -U postgres -d postgres "$@"
 }
 
+# Stops each node (fast; immediate if that has not ended it within 60 s;
+# SIGKILL as the last resort), so that none is left holding its port, then
+# deletes DIR.
 stop() {
-    local dir=$1 node
+    local dir=$1 node data pid
     for node in 0 1 2; do
-        if [ -f "$dir/node$node/postmaster.pid" ]; then
-            sudo -u postgres "$PG_BIN/pg_ctl" -D "$dir/node$node" -m fast -w stop >/dev/null 2>&1 || true
-        fi
+        data=$dir/node$node
+        [ -f "$data/postmaster.pid" ] || continue
+        pid=$(head -n 1 "$data/postmaster.pid")
+        sudo -u postgres "$PG_BIN/pg_ctl" -D "$data" -m fast -w -t 60 stop >/dev/null 2>&1 && continue
+        echo "node $node did not stop within 60 s (fast shutdown): stopping it with an immediate shutdown" >&2
+        sudo -u postgres "$PG_BIN/pg_ctl" -D "$data" -m immediate -w -t 30 stop >/dev/null 2>&1 && continue
+        echo "node $node did not stop (immediate shutdown): SIGKILL to its postmaster $pid and its processes" >&2
+        pkill -KILL -P "$pid" 2>/dev/null || true
+        kill -KILL "$pid" 2>/dev/null || true
     done
     rm -rf "$dir"
 }

@@ -31,7 +31,7 @@ done
 old_bin=$(RL_PG=15 RL_ASSERTS=1 bash -c 'source scripts/lib.sh; echo "$PG_BIN"')
 new_bin=$(RL_PG=18 bash -c 'source scripts/lib.sh; echo "$PG_BIN"')
 new_lib=$(dirname "$new_bin")/lib
-port=${RL_UPGRADE_PORT:-54359}
+port=${RL_UPGRADE_PORT:-24359}
 
 work=$(mktemp -d /tmp/rate_limiter_pg_upgrade.XXXXXX)
 chown postgres:postgres "$work"

@@ -13,7 +13,7 @@
 # Leaves the current library installed.
 set -euo pipefail
 cd "$(dirname "$0")/.."
-export RL_PG=15 RL_PORT=${RL_PORT:-54339}
+export RL_PG=15 RL_PORT=${RL_PORT:-24339}
 source scripts/lib.sh
 ensure_tools
 

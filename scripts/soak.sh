@@ -21,7 +21,7 @@
 # (+ refill): no admission lost from the state, none made twice.
 set -euo pipefail
 cd "$(dirname "$0")/.."
-export RL_PORT=${RL_PORT:-54369}
+export RL_PORT=${RL_PORT:-24369}
 source scripts/lib.sh
 ensure_tools
 install_extension

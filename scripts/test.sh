@@ -45,10 +45,11 @@ if [ -z "${RL_PG:-}" ]; then
             status=1
             continue
         fi
-        rm -f "$log"
         read -r p f < <(sed -E 's/^tests: ([0-9]+) passed, ([0-9]+) failed$/\1 \2/' <<<"$line")
         passed=$((passed + p)) failed=$((failed + f))
         summary+=("PostgreSQL $version: $p passed, $f failed ($((SECONDS - started)) s)${steps:+; steps that failed: $steps}")
+        while IFS= read -r why; do summary+=("    ${why#why: }"); done < <(grep -E '^why: ' "$log" | head -n 40 || true)
+        rm -f "$log"
     done
     # pg_upgrade needs both ends installed, as the runs above left them.
     log=$(mktemp)
@@ -86,6 +87,14 @@ count_pg() { # per test, pg_regress 15 prints "test NAME ... ok" (or
     p=$(grep -Ec '\.\.\. ok|^ok [0-9]+ ' "$1" || true)
     f=$(grep -Ec '\.\.\. FAILED|^not ok [0-9]+ ' "$1" || true)
     passed=$((passed + p)); failed=$((failed + f))
+}
+
+# Says why a step's runner failed: the last lines of its log, each line
+# "why: ...", which the run over every version repeats in its summary at
+# the end (where a CI log cut short still shows it).
+explain() {
+    echo "why: $1 failed; the last lines of its log:"
+    tail -n 30 "$2" | sed 's/^/why:     /'
 }
 
 # The test drivers of PostgreSQL 16-18 must find their own libpq.
@@ -167,7 +176,8 @@ if { [ "$RL_PG" = 15 ] || [ "$RL_PG" = 18 ]; } && [ "$RL_ASSERTS" != 1 ]; then
     citus=$(mktemp -d /tmp/rate_limiter_citus.XXXXXX)
     trap 'bash scripts/citus.sh stop "$citus"; stop_pgbouncer "$pooler"; stop_cluster "$standby"; stop_cluster "$cluster"' EXIT
     if bash scripts/citus.sh build 2>&1 | tee "$results/citus_build.log" &&
-        urls=$(RL_CITUS_INSTALLED=1 bash scripts/citus.sh start "$citus" 2>&1 | tee -a "$results/citus_build.log" | grep '^host=' | paste -sd ';'); then
+        RL_CITUS_INSTALLED=1 bash scripts/citus.sh start "$citus" >"$results/citus_urls" 2>>"$results/citus_build.log" &&
+        urls=$(grep '^host=' "$results/citus_urls" | paste -sd ';') && [ -n "$urls" ]; then
         RATE_LIMITER_TEST_CITUS_URLS=$urls cargo test --no-fail-fast -p rate_limiter_integration_tests --test citus -- --ignored --test-threads=1 --nocapture 2>&1 | tee "$results/citus.log" || broken+=("citus")
         count_cargo "$results/citus.log"
         # The pg_regress schedule on the distributed install, through the
@@ -176,6 +186,7 @@ if { [ "$RL_PG" = 15 ] || [ "$RL_PG" = 18 ]; } && [ "$RL_ASSERTS" != 1 ]; then
         count_pg "$results/citus_regress.log"
     else
         broken+=("citus cluster")
+        explain "citus cluster" "$results/citus_build.log"
     fi
     bash scripts/citus.sh stop "$citus"
 fi

@@ -11,7 +11,7 @@
 # every test passed.
 set -euo pipefail
 cd "$(dirname "$0")/.."
-export RL_PG=15 RL_ASSERTS=1 RL_PORT=${RL_PORT:-54379}
+export RL_PG=15 RL_ASSERTS=1 RL_PORT=${RL_PORT:-24379}
 source scripts/lib.sh
 ensure_tools
 install_extension
