@@ -14,6 +14,11 @@ use std::collections::HashMap;
 use std::time::{Duration, Instant};
 
 const SECOND: Micros = 1_000_000;
+/// One unit, no reservation: the demo's usual request.
+const ONE: Request = Request {
+    count: 1.0,
+    reserve: false,
+};
 /// 2026-01-01 09:00:00 UTC in microseconds since 2000-01-01.
 const T0: Micros = 820_573_200 * SECOND;
 
@@ -31,8 +36,7 @@ impl Model {
         name: &str,
         key: Option<&str>,
         now: Micros,
-        count: f64,
-        reserve: bool,
+        request: Request,
         answer: (bool, Option<f64>, f64),
     ) {
         let slot = (name.to_string(), key.map(str::to_string));
@@ -44,7 +48,7 @@ impl Model {
             },
             self.states.get(&slot).copied(),
             now,
-            Request { count, reserve },
+            request,
         )
         .expect("valid demo call");
         if let Some(state) = decision.new_state {
@@ -216,7 +220,7 @@ fn main() {
         let before = model.state("chat", Some(user));
         let mut transaction = client.transaction().unwrap();
         let answer = limit(&mut transaction, "chat", Some(user), 1.0, false);
-        model.check(&chat, "chat", Some(user), now, 1.0, false, answer);
+        model.check(&chat, "chat", Some(user), now, ONE, answer);
         let outcome = if !answer.0 {
             transaction.rollback().unwrap();
             format!("refused, retry after {}", seconds(answer.1))
@@ -263,15 +267,7 @@ fn main() {
                 ((false, Some(retry_ms / 1000.0), 0.0), outcome)
             }
         };
-        model.check(
-            &signup,
-            "signup",
-            None,
-            T0 + 30 * SECOND,
-            1.0,
-            false,
-            answer,
-        );
+        model.check(&signup, "signup", None, T0 + 30 * SECOND, ONE, answer);
         println!("   t=  30s  {email:<20} -> {outcome}");
     }
     set_time(&mut client, T0 + 60 * SECOND);
@@ -283,8 +279,7 @@ fn main() {
         "signup",
         None,
         T0 + 60 * SECOND,
-        1.0,
-        false,
+        ONE,
         (true, None, 4.0),
     );
     println!("   t=  60s  user6@example.com    -> signed up (a new window opened)\n");
@@ -297,7 +292,17 @@ fn main() {
         .enumerate()
     {
         let answer = limit(&mut client, "llm", Some("org-1"), tokens, true);
-        model.check(&llm, "llm", Some("org-1"), T0, tokens, true, answer);
+        model.check(
+            &llm,
+            "llm",
+            Some("org-1"),
+            T0,
+            Request {
+                count: tokens,
+                reserve: true,
+            },
+            answer,
+        );
         let what = match answer {
             (true, None, left) => format!("run now ({left} tokens left)"),
             (true, Some(at), debt) => {
@@ -350,7 +355,17 @@ fn main() {
             .map(|row| (row.get(0), row.get(1), row.get(2)))
             .collect();
         for (&(name, key, config), &answer) in members.iter().zip(&answers) {
-            model.check(config, name, Some(key), now, estimate, false, answer);
+            model.check(
+                config,
+                name,
+                Some(key),
+                now,
+                Request {
+                    count: estimate,
+                    reserve: false,
+                },
+                answer,
+            );
         }
         if answers.iter().all(|answer| answer.0) {
             // ... the model call used `used` tokens; give back the rest.
