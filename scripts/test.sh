@@ -191,6 +191,14 @@ if { [ "$RL_PG" = 15 ] || [ "$RL_PG" = 18 ]; } && [ "$RL_ASSERTS" != 1 ]; then
     bash scripts/citus.sh stop "$citus"
 fi
 
+# Each failed test by name, and the first lines of each panic, as "why:"
+# lines that the run over every version repeats at the end.
+if [ "$failed" -gt 0 ]; then
+    {
+        grep -hE '^test .*\.\.\. FAILED|^not ok [0-9]+ |^FAILED' "$results"/*.log | head -n 20
+        grep -h -A2 'panicked at' "$results"/*.log | grep -v '^--$' | head -n 18
+    } 2>/dev/null | sed 's/^/why: /' || true
+fi
 rm -rf "$results"
 echo
 [ ${#broken[@]} -gt 0 ] && echo "steps that failed: ${broken[*]}"
