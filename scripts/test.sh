@@ -175,9 +175,25 @@ if { [ "$RL_PG" = 15 ] || [ "$RL_PG" = 18 ]; } && [ "$RL_ASSERTS" != 1 ]; then
     log "6. a Citus cluster: a coordinator and two workers (Citus $([ "$RL_PG" = 15 ] && echo 13.2.2 || echo 14.0.1))"
     citus=$(mktemp -d /tmp/rate_limiter_citus.XXXXXX)
     trap 'bash scripts/citus.sh stop "$citus"; stop_pgbouncer "$pooler"; stop_cluster "$standby"; stop_cluster "$cluster"' EXIT
-    if bash scripts/citus.sh build 2>&1 | tee "$results/citus_build.log" &&
-        RL_CITUS_INSTALLED=1 bash scripts/citus.sh start "$citus" >"$results/citus_urls" 2>>"$results/citus_build.log" &&
-        urls=$(grep '^host=' "$results/citus_urls" | paste -sd ';') && [ -n "$urls" ]; then
+    # Starts the cluster in $citus: its conninfos in citus_urls, what it
+    # said in citus_start.log.
+    start_citus() {
+        RL_CITUS_INSTALLED=1 bash scripts/citus.sh start "$citus" >"$results/citus_urls" 2>"$results/citus_start.log"
+    }
+    urls=
+    if bash scripts/citus.sh build 2>&1 | tee "$results/citus_build.log"; then
+        if ! start_citus; then
+            # Once more, on other ports, so that something outside the
+            # suite (a port taken, say) does not fail the run; why the
+            # first start failed is still repeated at the end.
+            explain "the Citus cluster's first start (tried again on ports $((RL_CITUS_PORT + 100))-$((RL_CITUS_PORT + 102)))" "$results/citus_start.log"
+            bash scripts/citus.sh stop "$citus"
+            export RL_CITUS_PORT=$((RL_CITUS_PORT + 100))
+            start_citus || true
+        fi
+        urls=$(grep '^host=' "$results/citus_urls" | paste -sd ';' || true)
+    fi
+    if [ -n "$urls" ]; then
         RATE_LIMITER_TEST_CITUS_URLS=$urls cargo test --no-fail-fast -p rate_limiter_integration_tests --test citus -- --ignored --test-threads=1 --nocapture 2>&1 | tee "$results/citus.log" || broken+=("citus")
         count_cargo "$results/citus.log"
         # The pg_regress schedule on the distributed install, through the
@@ -186,7 +202,8 @@ if { [ "$RL_PG" = 15 ] || [ "$RL_PG" = 18 ]; } && [ "$RL_ASSERTS" != 1 ]; then
         count_pg "$results/citus_regress.log"
     else
         broken+=("citus cluster")
-        explain "citus cluster" "$results/citus_build.log"
+        cat "$results/citus_build.log" "$results/citus_start.log" >"$results/citus_setup.log" 2>/dev/null || true
+        explain "the Citus cluster's build or start" "$results/citus_setup.log"
     fi
     bash scripts/citus.sh stop "$citus"
 fi
