@@ -2192,6 +2192,9 @@ fn colocated_tenants_on_two_workers(
     // _prune_at, delegated by a value of the column's type: the rows of a
     // name without a definition on both tenants go, the others stay.
     let inline = format!("{name}-inline");
+    let inline_tokens = |coordinator: &mut Client, tenant: &str| {
+        stored_typed(coordinator, &inline, Some(tenant), tenant, column_type)
+    };
     for tenant in [&one, &two] {
         coordinator
             .execute(
@@ -2200,16 +2203,7 @@ fn colocated_tenants_on_two_workers(
                 &[&inline, tenant],
             )
             .expect("an inline config");
-        assert_eq!(
-            stored_typed(
-                &mut coordinator,
-                &inline,
-                Some(tenant.as_str()),
-                tenant,
-                column_type
-            ),
-            Some(9.0)
-        );
+        assert_eq!(inline_tokens(&mut coordinator, tenant), Some(9.0));
     }
     let deleted: i64 = coordinator
         .query_one("SELECT rate_limiter.prune(older_than => '0 seconds')", &[])
@@ -2218,13 +2212,7 @@ fn colocated_tenants_on_two_workers(
     assert!(deleted >= 2, "both tenants' inline rows: {deleted}");
     for tenant in [&one, &two] {
         assert_eq!(
-            stored_typed(
-                &mut coordinator,
-                &inline,
-                Some(tenant.as_str()),
-                tenant,
-                column_type
-            ),
+            inline_tokens(&mut coordinator, tenant),
             None,
             "pruned on the tenant's worker"
         );
