@@ -99,10 +99,19 @@ unsafe extern "C-unwind" fn forget_definitions(_arg: pg_sys::Datum, _relid: pg_s
 
 /// `rate_limiter._invalidate_definitions(relid)`: sends a relcache
 /// invalidation for `relid` (the definitions table), from the statement
-/// trigger on it. Internal: not granted to anyone.
+/// trigger on it. Internal: not granted to anyone. An OID that is not a
+/// relation's does nothing (PostgreSQL's own function would raise an
+/// internal error for it).
 #[pg_extern(sql = false)]
 fn _invalidate_definitions(relid: pg_sys::Oid) {
-    unsafe { pg_sys::CacheInvalidateRelcacheByRelid(relid) };
+    // SAFETY: a syscache probe and an invalidation of an existing relation,
+    // inside the caller's transaction.
+    unsafe {
+        // get_rel_relkind: '\0' when no relation has this OID.
+        if pg_sys::get_rel_relkind(relid) != 0 {
+            pg_sys::CacheInvalidateRelcacheByRelid(relid);
+        }
+    }
 }
 
 /// The config a call of `name` uses: `inline` when given (enforcing), else
@@ -183,6 +192,12 @@ pub fn restarting<T>(mut call: impl FnMut() -> Result<T, CallError>) -> Result<T
             other => return other,
         }
     }
+}
+
+/// Whether `name` has a definition ([`lookup`], cached: a call that just
+/// resolved `name` looked it up already). False when it cannot be read.
+pub fn is_defined(name: &[u8]) -> bool {
+    matches!(lookup(name), Ok(Some(_)))
 }
 
 /// The validated definition of the limit `name`, or `None` when there is

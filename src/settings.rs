@@ -5,7 +5,8 @@
 //!   clock. Parsed once when set; infinite or unparsable values are refused.
 //! - `rate_limiter.sqlstate` (anyone): the SQLSTATE raised by
 //!   `throws => true` (default `RL429`); exactly five characters of `0-9A-Z`,
-//!   not of class `00`. Anything else is refused when set.
+//!   not of a class in [`REFUSED_CLASSES`]. Anything else is refused when
+//!   set (`22023`).
 //! - `rate_limiter.random_seed` (superuser only): an integer that seeds the
 //!   choice of shards, so that a session's sequence of choices repeats
 //!   (for deterministic tests); empty means real randomness.
@@ -61,7 +62,7 @@ pub fn register() {
         GucRegistry::define_string_guc_with_hooks(
             c"rate_limiter.sqlstate",
             c"SQLSTATE raised when a call with throws => true is refused.",
-            c"Five characters of 0-9A-Z, not of class 00, e.g. RL429 (default) or PT429 for PostgREST's HTTP 429.",
+            c"Five characters of 0-9A-Z, e.g. RL429 (default) or PT429 for PostgREST's HTTP 429; not of class 00, 01, 02, 08, 25, 40, 53, 57, 58 or XX.",
             &SQLSTATE,
             GucContext::Userset,
             GucFlags::default(),
@@ -125,14 +126,25 @@ pub fn sqlstate_code() -> i32 {
     SQLSTATE_CODE.with(Cell::get)
 }
 
+/// The SQLSTATE classes `rate_limiter.sqlstate` may not be in: success,
+/// warning and no data (`00`, `01`, `02`: not errors), and the classes a
+/// client or driver treats as retryable or fatal: connection exception
+/// (`08`), invalid transaction state (`25`), transaction rollback (`40`:
+/// drivers and ORMs retry serialization failures by themselves, and would
+/// retry refusals), insufficient resources (`53`), operator intervention
+/// (`57`), system error (`58`) and internal error (`XX`).
+pub const REFUSED_CLASSES: [&[u8; 2]; 10] = [
+    b"00", b"01", b"02", b"08", b"25", b"40", b"53", b"57", b"58", b"XX",
+];
+
 /// Whether `text` is a SQLSTATE we accept: five characters of `0-9A-Z`,
-/// not of class `00` (successful completion).
+/// not of a class in [`REFUSED_CLASSES`].
 pub fn is_valid_sqlstate(text: &[u8]) -> bool {
     text.len() == 5
         && text
             .iter()
             .all(|c| c.is_ascii_digit() || c.is_ascii_uppercase())
-        && &text[..2] != b"00"
+        && !REFUSED_CLASSES.iter().any(|class| &text[..2] == *class)
 }
 
 /// PostgreSQL's `MAKE_SQLSTATE`: six bits per character.
@@ -238,7 +250,7 @@ unsafe extern "C-unwind" fn check_sqlstate(
         true
     } else {
         unsafe {
-            set_check_detail("rate_limiter.sqlstate must be five characters of 0-9 and A-Z, not of class 00, e.g. RL429 or PT429.");
+            set_check_detail("rate_limiter.sqlstate must be five characters of 0-9 and A-Z, e.g. RL429 or PT429, and not of a class that means success, a warning, no data, or an error clients retry or treat as fatal (00, 01, 02, 08, 25, 40, 53, 57, 58, XX).");
         }
         false
     }
