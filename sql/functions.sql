@@ -309,7 +309,27 @@ COMMENT ON VIEW rate_limiter.stats IS
 'One row per limit name of this database that was called since the server started: counters summed over every backend since stats_reset. '
 'calls = admitted + refused + shadow_refused; reserved = admitted with retry_after > 0; tokens = counts admitted; credited = tokens given back; '
 'near_limit = admitted calls that left less than 20% of capacity; contended = sharded calls that passed over or waited for a locked shard. '
-'Not transactional (a decision is counted when made). Needs shared_preload_libraries = ''rate_limiter'' (55000 otherwise); at most rate_limiter.stats_max names.';
+'A rate_limit_all refused as a whole counts only its refused requests. '
+'name is distinct per row and always converts to UTF-8: in a database that is not UTF8, characters without a UTF-8 equivalent show as \xNN and \ as \\; '
+'a name longer than 256 bytes shows cut, followed by ...[<length> bytes #<hash>]. '
+'Not transactional (a decision is counted when made). Needs shared_preload_libraries = ''rate_limiter'' (55000 otherwise); '
+'at most rate_limiter.stats_max names of all databases (see rate_limiter.stats_info).';
+
+CREATE FUNCTION rate_limiter._stats_info()
+RETURNS TABLE (evicted bigint, uncounted bigint, since timestamptz)
+LANGUAGE c VOLATILE
+AS 'MODULE_PATHNAME', 'stats_info_wrapper';
+
+COMMENT ON FUNCTION rate_limiter._stats_info() IS
+'The row of the view rate_limiter.stats_info. Errors: 55000 when rate_limiter is not in shared_preload_libraries.';
+
+CREATE VIEW rate_limiter.stats_info AS SELECT * FROM rate_limiter._stats_info();
+
+COMMENT ON VIEW rate_limiter.stats_info IS
+'One row about rate_limiter.stats for the whole server (as pg_stat_statements_info): evicted = names whose counters were evicted to make room '
+'for another name (past rate_limiter.stats_max: names without a definition first, least used first, and no database beyond its share of the room); '
+'uncounted = consuming decisions not counted because their name found no room (a name without a definition never evicts a defined one); '
+'since = when these started (server start). Needs shared_preload_libraries = ''rate_limiter'' (55000 otherwise).';
 
 CREATE FUNCTION rate_limiter.stats_reset(name text DEFAULT NULL)
 RETURNS void
@@ -317,7 +337,8 @@ LANGUAGE c VOLATILE
 AS 'MODULE_PATHNAME', 'stats_reset_wrapper';
 
 COMMENT ON FUNCTION rate_limiter.stats_reset(text) IS
-'Zeroes the counters of the named limit in rate_limiter.stats (NULL: of every limit of this database) and sets its stats_reset to now. '
+'Zeroes the counters of one row of rate_limiter.stats and sets its stats_reset to now: the row whose name is name as the view shows it, '
+'else the row of the limit named name (NULL: every row of this database). '
 'Errors: 55000 when rate_limiter is not in shared_preload_libraries.';
 
 -- Housekeeping -----------------------------------------------------------------

@@ -52,4 +52,4 @@ $revoke$;
 -- owner who is not superuser) may pass the right to use the limiter on.
 GRANT USAGE ON SCHEMA rate_limiter TO @extowner@ WITH GRANT OPTION;
 GRANT EXECUTE ON ALL FUNCTIONS IN SCHEMA rate_limiter TO @extowner@ WITH GRANT OPTION;
-GRANT SELECT ON rate_limiter.stats TO @extowner@ WITH GRANT OPTION;
+GRANT SELECT ON rate_limiter.stats, rate_limiter.stats_info TO @extowner@ WITH GRANT OPTION;

@@ -346,9 +346,9 @@ pub(crate) fn restarting(
 }
 
 /// How the answer to `request` is counted in `rate_limiter.stats`: as
-/// answered (in a call refused as a whole, a request that answers
-/// `ok = true` counts as admitted, though nothing was consumed), and as
-/// contended when it waited for a shard of its sharded limit.
+/// answered, and as contended when it waited for a shard of its sharded
+/// limit. (In a call refused as a whole, the caller counts only the
+/// refused requests: the others consumed nothing.)
 fn counted(request: &RequestArgument, answer: &Answer, contended: bool) -> Counted {
     let admitted = answer.verdict == Verdict::Admitted;
     Counted {
@@ -382,7 +382,13 @@ pub unsafe extern "C-unwind" fn rate_limit_all_wrapper(
         Ok(result) => result,
         Err(error) => report(error),
     };
+    // A call refused as a whole consumed nothing: only its refusals count
+    // (SPEC §11), not the requests that alone could have been admitted.
+    let refused = answers.iter().any(|answer| !answer.ok);
     for ((request, answer), contended) in requests.iter().zip(&answers).zip(contended) {
+        if refused && answer.verdict == Verdict::Admitted {
+            continue;
+        }
         stats::count(&request.name, counted(request, answer, contended));
     }
     if throws {

@@ -14,6 +14,14 @@
 //! - [`for_json`]: in the JSON DETAIL of a refusal, as Unicode: converted
 //!   from the database encoding (in SQL_ASCII, where bytes above 127 have
 //!   no defined meaning, byte `b` becomes U+00`b`).
+//! - [`for_view`]: in a view's `text` column (`rate_limiter.stats`), as a
+//!   value that always converts to UTF-8 (what monitoring clients such as
+//!   postgres_exporter read) and that no other name shows as (server
+//!   encodings keep ASCII bytes for ASCII characters, so the escapes below
+//!   cannot split a character): in a UTF8 database the bytes as they are; in any other,
+//!   every character that has a UTF-8 equivalent as it is, every other
+//!   byte written `\xNN`, and `\` written `\\` (so an escape never
+//!   reads like a name that contains one).
 
 use pgrx::pg_sys;
 use pgrx::prelude::*;
@@ -114,4 +122,77 @@ pub fn ascii_json(json: &str) -> String {
 /// whose encoding is not UTF8.
 pub fn json_needs_ascii() -> bool {
     !database_is_utf8()
+}
+
+/// `text` for a view (see the module documentation): the bytes of a value
+/// in the database encoding.
+pub fn for_view(text: &[u8]) -> Vec<u8> {
+    if database_is_utf8() {
+        return text.to_vec();
+    }
+    // SAFETY: reads backend-local settings and the catalog (inside the
+    // caller's transaction); the conversion is asked not to raise
+    // (noError), and every pointer and length below stays within `text`
+    // and `converted`.
+    unsafe {
+        let encoding = pg_sys::GetDatabaseEncoding();
+        let utf8 = pg_sys::pg_enc::PG_UTF8 as i32;
+        let procedure = if encoding == pg_sys::pg_enc::PG_SQL_ASCII as i32 {
+            pg_sys::InvalidOid
+        } else {
+            pg_sys::FindDefaultConversionProc(encoding, utf8)
+        };
+        let mut shown = Vec::with_capacity(text.len());
+        // A character converts to at most 4 bytes per byte (MAX_CONVERSION_GROWTH).
+        let mut converted = [0u8; 64];
+        let mut at = 0;
+        while at < text.len() {
+            let byte = text[at];
+            if byte == b'\\' {
+                shown.extend_from_slice(b"\\\\");
+                at += 1;
+                continue;
+            }
+            if byte.is_ascii() {
+                shown.push(byte);
+                at += 1;
+                continue;
+            }
+            let rest = &text[at..];
+            let length = pg_sys::pg_encoding_verifymbchar(
+                encoding,
+                rest.as_ptr().cast(),
+                rest.len().min(i32::MAX as usize) as i32,
+            );
+            let length = if length > 0 && length as usize <= rest.len().min(8) {
+                length as usize
+            } else {
+                0
+            };
+            let converts = length > 0
+                && procedure != pg_sys::InvalidOid
+                && pg_sys::pg_do_encoding_conversion_buf(
+                    procedure,
+                    encoding,
+                    utf8,
+                    rest.as_ptr().cast_mut(),
+                    length as i32,
+                    converted.as_mut_ptr(),
+                    converted.len() as i32,
+                    true,
+                ) == length as i32;
+            if converts {
+                shown.extend_from_slice(&rest[..length]);
+                at += length;
+            } else {
+                // A byte at a time: what follows may still convert.
+                let escaped = length.max(1);
+                for &byte in &rest[..escaped] {
+                    shown.extend_from_slice(format!("\\x{byte:02x}").as_bytes());
+                }
+                at += escaped;
+            }
+        }
+        shown
+    }
 }

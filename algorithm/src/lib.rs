@@ -19,6 +19,7 @@ mod config;
 mod credit;
 mod decision;
 mod error;
+pub mod eviction;
 pub mod fixed_window;
 mod prune;
 pub mod shards;

@@ -3,6 +3,8 @@
 //! variable `RATE_LIMITER_TEST_URL`), in a database of their own with the
 //! extension installed.
 
+pub mod stats;
+
 use postgres::error::SqlState;
 use postgres::{Client, IsolationLevel, NoTls};
 use std::sync::{Arc, Barrier, Once};
@@ -92,6 +94,36 @@ pub fn fresh_database(name: &str) -> Client {
         .batch_execute("CREATE EXTENSION rate_limiter")
         .expect("create the extension");
     client
+}
+
+/// Creates the roles of the README's grant block (`app`, `admin`,
+/// `monitor`, `web_anon`, with LOGIN) unless they exist, and runs the
+/// block as written in the database of `owner` (see [`readme_sql`]).
+pub fn readme_roles(owner: &mut Client) {
+    for role in ["app", "admin", "monitor", "web_anon"] {
+        owner
+            .batch_execute(&format!(
+                "DO $$ BEGIN CREATE ROLE {role} LOGIN; EXCEPTION WHEN duplicate_object THEN NULL; END $$"
+            ))
+            .expect("create the README's roles");
+    }
+    owner
+        .batch_execute(&readme_sql("roles"))
+        .expect("the README's grants run as written");
+}
+
+/// Drops database `name` (its connections ended first), if it exists.
+pub fn drop_database(name: &str) {
+    let mut admin = Client::connect(&base_url(), NoTls).expect("connect to the test server");
+    admin
+        .batch_execute(&format!("DROP DATABASE IF EXISTS {name} WITH (FORCE)"))
+        .expect("drop the database");
+}
+
+/// A connection to database `name` as `user`.
+pub fn connect_to(name: &str, user: &str) -> Client {
+    Client::connect(&format!("{} dbname={name} user={user}", base_url()), NoTls)
+        .unwrap_or_else(|e| panic!("connect to {name} as {user}: {e}"))
 }
 
 /// A limit name no other test uses: `prefix` plus a random suffix.

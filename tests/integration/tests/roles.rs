@@ -83,12 +83,12 @@ fn each_readme_role_works_with_exactly_its_grants() {
 
     // The monitoring role reads the statistics, and does nothing else.
     let mut monitor = connect_as("monitor");
-    expect(
-        &mut monitor,
-        "monitor",
+    for sql in [
         "SELECT * FROM rate_limiter.stats",
-        None,
-    );
+        "SELECT * FROM rate_limiter.stats_info",
+    ] {
+        expect(&mut monitor, "monitor", sql, None);
+    }
     for sql in [
         "SELECT rate_limiter.stats_reset()",
         "SELECT * FROM rate_limiter.rate_check('signup', 'k')",

@@ -1,93 +1,20 @@
 //! rate_limiter.stats against real concurrent connections (the test server
-//! preloads the library): the counters equal what the calls answered,
-//! exactly, after a mixed workload from 8 connections; a limit in shadow
-//! mode ends with the state and counts of an enforcing twin; counters
-//! survive a backend exiting, evict past rate_limiter.stats_max, start from
-//! zero after a restart, and are 55000 without shared_preload_libraries.
-//! And the real Prometheus postgres_exporter, with the shipped query file,
-//! reports the view's values.
+//! preloads the library): the counters equal what the calls answered and
+//! the number of calls made, exactly, after a mixed workload from 8
+//! connections; a limit in shadow mode refuses (in its counters and its
+//! state) exactly where an enforcing twin refuses; `contended` counts a
+//! sharded call that met a held shard; `rate_wait` counts once, also when
+//! it sleeps and loses a race. (The table's room: `stats_room.rs`; the
+//! exporter: `exporter.rs`.)
 
-use postgres::error::SqlState;
-use postgres::{Client, NoTls};
+use postgres::Client;
 use rand::rngs::StdRng;
 use rand::{Rng, SeedableRng};
-use rate_limiter_integration_tests::{
-    connect, restart_server, server_options, test_env, unique_name, url,
-};
+use rate_limiter_integration_tests::stats::{counted, Counts};
+use rate_limiter_integration_tests::{connect, unique_name};
 use std::collections::HashMap;
-use std::process::{Child, Command, Stdio};
 use std::thread;
 use std::time::{Duration, Instant};
-
-/// What the calls of one limit name answered, counted as the view counts.
-#[derive(Debug, Default, Clone, Copy, PartialEq)]
-struct Counts {
-    calls: i64,
-    admitted: i64,
-    refused: i64,
-    reserved: i64,
-    tokens: f64,
-    credited: f64,
-    near_limit: i64,
-    shadow_refused: i64,
-}
-
-impl Counts {
-    /// One answer of a call asking `count` tokens of a limit of `capacity`.
-    fn answer(&mut self, count: f64, capacity: f64, ok: bool, reserved: bool, remaining: f64) {
-        self.calls += 1;
-        if ok {
-            self.admitted += 1;
-            self.tokens += count;
-            if reserved {
-                self.reserved += 1;
-            }
-            if remaining < 0.2 * capacity {
-                self.near_limit += 1;
-            }
-        } else {
-            self.refused += 1;
-        }
-    }
-
-    fn add(&mut self, other: &Counts) {
-        self.calls += other.calls;
-        self.admitted += other.admitted;
-        self.refused += other.refused;
-        self.reserved += other.reserved;
-        self.tokens += other.tokens;
-        self.credited += other.credited;
-        self.near_limit += other.near_limit;
-        self.shadow_refused += other.shadow_refused;
-    }
-}
-
-/// The view's row for `name` (zeros when there is none), and `contended`.
-fn counted(client: &mut Client, name: &str) -> (Counts, i64) {
-    let row = client
-        .query_opt(
-            "SELECT calls, admitted, refused, reserved, tokens, credited, near_limit, shadow_refused, contended
-             FROM rate_limiter.stats WHERE name = $1",
-            &[&name],
-        )
-        .expect("read rate_limiter.stats");
-    match row {
-        None => (Counts::default(), 0),
-        Some(row) => (
-            Counts {
-                calls: row.get(0),
-                admitted: row.get(1),
-                refused: row.get(2),
-                reserved: row.get(3),
-                tokens: row.get(4),
-                credited: row.get(5),
-                near_limit: row.get(6),
-                shadow_refused: row.get(7),
-            },
-            row.get(8),
-        ),
-    }
-}
 
 const CONNECTIONS: usize = 8;
 const ITERATIONS: usize = 250;
@@ -114,18 +41,33 @@ const WAIT: f64 = 15.0;
 const GUARD: f64 = 25.0;
 const POSTGREST: f64 = 25.0;
 
+/// What one connection saw, per name: what it was answered, how many
+/// consuming calls it made (counted before each call, whatever it
+/// answered), and how many of the shadow limit's calls it saw leave the
+/// shadow's stored tokens unchanged (read from the state, not from the
+/// answer, which is always ok).
+#[derive(Default)]
+struct Observed {
+    answered: HashMap<String, Counts>,
+    invoked: HashMap<String, i64>,
+    shadow_unchanged: i64,
+}
+
 /// One connection's share of the workload: each iteration is one
 /// transaction doing one of the consuming calls (every consuming path:
 /// rate_limit keyed, global with shards and reserving, rate_limit_all,
 /// rate_wait, rate_credit, guard(), postgrest_limit(), a shadow limit), a
-/// quarter of them rolled back. Returns what it was answered, per name.
-fn work(limits: &Limits, seed: u64) -> HashMap<String, Counts> {
+/// quarter of them rolled back. Returns what it observed.
+fn work(limits: &Limits, seed: u64) -> Observed {
     let mut client = connect();
     client
         .batch_execute("SET rate_limiter.now_override = '2026-01-01 00:00:00+00'")
         .expect("stop the clock");
     let mut rng = StdRng::seed_from_u64(seed);
     let mut counts: HashMap<String, Counts> = HashMap::new();
+    let mut invoked: HashMap<String, i64> = HashMap::new();
+    let mut shadow_unchanged = 0;
+    let mut invoke = |name: &String| *invoked.entry(name.clone()).or_default() += 1;
     for _ in 0..ITERATIONS {
         let mut transaction = client.transaction().expect("begin");
         let key = format!("k{}", rng.random_range(0..4));
@@ -135,6 +77,7 @@ fn work(limits: &Limits, seed: u64) -> HashMap<String, Counts> {
             0 | 1 => {
                 let reserve = rng.random_bool(0.3);
                 let count = if reserve { 2.0 } else { 1.0 };
+                invoke(&limits.keyed);
                 let row = transaction
                     .query_one(
                         "SELECT ok, coalesce(extract(epoch FROM retry_after) > 0, false), remaining
@@ -152,6 +95,7 @@ fn work(limits: &Limits, seed: u64) -> HashMap<String, Counts> {
             }
             // rate_limit of the global limit with 8 shards.
             2 => {
+                invoke(&limits.global);
                 let row = transaction
                     .query_one(
                         "SELECT ok, remaining FROM rate_limiter.rate_limit($1)",
@@ -171,12 +115,24 @@ fn work(limits: &Limits, seed: u64) -> HashMap<String, Counts> {
             // and holds it to the end, so both rows see the same
             // sequence of decisions.
             3 => {
+                invoke(&limits.twin);
+                invoke(&limits.shadow);
                 let twin = transaction
                     .query_one(
                         "SELECT ok, remaining FROM rate_limiter.rate_limit($1)",
                         &[&limits.twin],
                     )
                     .expect("rate_limit twin");
+                // The shadow's tokens before its call: every call of it
+                // runs under the twin's row lock, which this transaction
+                // holds, and the clock is stopped.
+                let before: f64 = transaction
+                    .query_one(
+                        "SELECT value FROM rate_limiter.status($1)",
+                        &[&limits.shadow],
+                    )
+                    .expect("status of the shadow limit")
+                    .get(0);
                 let shadow = transaction
                     .query_one(
                         "SELECT ok, retry_after IS NULL, remaining FROM rate_limiter.rate_limit($1, throws => true)",
@@ -186,6 +142,18 @@ fn work(limits: &Limits, seed: u64) -> HashMap<String, Counts> {
                 let (twin_ok, twin_remaining): (bool, f64) = (twin.get(0), twin.get(1));
                 assert!(shadow.get::<_, bool>(0) && shadow.get::<_, bool>(1));
                 assert_eq!(shadow.get::<_, f64>(2), twin_remaining);
+                let after: f64 = transaction
+                    .query_one(
+                        "SELECT value FROM rate_limiter.status($1)",
+                        &[&limits.shadow],
+                    )
+                    .expect("status of the shadow limit")
+                    .get(0);
+                if after == before {
+                    shadow_unchanged += 1;
+                } else {
+                    assert_eq!(after, before - 1.0, "a shadow admission takes its token");
+                }
                 counts.entry(limits.twin.clone()).or_default().answer(
                     1.0,
                     TWIN,
@@ -203,6 +171,8 @@ fn work(limits: &Limits, seed: u64) -> HashMap<String, Counts> {
             }
             // rate_limit_all over a keyed limit and the global one: a row
             // per request, as answered.
+            // A call refused as a whole consumed nothing: only its
+            // refused requests count (SPEC §11).
             4 => {
                 let rows = transaction
                     .query(
@@ -211,8 +181,13 @@ fn work(limits: &Limits, seed: u64) -> HashMap<String, Counts> {
                         &[&limits.keyed, &key, &limits.global],
                     )
                     .expect("rate_limit_all");
+                let refused = rows.iter().any(|row| !row.get::<_, bool>(1));
                 for row in rows {
                     let name: String = row.get(0);
+                    if refused && row.get::<_, bool>(1) {
+                        continue;
+                    }
+                    invoke(&name);
                     let capacity = if name == limits.keyed { KEYED } else { GLOBAL };
                     counts.entry(name).or_default().answer(
                         1.0,
@@ -225,6 +200,7 @@ fn work(limits: &Limits, seed: u64) -> HashMap<String, Counts> {
             }
             // rate_wait: its final answer (no waiting: timeout 0).
             5 => {
+                invoke(&limits.wait);
                 let row = transaction
                     .query_one(
                         "SELECT ok, remaining FROM rate_limiter.rate_wait($1, timeout => '0')",
@@ -243,6 +219,7 @@ fn work(limits: &Limits, seed: u64) -> HashMap<String, Counts> {
             // which aborts the transaction). What an admitted call left is
             // the limit's value right after it (the row is ours, locked).
             7 => {
+                invoke(&limits.guard);
                 let inserted = transaction.execute(
                     &format!("INSERT INTO {} (k) VALUES ($1)", limits.guarded),
                     &[&key],
@@ -270,6 +247,7 @@ fn work(limits: &Limits, seed: u64) -> HashMap<String, Counts> {
             // is left: whole tokens, the clock being stopped), or refused
             // (SQLSTATE PGRST, which aborts the transaction).
             8 => {
+                invoke(&limits.postgrest);
                 let answered = transaction.query_one(
                     "SELECT rate_limiter.postgrest_limit($1, $2), current_setting('response.headers')",
                     &[&limits.postgrest, &key],
@@ -311,7 +289,11 @@ fn work(limits: &Limits, seed: u64) -> HashMap<String, Counts> {
             transaction.commit().expect("commit");
         }
     }
-    counts
+    Observed {
+        answered: counts,
+        invoked,
+        shadow_unchanged,
+    }
 }
 
 #[test]
@@ -387,10 +369,17 @@ fn counters_equal_what_the_calls_answered() {
         })
         .collect();
     let mut answered: HashMap<String, Counts> = HashMap::new();
+    let mut invoked: HashMap<String, i64> = HashMap::new();
+    let mut shadow_unchanged = 0;
     for worker in workers {
-        for (name, counts) in worker.join().expect("a connection failed") {
+        let observed = worker.join().expect("a connection failed");
+        for (name, counts) in observed.answered {
             answered.entry(name).or_default().add(&counts);
         }
+        for (name, calls) in observed.invoked {
+            *invoked.entry(name).or_default() += calls;
+        }
+        shadow_unchanged += observed.shadow_unchanged;
     }
     let every = [
         &limits.keyed,
@@ -406,9 +395,12 @@ fn counters_equal_what_the_calls_answered() {
         let (counts, contended) = counted(&mut client, name);
         println!("{name}: {counts:?}, contended {contended}");
         assert_eq!(counts, expected, "{name}: the view against the answers");
+        // Every consuming call counted exactly once, whatever it answered:
+        // the calls the clients made, counted before each call.
         assert_eq!(
             counts.calls,
-            counts.admitted + counts.refused + counts.shadow_refused
+            invoked.get(name.as_str()).copied().unwrap_or(0),
+            "{name}: the view against the calls made"
         );
         assert!(contended <= counts.calls);
         if name != &limits.global {
@@ -419,12 +411,20 @@ fn counters_equal_what_the_calls_answered() {
     for name in every.iter().filter(|name| **name != &limits.shadow) {
         assert!(answered[name.as_str()].refused > 0, "{name} never refused");
     }
-    // ...and the shadow limit refused nobody, counted what its twin
-    // refused, and stored the twin's state.
-    let twin = answered[limits.twin.as_str()];
-    let shadow = answered[limits.shadow.as_str()];
-    assert_eq!(shadow.shadow_refused, twin.refused);
+    // ...and the shadow limit refused nobody; what the view counts as its
+    // shadow refusals are the calls that left its stored tokens as they
+    // were (seen in the state), and those are exactly the calls its
+    // enforcing twin refused (seen in the twin's answers).
+    let (twin, _) = counted(&mut client, &limits.twin);
+    let (shadow, _) = counted(&mut client, &limits.shadow);
     assert_eq!(shadow.refused, 0);
+    assert_eq!(shadow.shadow_refused, shadow_unchanged);
+    assert_eq!(
+        shadow_unchanged,
+        answered[limits.twin.as_str()].refused,
+        "the shadow refused where its twin did"
+    );
+    assert!(twin.refused > 0);
     let state = |client: &mut Client, name: &str| -> Vec<(f64, String)> {
         client
             .query(
@@ -443,246 +443,6 @@ fn counters_equal_what_the_calls_answered() {
     client
         .batch_execute(&format!("DROP TABLE {}", limits.guarded))
         .expect("drop the guarded table");
-}
-
-fn connect_to_server() -> Client {
-    Client::connect(&url(), NoTls).expect("connect after the restart")
-}
-
-/// Restarts: counters survive backends but not the server; past
-/// rate_limiter.stats_max the least-used names are evicted; without
-/// shared_preload_libraries calls work and the statistics are 55000.
-/// Leaves the server as it found it.
-#[test]
-fn counters_live_in_the_server_bounded_and_need_preloading() {
-    let options = server_options();
-    assert!(
-        options.contains("shared_preload_libraries=rate_limiter"),
-        "the test server preloads the library: {options}"
-    );
-    let config = "rate_limiter.token_bucket(100, '1 hour')";
-    let name = unique_name("stats_survivor");
-    // A backend that exits leaves its counts behind.
-    {
-        let mut client = connect();
-        for _ in 0..3 {
-            client
-                .query_one(
-                    &format!("SELECT ok FROM rate_limiter.rate_limit($1, config => {config})"),
-                    &[&name],
-                )
-                .expect("call");
-        }
-    }
-    let mut client = connect();
-    assert_eq!(counted(&mut client, &name).0.calls, 3);
-
-    // Past rate_limiter.stats_max (100 here), the least-used names go.
-    restart_server(&format!("{options} -c rate_limiter.stats_max=100"));
-    let mut client = connect_to_server();
-    let max: String = client
-        .query_one("SHOW rate_limiter.stats_max", &[])
-        .expect("stats_max")
-        .get(0);
-    assert_eq!(max, "100");
-    assert_eq!(
-        counted(&mut client, &name).0.calls,
-        0,
-        "a restart starts from zero"
-    );
-    let hot = unique_name("stats_hot");
-    for _ in 0..20 {
-        client
-            .query_one(
-                &format!("SELECT ok FROM rate_limiter.rate_limit($1, config => {config})"),
-                &[&hot],
-            )
-            .expect("hot call");
-    }
-    for index in 0..300 {
-        client
-            .query_one(
-                &format!("SELECT ok FROM rate_limiter.rate_limit($1, config => {config})"),
-                &[&format!("stats_cold_{index}")],
-            )
-            .expect("cold call");
-    }
-    let names: i64 = client
-        .query_one("SELECT count(*) FROM rate_limiter.stats", &[])
-        .expect("count")
-        .get(0);
-    assert!(names <= 100, "{names} names kept, more than stats_max");
-    assert!(names >= 90, "only {names} names kept");
-    assert_eq!(
-        counted(&mut client, &hot).0.calls,
-        20,
-        "the most-used name stays"
-    );
-    let last: i64 = client
-        .query_one(
-            "SELECT calls FROM rate_limiter.stats WHERE name = 'stats_cold_299'",
-            &[],
-        )
-        .expect("the newest name is counted")
-        .get(0);
-    assert_eq!(last, 1);
-
-    // Without preloading: calls work, the statistics are 55000 with a hint.
-    restart_server(&test_env("RATE_LIMITER_TEST_PG_OPTIONS_WITHOUT_PRELOAD"));
-    let mut client = connect_to_server();
-    let ok: bool = client
-        .query_one(
-            &format!("SELECT ok FROM rate_limiter.rate_limit($1, config => {config})"),
-            &[&name],
-        )
-        .expect("a call without the library preloaded")
-        .get(0);
-    assert!(ok);
-    for sql in [
-        "SELECT * FROM rate_limiter.stats",
-        "SELECT rate_limiter.stats_reset()",
-    ] {
-        let error = client.batch_execute(sql).expect_err(sql);
-        let db = error.as_db_error().expect("a server error");
-        assert_eq!(
-            db.code(),
-            &SqlState::OBJECT_NOT_IN_PREREQUISITE_STATE,
-            "{sql}"
-        );
-        assert!(
-            db.hint().unwrap_or("").contains("shared_preload_libraries"),
-            "{sql}: {:?}",
-            db.hint()
-        );
-    }
-    drop(client);
-    restart_server(&options);
-    let mut client = connect_to_server();
-    assert_eq!(counted(&mut client, &name).0.calls, 0);
-}
-
-/// A free TCP port on loopback.
-fn free_port() -> u16 {
-    std::net::TcpListener::bind("127.0.0.1:0")
-        .expect("bind")
-        .local_addr()
-        .expect("address")
-        .port()
-}
-
-struct Exporter(Child);
-
-impl Drop for Exporter {
-    fn drop(&mut self) {
-        let _ = self.0.kill();
-        let _ = self.0.wait();
-    }
-}
-
-/// Debian's prometheus-postgres-exporter, run with the shipped query file
-/// against the test database, scraped over HTTP: every rate_limiter metric
-/// of our names equals the view's value.
-#[test]
-fn the_exporter_reports_the_view() {
-    let mut client = connect();
-    let names = [unique_name("stats_exported"), unique_name("stats_exported")];
-    client
-        .execute(
-            "SELECT rate_limiter.define($1, rate_limiter.token_bucket(3, '1 hour'), enforce => false)",
-            &[&names[1]],
-        )
-        .expect("define a shadow limit");
-    for (index, name) in names.iter().enumerate() {
-        for _ in 0..(5 + index) {
-            client
-                .query_one(
-                    "SELECT ok FROM rate_limiter.rate_limit($1, config => CASE WHEN $2 THEN rate_limiter.token_bucket(4, '1 hour') END)",
-                    &[name, &(index == 0)],
-                )
-                .expect("call");
-        }
-    }
-    let port = free_port();
-    let queries = concat!(
-        env!("CARGO_MANIFEST_DIR"),
-        "/../../monitoring/postgres_exporter.yml"
-    );
-    let source = format!(
-        "postgresql://postgres@127.0.0.1:{}/{}?sslmode=disable",
-        test_env("RATE_LIMITER_TEST_URL")
-            .split_whitespace()
-            .find_map(|part| part.strip_prefix("port="))
-            .expect("a port in RATE_LIMITER_TEST_URL"),
-        rate_limiter_integration_tests::DATABASE
-    );
-    let _exporter = Exporter(
-        Command::new("prometheus-postgres-exporter")
-            .env("DATA_SOURCE_NAME", &source)
-            .args([
-                &format!("--extend.query-path={queries}"),
-                &format!("--web.listen-address=127.0.0.1:{port}"),
-                "--disable-default-metrics",
-                "--disable-settings-metrics",
-            ])
-            .stdout(Stdio::null())
-            .stderr(Stdio::null())
-            .spawn()
-            .expect("start prometheus-postgres-exporter (Debian's package)"),
-    );
-    let url = format!("http://127.0.0.1:{port}/metrics");
-    let deadline = Instant::now() + Duration::from_secs(30);
-    let metrics = loop {
-        match ureq::get(&url).call() {
-            Ok(mut response) => {
-                let body = response.body_mut().read_to_string().expect("the metrics");
-                if body.contains(&names[1]) {
-                    break body;
-                }
-            }
-            Err(_) if Instant::now() < deadline => {}
-            Err(error) => panic!("scrape {url}: {error}"),
-        }
-        assert!(
-            Instant::now() < deadline,
-            "no rate_limiter metrics at {url}"
-        );
-        thread::sleep(Duration::from_millis(200));
-    };
-    for name in &names {
-        let (counts, _) = counted(&mut client, name);
-        for (metric, expected) in [
-            ("rate_limiter_calls_total", counts.calls as f64),
-            ("rate_limiter_admitted_total", counts.admitted as f64),
-            ("rate_limiter_refused_total", counts.refused as f64),
-            (
-                "rate_limiter_shadow_refused_total",
-                counts.shadow_refused as f64,
-            ),
-            ("rate_limiter_near_limit_total", counts.near_limit as f64),
-        ] {
-            let line = metrics
-                .lines()
-                .find(|line| {
-                    line.starts_with(&format!("{metric}{{"))
-                        && line.contains(&format!("name=\"{name}\""))
-                        && line.contains(&format!(
-                            "datname=\"{}\"",
-                            rate_limiter_integration_tests::DATABASE
-                        ))
-                })
-                .unwrap_or_else(|| panic!("{metric} for {name} in:\n{metrics}"));
-            let value: f64 = line
-                .rsplit(' ')
-                .next()
-                .and_then(|value| value.parse().ok())
-                .unwrap_or_else(|| panic!("a value in {line}"));
-            assert_eq!(value, expected, "{line}");
-        }
-        println!("{name}: {counts:?}");
-    }
-    // Both kinds of refusal were exported.
-    assert!(counted(&mut client, &names[0]).0.refused > 0);
-    assert!(counted(&mut client, &names[1]).0.shadow_refused > 0);
 }
 
 /// `contended` counts a sharded call that met a shard another transaction
@@ -835,4 +595,69 @@ fn rate_limit_all_counts_a_request_that_waited_for_its_shards() {
     let (counts, contended) = counted(&mut caller, &name);
     assert_eq!(counts.calls, 3);
     assert_eq!(contended, 1, "the free call was not contended");
+}
+
+/// `rate_wait` counts one decision per call (its final answer), also when
+/// it really sleeps and retries after losing a race: its look sees a free
+/// token (another transaction's consumption is not committed yet), its try
+/// waits for that transaction's row lock and, once it commits, finds the
+/// token gone: that try is refused and rolled back, the call sleeps
+/// until the token comes back (on the real clock) and is admitted. Two
+/// tries, one count.
+#[test]
+fn rate_wait_that_sleeps_and_loses_a_race_counts_once() {
+    let name = unique_name("stats_wait_race");
+    let mut holder = connect();
+    // One token, back 2 s after it is taken.
+    holder
+        .execute(
+            "SELECT rate_limiter.define($1, rate_limiter.token_bucket(1, '2 seconds'))",
+            &[&name],
+        )
+        .expect("define");
+    holder.batch_execute("BEGIN").expect("begin");
+    let ok: bool = holder
+        .query_one("SELECT ok FROM rate_limiter.rate_limit($1)", &[&name])
+        .expect("take the token")
+        .get(0);
+    assert!(ok);
+    // rate_wait's look saw the token (not taken in what committed), so it
+    // tried, and the try waits for the holder's row lock.
+    let waiting = blocked_call(
+        "SELECT ok FROM rate_limiter.rate_wait($1, timeout => '10 seconds')",
+        &name,
+    );
+    // The try then finds the token gone (the holder committed well before
+    // it comes back): it loses the race.
+    let before_refill: bool = holder
+        .query_one(
+            "SELECT clock_timestamp() < ts + interval '1.5 seconds' FROM rate_limiter.rate_limits WHERE name = $1",
+            &[&name],
+        )
+        .expect("the holder's row")
+        .get(0);
+    assert!(
+        before_refill,
+        "the holder commits before the token comes back"
+    );
+    holder.batch_execute("COMMIT").expect("commit");
+    let started = Instant::now();
+    assert!(
+        waiting.join().expect("the waiting call"),
+        "admitted in the end"
+    );
+    // It slept until the token came back.
+    assert!(
+        started.elapsed() >= Duration::from_millis(400),
+        "rate_wait slept after losing ({:?})",
+        started.elapsed()
+    );
+    let (counts, _) = counted(&mut holder, &name);
+    // The holder's call and rate_wait's final answer: a count for the
+    // refused try would make 3 calls, with a refusal.
+    assert_eq!(
+        (counts.calls, counts.admitted, counts.refused),
+        (2, 2, 0),
+        "{counts:?}"
+    );
 }

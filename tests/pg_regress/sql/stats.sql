@@ -37,12 +37,17 @@ ROLLBACK;
 SELECT rate_limiter.rate_credit('stats_bucket', 'a', 4);
 SELECT * FROM pg_temp.counted('stats_bucket');
 
--- rate_limit_all: a row per request, as answered.
+-- rate_limit_all: a row per request, as answered; a call refused as a
+-- whole consumed nothing, so only its refused requests count.
 SELECT rate_limiter.define('stats_all', rate_limiter.token_bucket(3, '1 hour'));
 SELECT name, ok FROM rate_limiter.rate_limit_all(ARRAY[
     ('stats_all', 'x', 2, NULL), ('stats_all_other', 'x', 1, rate_limiter.token_bucket(1, '1 hour'))]::rate_limiter.request[]);
 SELECT name, ok FROM rate_limiter.rate_limit_all(ARRAY[
     ('stats_all', 'x', 2, NULL), ('stats_all_other', 'x', 1, rate_limiter.token_bucket(1, '1 hour'))]::rate_limiter.request[]);
+-- stats_all alone could be admitted (1 token left), stats_all_other
+-- cannot: refused as a whole, so only stats_all_other's refusal counts.
+SELECT name, ok FROM rate_limiter.rate_limit_all(ARRAY[
+    ('stats_all', 'x', 1, NULL), ('stats_all_other', 'x', 1, rate_limiter.token_bucket(1, '1 hour'))]::rate_limiter.request[]);
 SELECT * FROM pg_temp.counted('stats_all');
 
 -- rate_wait: its final answer only.
@@ -61,11 +66,22 @@ SELECT rate_limiter.postgrest_limit('stats_wait', 'p');
 SELECT * FROM pg_temp.counted('stats_wait');
 DROP TABLE stats_rows;
 
--- A name longer than 256 bytes is shown cut (at a character boundary);
--- two such names are still counted apart.
+-- A name longer than 256 bytes is shown cut (at a character boundary),
+-- followed by a marker with its length and hash, so two such names stay
+-- distinct rows (and distinct from any name shown whole), and
+-- stats_reset() takes the name as shown.
 SELECT ok FROM rate_limiter.rate_limit('stats_' || repeat('é', 200) || 'one', config => rate_limiter.token_bucket(1, '1 hour'));
 SELECT ok FROM rate_limiter.rate_limit('stats_' || repeat('é', 200) || 'two', config => rate_limiter.token_bucket(1, '1 hour'));
-SELECT octet_length(name), calls FROM rate_limiter.stats WHERE name LIKE 'stats_é%';
+SELECT ok FROM rate_limiter.rate_limit('stats_' || repeat('é', 200) || 'two', config => rate_limiter.token_bucket(1, '1 hour'));
+SELECT octet_length(name), regexp_replace(substr(name, 120), '#[0-9a-f]{16}\]$', '#<hash>]') AS ending, calls
+FROM rate_limiter.stats WHERE name LIKE 'stats_é%' ORDER BY calls;
+SELECT count(DISTINCT name) AS distinct_names FROM rate_limiter.stats WHERE name LIKE 'stats_é%';
+SELECT name AS cut_name FROM rate_limiter.stats WHERE name LIKE 'stats_é%' AND calls = 2 \gset
+SELECT rate_limiter.stats_reset(:'cut_name');
+SELECT calls FROM rate_limiter.stats WHERE name LIKE 'stats_é%' ORDER BY calls;
+-- The name as called works too.
+SELECT rate_limiter.stats_reset('stats_' || repeat('é', 200) || 'one');
+SELECT calls FROM rate_limiter.stats WHERE name LIKE 'stats_é%' ORDER BY calls;
 
 -- stats_reset(name) zeroes one name and restarts its clock; stats_reset()
 -- every name of this database.
