@@ -49,6 +49,10 @@ log "pg_regress schedule"
     --host="$dir" --port="$RL_PORT" --user=postgres --dbname=rate_limiter_regress \
     --schedule=tests/pg_regress/schedule >"$work/regress.log" 2>&1 || true
 log "isolation schedule"
+# statement_timeout.spec's timeout, long enough under memcheck (everything
+# about 50 times slower) for its call to be inside the EXCEPTION block
+# that reports the timeout when it fires.
+PGOPTIONS="-c rate_limiter_test.statement_timeout=5s" \
 "$PGXS_DIR/src/test/isolation/pg_isolation_regress" --bindir="$PG_BIN" \
     --inputdir=tests/isolation --outputdir="$work/isolation" \
     --host="$dir" --port="$RL_PORT" --user=postgres --dbname=rate_limiter_isolation \
