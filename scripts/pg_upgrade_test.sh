@@ -85,8 +85,9 @@ server "$old_bin" "$work/old" stop
 
 echo "== pg_upgrade to $("$new_bin/postgres" --version | awk '{print $3}')"
 upgraded=no
+# --retain keeps pg_upgrade's logs (the servers it starts log there too).
 if (cd "$work" && as_postgres "$new_bin/pg_upgrade" -b "$old_bin" -B "$new_bin" -d "$work/old" -D "$work/new" \
-    -p "$port" -P "$port" --socketdir="$work" -U postgres >"$work/pg_upgrade.log" 2>&1); then
+    -p "$port" -P "$port" --socketdir="$work" -U postgres --retain >"$work/pg_upgrade.log" 2>&1); then
     upgraded=yes
 else
     tail -n 30 "$work/pg_upgrade.log"
@@ -110,6 +111,15 @@ if [ $upgraded = yes ]; then
     if ! cmp -s "$work/before.txt" "$work/after.txt"; then diff "$work/before.txt" "$work/after.txt" || true; fi
     if ! cmp -s "$work/next-before.txt" "$work/next-after.txt"; then diff "$work/next-before.txt" "$work/next-after.txt" || true; fi
 fi
+
+# The old server is the assertion-enabled build: no assertion may have
+# failed in it, while it wrote the state or while pg_upgrade read it. Its
+# own log must be there (a missing log would hide a failure).
+old_logs=("$work/old.log")
+while IFS= read -r log; do old_logs+=("$log"); done < <(find "$work/new" -path '*pg_upgrade_output.d*' -name 'pg_upgrade_server.log' 2>/dev/null)
+traps=$(cat "${old_logs[@]}" 2>/dev/null | grep -c '^TRAP:' || true)
+check "no assertion failed in the old server (${#old_logs[@]} logs)" [ -s "$work/old.log" -a "$traps" = 0 ]
+[ "$traps" = 0 ] || grep -h -A3 '^TRAP:' "${old_logs[@]}" || true
 
 echo "pg_upgrade: $passed passed, $failed failed"
 [ "$failed" -eq 0 ]

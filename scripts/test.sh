@@ -10,14 +10,17 @@
 #      hot standby promoted (last)
 #   5. (PostgreSQL 15) the Debian package, installed with dpkg into a
 #      clean Debian 12 made with debootstrap           (scripts/package_test.sh)
-#   6. (PostgreSQL 15 and 18) tests against a Citus cluster, a coordinator
-#      and two workers, with Citus built from ../shared/citus (scripts/citus.sh),
-#      then the pg_regress schedule tests/pg_regress/citus_schedule against the
-#      coordinator and a worker of the distributed install
+#   6. (PostgreSQL 15, with and without assertions, and 18) tests against a
+#      Citus cluster, a coordinator and two workers, with Citus built from
+#      ../shared/citus (scripts/citus.sh), then the pg_regress schedule
+#      tests/pg_regress/citus_schedule against the coordinator and a worker
+#      of the distributed install
 # against a throwaway cluster, and prints a summary line
 # "tests: N passed, M failed", on every supported PostgreSQL version (15,
 # 16, 17, 18) in turn, then once more on PostgreSQL 15 built with
-# assertions (and a check that no assertion failed), then pg_upgrade from
+# assertions (everything but pg_cron and the package, which are Debian's
+# builds for Debian's server; and a check that no assertion failed in any
+# server's log), then pg_upgrade from
 # 15 to 18 (scripts/pg_upgrade_test.sh). RL_PG=16 (or 15, 17, 18) runs it
 # on that version only; RL_PG=15 RL_ASSERTS=1 on the assertion-enabled build.
 set -euo pipefail
@@ -152,15 +155,30 @@ log "4d. the hot standby promoted (last: it ends the standby)"
 cargo test --no-fail-fast -p rate_limiter_integration_tests --test promotion -- --ignored --nocapture 2>&1 | tee "$results/promotion.log" || broken+=("promotion")
 count_cargo "$results/promotion.log"
 
-if [ "$RL_ASSERTS" = 1 ]; then
-    # An assertion that fails ends its backend (SIGABRT): the test that
-    # caused it fails, and the server log says "TRAP:". None may.
-    traps=$(cat "$cluster/server.log" "$standby/server.log" 2>/dev/null | grep -c '^TRAP:' || true)
-    if [ "$traps" = 0 ]; then
-        passed=$((passed + 1)); echo "ok: no assertion failed (server logs)"
+# With assertions: an assertion that fails ends its backend (SIGABRT), the
+# test that caused it fails, and the server log says "TRAP:". None may, in
+# any of the logs named (each must be there and not empty: a log that is
+# missing would hide them).
+no_trap() { # no_trap WHAT LOG...
+    local log missing=() traps=0 count
+    for log in "${@:2}"; do
+        if [ -s "$log" ]; then
+            count=$(grep -c '^TRAP:' "$log" || true)
+            traps=$((traps + count))
+        else
+            missing+=("$log")
+        fi
+    done
+    if [ ${#missing[@]} -gt 0 ]; then
+        failed=$((failed + 1)); echo "FAILED: no assertion failed ($1): missing or empty: ${missing[*]}"
+    elif [ "$traps" = 0 ]; then
+        passed=$((passed + 1)); echo "ok: no assertion failed ($1: $(($# - 1)) logs)"
     else
-        failed=$((failed + 1)); echo "FAILED: $traps assertion failures:"; grep -h -A3 '^TRAP:' "$cluster/server.log" "$standby/server.log" || true
+        failed=$((failed + 1)); echo "FAILED: $traps assertion failures ($1):"; grep -h -A3 '^TRAP:' "${@:2}" || true
     fi
+}
+if [ "$RL_ASSERTS" = 1 ]; then
+    no_trap "the test server and its standby" "$cluster/server.log" "$standby/server.log"
 fi
 
 if [ "$RL_PG" = 15 ] && [ "$RL_ASSERTS" != 1 ]; then
@@ -171,7 +189,9 @@ if [ "$RL_PG" = 15 ] && [ "$RL_ASSERTS" != 1 ]; then
     passed=$((passed + p)); failed=$((failed + f))
 fi
 
-if { [ "$RL_PG" = 15 ] || [ "$RL_PG" = 18 ]; } && [ "$RL_ASSERTS" != 1 ]; then
+# On PostgreSQL 15 with assertions too: the planner hook, the delegated
+# calls and two-phase commit run under the server's assertions there.
+if [ "$RL_PG" = 15 ] || [ "$RL_PG" = 18 ]; then
     log "6. a Citus cluster: a coordinator and two workers (Citus $([ "$RL_PG" = 15 ] && echo 13.2.2 || echo 14.0.1))"
     citus=$(mktemp -d /tmp/rate_limiter_citus.XXXXXX)
     trap 'bash scripts/citus.sh stop "$citus"; stop_pgbouncer "$pooler"; stop_cluster "$standby"; stop_cluster "$cluster"' EXIT
@@ -200,6 +220,7 @@ if { [ "$RL_PG" = 15 ] || [ "$RL_PG" = 18 ]; } && [ "$RL_ASSERTS" != 1 ]; then
         # coordinator and through a worker.
         bash scripts/citus.sh regress "$results/citus_regress" 2>&1 | tee "$results/citus_regress.log" || broken+=("citus pg_regress")
         count_pg "$results/citus_regress.log"
+        if [ "$RL_ASSERTS" = 1 ]; then no_trap "the Citus nodes" "$citus"/node{0,1,2}.log; fi
     else
         broken+=("citus cluster")
         cat "$results/citus_build.log" "$results/citus_start.log" >"$results/citus_setup.log" 2>/dev/null || true

@@ -47,7 +47,10 @@ fn the_first_example_works_as_written_in_a_new_database() {
             &[],
         )
         .expect("rate_limit");
-    assert_eq!((row.get::<_, bool>(0), row.get::<_, bool>(1)), (false, true));
+    assert_eq!(
+        (row.get::<_, bool>(0), row.get::<_, bool>(1)),
+        (false, true)
+    );
     drop(client);
     drop_database(DATABASE);
 }
