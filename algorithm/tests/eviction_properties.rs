@@ -89,7 +89,7 @@ proptest! {
             }
         }
         // Room is found whenever any entry may go.
-        let any = occupants.iter().any(|o| eligible(o));
+        let any = occupants.iter().any(eligible);
         prop_assert_eq!(chosen.is_empty(), !any);
     }
 }
