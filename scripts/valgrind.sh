@@ -78,7 +78,7 @@ cat <<REPORT
 - PostgreSQL $("$PG_BIN/postgres" --version | awk '{print $3}') built from Debian's source package with
   \`$("$PG_CONFIG" --configure | tr -d "'")\`; Valgrind $(valgrind --version | sed 's/valgrind-//'),
   memcheck with \`--track-origins=yes\` and PostgreSQL's \`src/tools/valgrind.supp\`; the
-  library preloaded; $(date -u +%Y-%m-%d).
+  library preloaded; $(date -u +%Y-%m-%d); rate_limiter at commit $(git rev-parse --short HEAD 2>/dev/null || echo unknown)$(git diff --quiet HEAD -- src sql tests 2>/dev/null || echo " (with uncommitted changes)").
 - pg_regress schedule: $regress_ok passed, $regress_failed failed. Isolation schedule:
   $isolation_ok passed, $isolation_failed failed. Both took $elapsed s under Valgrind.
 - Server processes that ran under memcheck: $processes. Assertion failures (TRAP): $traps.
