@@ -7,6 +7,8 @@
 #   bash scripts/citus.sh start DIR    # a coordinator and two workers in DIR, rate_limiter created
 #   bash scripts/citus.sh stop DIR
 #   bash scripts/citus.sh regress OUT  # tests/pg_regress/citus_schedule against the coordinator and worker 1
+#   bash scripts/citus.sh node DIR N [citus]  # one more node N (not in the cluster), citus created in it
+#   bash scripts/citus.sh stop-node DIR N
 #
 # Citus comes from the source releases in ../shared/citus (RL_CITUS_SOURCES
 # moves it): 13.2.2 for PostgreSQL 15, 14.0.1 for 16-18. 13.2.2 does not
@@ -137,6 +139,31 @@ explain_start() {
     done
 }
 
+# Starts one more node, number N (port $RL_CITUS_PORT + N), in DIR beside
+# the cluster's, not yet in the cluster (for the tests of adding a node):
+# Citus created in it, rate_limiter preloaded unless PRELOAD is "citus"
+# (then only citus is). Prints its conninfo.
+start_node() {
+    local dir=$1 node=$2 preload=${3:-citus,rate_limiter}
+    let_postgres_reach "$dir"
+    let_postgres_reach "$PG_BIN"
+    [ -d "$dir/node$node" ] || sudo -u postgres env LC_ALL=C "$PG_BIN/initdb" -D "$dir/node$node" -U postgres \
+        --auth=trust --no-sync --encoding=UTF8 --locale=C >/dev/null
+    sudo -u postgres env -u RUST_BACKTRACE "LD_LIBRARY_PATH=$PG_LIBRARY_PATH" "$PG_BIN/pg_ctl" -D "$dir/node$node" \
+        -l "$dir/node$node.log" -w -o "-p $(node_port "$node") -k $dir -c listen_addresses=127.0.0.1 \
+        -c shared_preload_libraries=$preload -c max_prepared_transactions=100 \
+        -c max_connections=200 -c wal_level=logical -c citus.node_conninfo=sslmode=disable" start >/dev/null
+    psql_node "$node" -c "CREATE EXTENSION IF NOT EXISTS citus" >/dev/null
+    echo "host=127.0.0.1 port=$(node_port "$node") user=postgres dbname=postgres"
+}
+
+# Stops node N of DIR and deletes its data directory.
+stop_node() {
+    local dir=$1 node=$2
+    [ -f "$dir/node$node/postmaster.pid" ] && sudo -u postgres "$PG_BIN/pg_ctl" -D "$dir/node$node" -m fast -w -t 60 stop >/dev/null 2>&1
+    rm -rf "${dir:?}/node$node"
+}
+
 psql_node() {
     local node=$1
     shift
@@ -148,7 +175,7 @@ psql_node() {
 # deletes DIR.
 stop() {
     local dir=$1 node data pid
-    for node in 0 1 2; do
+    for node in 0 1 2 3; do
         data=$dir/node$node
         [ -f "$data/postmaster.pid" ] || continue
         pid=$(head -n 1 "$data/postmaster.pid")
@@ -237,8 +264,10 @@ regress) regress "${2:?OUT}" ;;
 # RL_CITUS_INSTALLED=1: the extension is installed already (scripts/test.sh).
 start) build && { [ "${RL_CITUS_INSTALLED:-}" = 1 ] || install_extension; } && start "${2:?DIR}" ;;
 stop) stop "${2:?DIR}" ;;
+node) start_node "${2:?DIR}" "${3:?N}" "${4:-}" ;;
+stop-node) stop_node "${2:?DIR}" "${3:?N}" ;;
 *)
-    echo "usage: $0 build | start DIR | stop DIR | regress OUT" >&2
+    echo "usage: $0 build | start DIR | stop DIR | regress OUT | node DIR N [PRELOAD] | stop-node DIR N" >&2
     exit 2
     ;;
 esac

@@ -214,7 +214,7 @@ if [ "$RL_PG" = 15 ] || [ "$RL_PG" = 18 ]; then
         urls=$(grep '^host=' "$results/citus_urls" | paste -sd ';' || true)
     fi
     if [ -n "$urls" ]; then
-        RATE_LIMITER_TEST_CITUS_URLS=$urls cargo test --no-fail-fast -p rate_limiter_integration_tests --test citus -- --ignored --test-threads=1 --nocapture 2>&1 | tee "$results/citus.log" || broken+=("citus")
+        RATE_LIMITER_TEST_CITUS_URLS=$urls RATE_LIMITER_TEST_CITUS_DIR=$citus cargo test --no-fail-fast -p rate_limiter_integration_tests --test citus --test citus_call_shapes --test citus_growth -- --ignored --test-threads=1 --nocapture 2>&1 | tee "$results/citus.log" || broken+=("citus")
         count_cargo "$results/citus.log"
         # The pg_regress schedule on the distributed install, through the
         # coordinator and through a worker.

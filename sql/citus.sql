@@ -15,9 +15,10 @@ DECLARE
     state_column text;
     definitions_method "char";
     colocated_column record;
-    -- dkey's type: text, or bigint or uuid to colocate with a column of
-    -- that type.
+    -- dkey's type: text, or bigint, integer or uuid to colocate with a
+    -- column of that type.
     bigint_dkey boolean := false;
+    integer_dkey boolean := false;
     uuid_dkey boolean := false;
     bad_key text;
     worker record;
@@ -101,17 +102,27 @@ BEGIN
             ON a.attrelid = p.logicalrelid
            AND a.attname = pg_catalog.column_to_column_name(p.logicalrelid, p.partkey)
         WHERE p.logicalrelid = colocate_with AND p.partmethod = 'h';
+        IF NOT FOUND AND EXISTS (SELECT FROM pg_catalog.pg_dist_partition AS p
+                                 WHERE p.logicalrelid = colocate_with AND p.partmethod = 'n' AND p.repmodel = 's') THEN
+            -- A single-shard table: a table of a distributed schema
+            -- (schema-based sharding), or one distributed without a column.
+            RAISE EXCEPTION '% is a single-shard distributed table (schema-based sharding, or distributed without a distribution column): the limiter''s state cannot be colocated with it', colocate_with
+                USING ERRCODE = '0A000',
+                      HINT = 'Call rate_limiter.distribute() without colocate_with: every tenant''s limit then lives on some node, and a transaction on a tenant''s schema that calls rate_limit may span two nodes (two-phase commit). To keep them on one node, distribute the tenant tables by a tenant column (create_distributed_table) and colocate with one of them.';
+        END IF;
         IF NOT FOUND THEN
             RAISE EXCEPTION '% is not a hash-distributed table', colocate_with
                 USING ERRCODE = '22023';
         END IF;
         bigint_dkey := colocated_column.type = 'bigint';
+        integer_dkey := colocated_column.type = 'integer';
         uuid_dkey := colocated_column.type = 'uuid';
-        IF NOT bigint_dkey AND NOT uuid_dkey
+        IF NOT bigint_dkey AND NOT integer_dkey AND NOT uuid_dkey
            AND (colocated_column.type <> 'text' OR colocated_column.attcollation <> 'pg_catalog."C"'::regcollation) THEN
-            RAISE EXCEPTION 'rate_limiter can colocate only with a table distributed by a bigint or uuid column or a text column with COLLATE "C"; %''s distribution column is % (collation %)',
+            RAISE EXCEPTION 'rate_limiter can colocate only with a table distributed by a bigint, integer or uuid column or a text column with COLLATE "C"; %''s distribution column is % (collation %)',
                 colocate_with, colocated_column.type, colocated_column.attcollation::regcollation
-                USING ERRCODE = '0A000';
+                USING ERRCODE = '0A000',
+                      HINT = 'A smallint or numeric tenant column: distribute the table by a bigint or integer one. A table of a distributed schema (schema-based sharding) has a single shard: colocate with a hash-distributed table instead, or call distribute() without colocate_with.';
         END IF;
     END IF;
     -- A worker's own table (not a shard) with rows would be state nobody reads.
@@ -126,10 +137,24 @@ BEGIN
     -- Citus checks colocation against each worker's own table too (the
     -- extension's, which becomes the distributed table's shell there):
     -- its dkey gets the type the coordinator's gets (the tables are empty,
-    -- checked above).
+    -- checked above). And it is marked: a worker that later loses Citus's
+    -- metadata for it (stop_metadata_sync_to_node) then fails closed
+    -- (55000) instead of writing its own table (src/catalog.rs,
+    -- DISTRIBUTED_MARKER; no direct write checks the constraint, and
+    -- shards are made from the coordinator's table, which has none).
+    -- Over connections of their own, before this transaction locks
+    -- anything on the workers.
     FOR worker IN SELECT * FROM run_command_on_workers(pg_catalog.format(
-            'ALTER TABLE rate_limiter.rate_limits ALTER COLUMN dkey TYPE %s USING NULL',
-            CASE WHEN bigint_dkey THEN 'bigint' WHEN uuid_dkey THEN 'uuid' ELSE 'text COLLATE "C"' END)) LOOP
+            'ALTER TABLE rate_limiter.rate_limits ALTER COLUMN dkey TYPE %s USING NULL; %s',
+            CASE WHEN bigint_dkey THEN 'bigint' WHEN integer_dkey THEN 'integer' WHEN uuid_dkey THEN 'uuid' ELSE 'text COLLATE "C"' END,
+            $mark$DO $do$ BEGIN
+                IF NOT EXISTS (SELECT FROM pg_catalog.pg_constraint
+                               WHERE conrelid = 'rate_limiter.rate_limits'::pg_catalog.regclass
+                                 AND conname = 'rate_limits_distributed') THEN
+                    ALTER TABLE ONLY rate_limiter.rate_limits
+                        ADD CONSTRAINT rate_limits_distributed CHECK (false) NOT VALID;
+                END IF;
+            END $do$$mark$)) LOOP
         IF NOT worker.success THEN
             RAISE EXCEPTION 'could not change the type of rate_limiter.rate_limits.dkey on worker %:%: %', worker.nodename, worker.nodeport, worker.result
                 USING ERRCODE = '55000',
@@ -156,20 +181,29 @@ BEGIN
         ALTER TABLE rate_limiter.rate_limits ALTER COLUMN dkey TYPE uuid
             USING CASE WHEN key IS NULL THEN pg_catalog.md5(name || '/' || shard)::uuid
                        ELSE key::uuid END;
-    ELSIF bigint_dkey THEN
+    ELSIF bigint_dkey OR integer_dkey THEN
         SELECT key INTO bad_key FROM rate_limiter.rate_limits
         WHERE key IS NOT NULL AND CASE WHEN key ~ '^[[:space:]]*[+-]?[0-9]+[[:space:]]*$'
-                   THEN NOT key::numeric BETWEEN -9223372036854775808 AND 9223372036854775807
+                   THEN NOT key::numeric BETWEEN CASE WHEN integer_dkey THEN -2147483648 ELSE -9223372036854775808 END
+                                            AND CASE WHEN integer_dkey THEN 2147483647 ELSE 9223372036854775807 END
                    ELSE true END
         LIMIT 1;
         IF FOUND THEN
-            RAISE EXCEPTION 'key % of rate_limiter.rate_limits is not a bigint, and % is distributed by a bigint column', pg_catalog.quote_literal(bad_key), colocate_with
+            RAISE EXCEPTION 'key % of rate_limiter.rate_limits is not % and % is distributed by % column', pg_catalog.quote_literal(bad_key),
+                CASE WHEN integer_dkey THEN 'an integer,' ELSE 'a bigint,' END, colocate_with,
+                CASE WHEN integer_dkey THEN 'an integer' ELSE 'a bigint' END
                 USING ERRCODE = '22P02',
                       HINT = 'Every key of a keyed limit must be a decimal integer (a tenant id) to colocate with it: rate_reset() or delete the others first.';
         END IF;
-        ALTER TABLE rate_limiter.rate_limits ALTER COLUMN dkey TYPE bigint
-            USING CASE WHEN key IS NULL THEN pg_catalog.hashtextextended(name || '/' || shard, 0)
-                       ELSE key::bigint END;
+        IF integer_dkey THEN
+            ALTER TABLE rate_limiter.rate_limits ALTER COLUMN dkey TYPE integer
+                USING CASE WHEN key IS NULL THEN pg_catalog.hashtext(name || '/' || shard)
+                           ELSE key::integer END;
+        ELSE
+            ALTER TABLE rate_limiter.rate_limits ALTER COLUMN dkey TYPE bigint
+                USING CASE WHEN key IS NULL THEN pg_catalog.hashtextextended(name || '/' || shard, 0)
+                           ELSE key::bigint END;
+        END IF;
     ELSE
         UPDATE rate_limiter.rate_limits SET dkey = coalesce(key, name || '/' || shard);
     END IF;
@@ -193,6 +227,8 @@ BEGIN
     PERFORM create_distributed_function(
         CASE WHEN bigint_dkey
              THEN 'rate_limiter._rate_limit_at(bigint, text, text, float8, boolean, rate_limiter.config, boolean, timestamptz, boolean)'
+             WHEN integer_dkey
+             THEN 'rate_limiter._rate_limit_at(integer, text, text, float8, boolean, rate_limiter.config, boolean, timestamptz, boolean)'
              WHEN uuid_dkey
              THEN 'rate_limiter._rate_limit_at(uuid, text, text, float8, boolean, rate_limiter.config, boolean, timestamptz, boolean)'
              ELSE 'rate_limiter._rate_limit_at(text, text, text, float8, boolean, rate_limiter.config, boolean, timestamptz, boolean)' END::regprocedure,
@@ -200,6 +236,8 @@ BEGIN
     PERFORM create_distributed_function(
         CASE WHEN bigint_dkey
              THEN 'rate_limiter._rate_state_at(bigint, text, text, int2)'
+             WHEN integer_dkey
+             THEN 'rate_limiter._rate_state_at(integer, text, text, int2)'
              WHEN uuid_dkey
              THEN 'rate_limiter._rate_state_at(uuid, text, text, int2)'
              ELSE 'rate_limiter._rate_state_at(text, text, text, int2)' END::regprocedure,
@@ -207,6 +245,8 @@ BEGIN
     PERFORM create_distributed_function(
         CASE WHEN bigint_dkey
              THEN 'rate_limiter._rate_credit_at(bigint, text, text, float8, rate_limiter.config, timestamptz)'
+             WHEN integer_dkey
+             THEN 'rate_limiter._rate_credit_at(integer, text, text, float8, rate_limiter.config, timestamptz)'
              WHEN uuid_dkey
              THEN 'rate_limiter._rate_credit_at(uuid, text, text, float8, rate_limiter.config, timestamptz)'
              ELSE 'rate_limiter._rate_credit_at(text, text, text, float8, rate_limiter.config, timestamptz)' END::regprocedure,
@@ -214,6 +254,8 @@ BEGIN
     PERFORM create_distributed_function(
         CASE WHEN bigint_dkey
              THEN 'rate_limiter._rate_limit_all_at(bigint, rate_limiter.request[], boolean, timestamptz)'
+             WHEN integer_dkey
+             THEN 'rate_limiter._rate_limit_all_at(integer, rate_limiter.request[], boolean, timestamptz)'
              WHEN uuid_dkey
              THEN 'rate_limiter._rate_limit_all_at(uuid, rate_limiter.request[], boolean, timestamptz)'
              ELSE 'rate_limiter._rate_limit_all_at(text, rate_limiter.request[], boolean, timestamptz)' END::regprocedure,
@@ -221,18 +263,21 @@ BEGIN
     PERFORM create_distributed_function(
         CASE WHEN bigint_dkey
              THEN 'rate_limiter._prune_at(bigint, interval, timestamptz)'
+             WHEN integer_dkey
+             THEN 'rate_limiter._prune_at(integer, interval, timestamptz)'
              WHEN uuid_dkey
              THEN 'rate_limiter._prune_at(uuid, interval, timestamptz)'
              ELSE 'rate_limiter._prune_at(text, interval, timestamptz)' END::regprocedure,
         'dkey', colocate_with => 'rate_limiter.rate_limits', force_delegation => true);
+
 END
 $distribute$;
 
 COMMENT ON FUNCTION rate_limiter.distribute(regclass) IS
 'Citus: makes rate_limiter.rate_limits a distributed table (by the column dkey: the key, or name/shard for a global limit) and rate_limiter.definitions a reference table, keeping every row. '
-'colocate_with: a table distributed by a bigint or uuid column or a text COLLATE "C" column, whose rows for value K live beside the state of key K (with bigint, every key must be a decimal integer; with uuid, a uuid). Run on the coordinator; idempotent. '
+'colocate_with: a table distributed by a bigint, integer or uuid column or a text COLLATE "C" column, whose rows for value K live beside the state of key K (with bigint or integer, every key must be a decimal integer in its range; with uuid, a uuid). Run on the coordinator; idempotent. '
 'Errors: 25001 in a transaction that has written already; 55000 without Citus, on a worker, max_prepared_transactions = 0 on a node, rate_limiter not in shared_preload_libraries on a node, a worker with rows in its own table, tables distributed otherwise; 42501 neither superuser nor owner; '
-'22023 colocate_with not hash-distributed; 0A000 its distribution column is neither bigint, uuid nor text COLLATE "C"; 22P02 with bigint or uuid, a stored key that is not a decimal integer or a uuid.';
+'22023 colocate_with not hash-distributed; 0A000 its distribution column is neither bigint, integer, uuid nor text COLLATE "C", or it has a single shard (schema-based sharding); 22P02 with bigint, integer or uuid, a stored key that is not a decimal integer in range or a uuid.';
 
 CREATE FUNCTION rate_limiter.undistribute()
 RETURNS void
@@ -245,6 +290,11 @@ DECLARE
     state_owner oid;
     distributed_table regclass;
     citus_trigger record;
+    worker record;
+    -- Removes distribute()'s mark from a worker's own table.
+    unmark constant text := $unmark$
+        SET citus.enable_ddl_propagation TO off;
+        ALTER TABLE ONLY rate_limiter.rate_limits DROP CONSTRAINT IF EXISTS rate_limits_distributed$unmark$;
 BEGIN
     IF pg_catalog.to_regclass('pg_catalog.pg_dist_partition') IS NULL THEN
         RETURN; -- no Citus: nothing is distributed
@@ -257,13 +307,28 @@ BEGIN
     END IF;
     IF NOT EXISTS (SELECT FROM pg_catalog.pg_dist_partition
                    WHERE logicalrelid IN (state_table, definitions_table)) THEN
-        RETURN; -- not distributed
+        -- Not distributed: nothing to do but to clear the marks a
+        -- distribute() that failed may have left on the workers' tables.
+        IF (SELECT groupid FROM pg_catalog.pg_dist_local_group) = 0 THEN
+            PERFORM run_command_on_workers(unmark);
+        END IF;
+        RETURN;
     END IF;
     IF (SELECT groupid FROM pg_catalog.pg_dist_local_group) <> 0 THEN
         RAISE EXCEPTION 'rate_limiter.undistribute() runs on the coordinator'
             USING ERRCODE = '55000',
                   HINT = 'Connect to the coordinator and call it there.';
     END IF;
+    -- The workers' own tables are theirs again (see distribute()): first,
+    -- over connections of their own, before this transaction locks
+    -- anything there.
+    FOR worker IN SELECT * FROM run_command_on_workers(unmark) LOOP
+        IF NOT worker.success THEN
+            RAISE EXCEPTION 'could not unmark rate_limiter.rate_limits on worker %:%: %', worker.nodename, worker.nodeport, worker.result
+                USING ERRCODE = '55000',
+                      HINT = 'Check that every node runs the same version of rate_limiter, then call undistribute() again.';
+        END IF;
+    END LOOP;
     LOCK TABLE rate_limiter.rate_limits, rate_limiter.definitions IN EXCLUSIVE MODE;
     CREATE TEMPORARY TABLE rate_limiter_state ON COMMIT DROP AS
         SELECT name, key, shard, value, ts FROM rate_limiter.rate_limits;
@@ -315,6 +380,110 @@ $undistribute$;
 COMMENT ON FUNCTION rate_limiter.undistribute() IS
 'Citus: makes rate_limiter.rate_limits and rate_limiter.definitions local tables of the coordinator again (however they were distributed), keeping every row. '
 'Run on the coordinator; idempotent, and nothing to do without Citus. Errors: 42501 neither superuser nor owner; 55000 on a worker.';
+
+CREATE FUNCTION rate_limiter.prepare_node(nodename text, nodeport integer DEFAULT 5432)
+RETURNS void
+LANGUAGE plpgsql VOLATILE
+SET search_path = pg_catalog, pg_temp
+AS $prepare_node$
+DECLARE
+    state_table constant regclass := 'rate_limiter.rate_limits';
+    state_owner oid;
+    dkey_type text;
+    version text;
+    answer record;
+    step record;
+BEGIN
+    IF nodename IS NULL OR nodeport IS NULL THEN
+        RAISE EXCEPTION '% must not be NULL', CASE WHEN nodename IS NULL THEN 'nodename' ELSE 'nodeport' END
+            USING ERRCODE = '22004';
+    END IF;
+    IF pg_catalog.current_setting('citus.version', true) IS NULL
+       OR NOT EXISTS (SELECT FROM pg_catalog.pg_extension WHERE extname = 'citus') THEN
+        RAISE EXCEPTION 'rate_limiter.prepare_node() needs Citus'
+            USING ERRCODE = '55000',
+                  HINT = 'Add citus (first) to shared_preload_libraries and CREATE EXTENSION citus.';
+    END IF;
+    SELECT c.relowner INTO state_owner FROM pg_catalog.pg_class AS c WHERE c.oid = state_table;
+    IF NOT (SELECT r.rolsuper FROM pg_catalog.pg_roles AS r WHERE r.rolname = current_user)
+       AND NOT pg_catalog.pg_has_role(current_user, state_owner, 'MEMBER') THEN
+        RAISE EXCEPTION 'only a superuser or the owner of rate_limiter''s tables may prepare a node'
+            USING ERRCODE = '42501';
+    END IF;
+    IF (SELECT groupid FROM pg_catalog.pg_dist_local_group) <> 0 THEN
+        RAISE EXCEPTION 'rate_limiter.prepare_node() runs on the coordinator'
+            USING ERRCODE = '55000',
+                  HINT = 'Connect to the coordinator and call it there.';
+    END IF;
+    IF NOT EXISTS (SELECT FROM pg_catalog.pg_dist_partition WHERE logicalrelid = state_table) THEN
+        RETURN; -- not distributed: distribute() prepares the nodes there are when it runs
+    END IF;
+    SELECT CASE WHEN a.atttypid = 'pg_catalog.text'::pg_catalog.regtype THEN 'text COLLATE "C"'
+                ELSE pg_catalog.format_type(a.atttypid, a.atttypmod) END
+    INTO dkey_type
+    FROM pg_catalog.pg_attribute AS a WHERE a.attrelid = state_table AND a.attname = 'dkey';
+    SELECT e.extversion INTO version FROM pg_catalog.pg_extension AS e WHERE e.extname = 'rate_limiter';
+    -- On the node, over a connection of its own (Citus's
+    -- master_run_on_worker: the node need not be in the cluster yet), in
+    -- order; each step must succeed.
+    FOR step IN
+        SELECT * FROM (VALUES
+            (1, 'SHOW shared_preload_libraries', 'reading its shared_preload_libraries'),
+            (2, 'SHOW max_prepared_transactions', 'reading its max_prepared_transactions'),
+            (3, pg_catalog.format('CREATE EXTENSION IF NOT EXISTS rate_limiter VERSION %L', version),
+                pg_catalog.format('creating rate_limiter %s (the library must be installed on the node)', version)),
+            (4, 'SELECT e.extversion FROM pg_catalog.pg_extension AS e WHERE e.extname = ''rate_limiter''',
+                'reading the version of rate_limiter'),
+            (5, 'SELECT count(*) FROM ONLY rate_limiter.rate_limits', 'counting the rows of its own rate_limiter.rate_limits'),
+            (6, pg_catalog.format(
+                    'ALTER TABLE rate_limiter.rate_limits ALTER COLUMN dkey TYPE %s USING NULL; %s', dkey_type,
+                    $mark$DO $do$ BEGIN
+                        IF NOT EXISTS (SELECT FROM pg_catalog.pg_constraint
+                                       WHERE conrelid = 'rate_limiter.rate_limits'::pg_catalog.regclass
+                                         AND conname = 'rate_limits_distributed') THEN
+                            ALTER TABLE ONLY rate_limiter.rate_limits
+                                ADD CONSTRAINT rate_limits_distributed CHECK (false) NOT VALID;
+                        END IF;
+                    END $do$$mark$),
+                'shaping and marking its own rate_limiter.rate_limits as distribute() does on a worker')
+        ) AS steps(number, command, what)
+        ORDER BY number
+    LOOP
+        SELECT w.success, w.result INTO answer
+        FROM master_run_on_worker(ARRAY[nodename], ARRAY[nodeport], ARRAY[step.command], false) AS w;
+        IF NOT answer.success THEN
+            RAISE EXCEPTION 'rate_limiter.prepare_node(): % on %:% failed: %', step.what, nodename, nodeport, answer.result
+                USING ERRCODE = '55000',
+                      HINT = 'The node must accept connections from this one, have citus and rate_limiter installed, and not be in the cluster yet.';
+        END IF;
+        IF step.number = 1 AND NOT EXISTS (
+               SELECT FROM pg_catalog.unnest(pg_catalog.string_to_array(answer.result, ',')) AS library
+               WHERE pg_catalog.regexp_replace(pg_catalog.btrim(library, ' "'), '^.*/|[.]so$', '', 'g') = 'rate_limiter') THEN
+            RAISE EXCEPTION 'rate_limiter is not in shared_preload_libraries on %:% (it says: %)', nodename, nodeport, answer.result
+                USING ERRCODE = '55000',
+                      HINT = 'Set shared_preload_libraries = ''citus,rate_limiter'' on the node and restart it.';
+        ELSIF step.number = 2 AND answer.result = '0' THEN
+            RAISE EXCEPTION 'max_prepared_transactions is 0 on %:%: a transaction that consumed on several nodes could not commit with two-phase commit', nodename, nodeport
+                USING ERRCODE = '55000',
+                      HINT = 'Set max_prepared_transactions (to max_connections, say) on the node and restart it.';
+        ELSIF step.number = 4 AND answer.result IS DISTINCT FROM version THEN
+            RAISE EXCEPTION 'rate_limiter is at version % on %:%, and at % here', answer.result, nodename, nodeport, version
+                USING ERRCODE = '55000',
+                      HINT = 'Install the same version of rate_limiter on every node (ALTER EXTENSION rate_limiter UPDATE there).';
+        ELSIF step.number = 5 AND answer.result <> '0' THEN
+            RAISE EXCEPTION 'the node %:% has % rows in its own rate_limiter.rate_limits', nodename, nodeport, answer.result
+                USING ERRCODE = '55000',
+                      HINT = 'Delete them there (DELETE FROM rate_limiter.rate_limits), then prepare the node again.';
+        END IF;
+    END LOOP;
+END
+$prepare_node$;
+
+COMMENT ON FUNCTION rate_limiter.prepare_node(text, integer) IS
+'Citus: prepares a node before citus_add_node() adds it to a cluster whose limits distribute() distributed: checks that it preloads rate_limiter and allows prepared transactions, '
+'creates the extension there at this version, and gives its own rate_limiter.rate_limits the distribution column''s type (bigint, integer or uuid when colocated with such a table) and the mark of a worker''s table. '
+'Run on the coordinator, before SELECT citus_add_node(nodename, nodeport); nothing to do before distribute(). '
+'Errors: 22004 NULL argument; 42501 neither superuser nor owner; 55000 without Citus, on a worker, or when a check fails on the node (the message says which).';
 
 CREATE FUNCTION rate_limiter._rate_limit_at(
     dkey    text,
@@ -375,6 +544,25 @@ COMMENT ON FUNCTION rate_limiter._rate_limit_at(uuid, text, text, float8, boolea
 'Internal (Citus): _rate_limit_at for a state table colocated with a table distributed by a uuid column. '
 'Errors: as the text overload''s; 22P02 a key that is not a uuid.';
 
+CREATE FUNCTION rate_limiter._rate_limit_at(
+    dkey    integer,
+    name    text,
+    key     text,
+    count   float8,
+    reserve boolean,
+    config  rate_limiter.config,
+    consume boolean,
+    now_override timestamptz,
+    own_transaction boolean DEFAULT false)
+RETURNS TABLE (ok boolean, retry_after bigint, remaining float8, verdict int2,
+               reserved boolean, near_limit boolean, contended boolean)
+LANGUAGE c VOLATILE ROWS 1
+AS 'MODULE_PATHNAME', '_rate_limit_at_integer_wrapper';
+
+COMMENT ON FUNCTION rate_limiter._rate_limit_at(integer, text, text, float8, boolean, rate_limiter.config, boolean, timestamptz, boolean) IS
+'Internal (Citus): _rate_limit_at for a state table colocated with a table distributed by an integer column. '
+'Errors: as the text overload''s; 22P02 a key that is not a decimal integer in the range of integer.';
+
 CREATE FUNCTION rate_limiter._rate_state_at(
     dkey   text,
     name   text,
@@ -413,6 +601,19 @@ AS 'MODULE_PATHNAME', '_rate_state_at_uuid_wrapper';
 COMMENT ON FUNCTION rate_limiter._rate_state_at(uuid, text, text, int2) IS
 'Internal (Citus): _rate_state_at for a state table colocated with a table distributed by a uuid column. '
 'Errors: as the text overload''s; 22P02 a key that is not a uuid.';
+
+CREATE FUNCTION rate_limiter._rate_state_at(
+    dkey   integer,
+    name   text,
+    key    text,
+    shards int2)
+RETURNS TABLE (shard int2, value float8, ts timestamptz)
+LANGUAGE c VOLATILE
+AS 'MODULE_PATHNAME', '_rate_state_at_integer_wrapper';
+
+COMMENT ON FUNCTION rate_limiter._rate_state_at(integer, text, text, int2) IS
+'Internal (Citus): _rate_state_at for a state table colocated with a table distributed by an integer column. '
+'Errors: as the text overload''s; 22P02 a key that is not a decimal integer in the range of integer.';
 
 CREATE FUNCTION rate_limiter._rate_credit_at(
     dkey   text,
@@ -460,6 +661,21 @@ COMMENT ON FUNCTION rate_limiter._rate_credit_at(uuid, text, text, float8, rate_
 'Internal (Citus): _rate_credit_at for a state table colocated with a table distributed by a uuid column. '
 'Errors: as the text overload''s; 22P02 a key that is not a uuid.';
 
+CREATE FUNCTION rate_limiter._rate_credit_at(
+    dkey   integer,
+    name   text,
+    key    text,
+    count  float8,
+    config rate_limiter.config,
+    now_override timestamptz)
+RETURNS float8
+LANGUAGE c VOLATILE
+AS 'MODULE_PATHNAME', '_rate_credit_at_integer_wrapper';
+
+COMMENT ON FUNCTION rate_limiter._rate_credit_at(integer, text, text, float8, rate_limiter.config, timestamptz) IS
+'Internal (Citus): _rate_credit_at for a state table colocated with a table distributed by an integer column. '
+'Errors: as the text overload''s; 22P02 a key that is not a decimal integer in the range of integer.';
+
 CREATE FUNCTION rate_limiter._rate_limit_all_at(
     dkey     text,
     requests rate_limiter.request[],
@@ -500,6 +716,19 @@ COMMENT ON FUNCTION rate_limiter._rate_limit_all_at(uuid, rate_limiter.request[]
 'Internal (Citus): _rate_limit_all_at for a state table colocated with a table distributed by a uuid column. '
 'Errors: as the text overload''s; 22P02 a key that is not a uuid.';
 
+CREATE FUNCTION rate_limiter._rate_limit_all_at(
+    dkey     integer,
+    requests rate_limiter.request[],
+    reserve  boolean,
+    now_override timestamptz)
+RETURNS TABLE (ok boolean, retry_after bigint, remaining float8, verdict int2, contended boolean)
+LANGUAGE c VOLATILE
+AS 'MODULE_PATHNAME', '_rate_limit_all_at_integer_wrapper';
+
+COMMENT ON FUNCTION rate_limiter._rate_limit_all_at(integer, rate_limiter.request[], boolean, timestamptz) IS
+'Internal (Citus): _rate_limit_all_at for a state table colocated with a table distributed by an integer column. '
+'Errors: as the text overload''s; 22P02 a key that is not a decimal integer in the range of integer.';
+
 CREATE FUNCTION rate_limiter._prune_at(
     dkey         text,
     older_than   interval,
@@ -535,4 +764,16 @@ AS 'MODULE_PATHNAME', '_prune_at_uuid_wrapper';
 
 COMMENT ON FUNCTION rate_limiter._prune_at(uuid, interval, timestamptz) IS
 'Internal (Citus): _prune_at for a state table colocated with a table distributed by a uuid column. '
+'Errors: as the text overload''s.';
+
+CREATE FUNCTION rate_limiter._prune_at(
+    dkey         integer,
+    older_than   interval,
+    now_override timestamptz)
+RETURNS bigint
+LANGUAGE c VOLATILE
+AS 'MODULE_PATHNAME', '_prune_at_integer_wrapper';
+
+COMMENT ON FUNCTION rate_limiter._prune_at(integer, interval, timestamptz) IS
+'Internal (Citus): _prune_at for a state table colocated with a table distributed by an integer column. '
 'Errors: as the text overload''s.';

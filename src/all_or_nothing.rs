@@ -312,7 +312,16 @@ fn run(
     let requests = required(requests, "requests")?;
     let reserve = required(reserve, "reserve")?;
     let throws = required(throws, "throws")?;
+    // Inside a Citus shard query nothing else may run first (reading the
+    // definitions there is itself a distributed query: see
+    // `limit::consume`).
+    if crate::catalog::objects().distributed {
+        crate::citus::before_call("rate_limit_all()")?;
+    }
     let mut requests = read_requests(requests)?;
+    // 25006 before the call goes anywhere (see `limit::consume`).
+    // SAFETY: reads the transaction state; raises an ERROR when read-only.
+    unsafe { pg_sys::PreventCommandIfReadOnly(c"rate_limit_all()".as_ptr()) };
     let (answers, contended) =
         restarting(&mut requests, |requests| {
             match crate::citus::distribution() {

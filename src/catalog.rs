@@ -36,10 +36,21 @@ pub struct Objects {
     /// The composite type `rate_limiter.request` (invalid if missing).
     pub request_type: pg_sys::Oid,
     /// Whether Citus lists the state table or the definitions in
-    /// `pg_catalog.pg_dist_partition`: then calls go where `crate::citus`
-    /// says, or fail closed.
+    /// `pg_catalog.pg_dist_partition`, or the table carries
+    /// [`DISTRIBUTED_MARKER`]: then calls go where `crate::citus` says, or
+    /// fail closed.
     pub distributed: bool,
+    /// Whether the table carries [`DISTRIBUTED_MARKER`].
+    pub marked: bool,
 }
+
+/// The name of the constraint `rate_limiter.distribute()` adds to each
+/// worker's own copy of the state table (`CHECK (false) NOT VALID`, which
+/// no call's direct write would check, so that a call fails closed before
+/// it writes there): the table belongs to a distributed table, also when
+/// the node has lost Citus's metadata for it (`stop_metadata_sync_to_node`),
+/// so a call there fails closed instead of writing the node's own table.
+pub const DISTRIBUTED_MARKER: &std::ffi::CStr = c"rate_limits_distributed";
 
 thread_local! {
     static OBJECTS: Cell<Option<Objects>> = const { Cell::new(None) };
@@ -177,10 +188,37 @@ pub fn objects() -> Objects {
             let definitions = pg_sys::get_relname_relid(c"definitions".as_ptr(), schema);
             let enforce_column = definitions != pg_sys::InvalidOid
                 && pg_sys::get_attnum(definitions, c"enforce".as_ptr()) > 0;
-            Some((schema, table, index, owner, definitions, enforce_column))
+            // Whether the table carries DISTRIBUTED_MARKER: its relcache
+            // entry lists its CHECK constraints (valid or not) by name. The
+            // lock is the least a call takes on the table anyway, kept until
+            // the transaction ends; a table dropped meanwhile (a concurrent
+            // DROP EXTENSION) is looked up again. try_relation_open returns
+            // NULL for a relation that is gone.
+            let relation =
+                pg_sys::try_relation_open(table, pg_sys::AccessShareLock as pg_sys::LOCKMODE);
+            if relation.is_null() {
+                return None;
+            }
+            let constraints = (*(*relation).rd_att).constr;
+            let marked = !constraints.is_null()
+                && (0..usize::from((*constraints).num_check)).any(|index| {
+                    let check = (*constraints).check.add(index);
+                    !(*check).ccname.is_null()
+                        && std::ffi::CStr::from_ptr((*check).ccname) == DISTRIBUTED_MARKER
+                });
+            pg_sys::relation_close(relation, pg_sys::NoLock as pg_sys::LOCKMODE);
+            Some((
+                schema,
+                table,
+                index,
+                owner,
+                definitions,
+                enforce_column,
+                marked,
+            ))
         })
     };
-    let Some((schema, table, index, owner, definitions, enforce_column)) = found else {
+    let Some((schema, table, index, owner, definitions, enforce_column, marked)) = found else {
         ereport!(
             PgLogLevel::ERROR,
             PgSqlErrorCode::ERRCODE_UNDEFINED_TABLE,
@@ -199,7 +237,8 @@ pub fn objects() -> Objects {
         request_type: type_in(c"request", schema),
         define: define_function(),
         enforce_column,
-        distributed: distributed(table, definitions),
+        distributed: marked || distributed(table, definitions),
+        marked,
     };
     OBJECTS.with(|cell| cell.set(Some(objects)));
     objects

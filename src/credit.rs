@@ -52,6 +52,12 @@ fn credit(
     let inline = inline_config(config)?;
     validate_credit(count)?;
     let value = if distributed {
+        // First inside a Citus shard query, then 25006 before the call goes
+        // anywhere, after 42704 (see `limit::consume`).
+        crate::citus::before_call("rate_credit()")?;
+        definitions::resolve(name, inline)?;
+        // SAFETY: reads the transaction state; raises an ERROR when read-only.
+        unsafe { pgrx::pg_sys::PreventCommandIfReadOnly(c"rate_credit()".as_ptr()) };
         crate::citus::credit(name, key, count, inline, config_argument)?
     } else {
         credit_here(name, key, count, inline)?

@@ -55,12 +55,20 @@ pub enum CallError {
     /// column, and this key (bytes) is not a decimal integer (SQLSTATE
     /// 22P02).
     KeyNotBigInt(Vec<u8>),
+    /// Citus: the state is colocated with a table distributed by an
+    /// integer column, and this key (bytes) is not a decimal integer in
+    /// its range (SQLSTATE 22P02).
+    KeyNotInteger(Vec<u8>),
     /// Citus: the state is colocated with a table distributed by a uuid
     /// column, and this key (bytes) is not a uuid (SQLSTATE 22P02).
     KeyNotUuid(Vec<u8>),
     /// Citus: a delegated internal function was given another node's
     /// `now_override` by a role that is not a superuser (SQLSTATE 42501).
     ClockNotAllowed,
+    /// Citus: a call that writes (named, e.g. `rate_limit()`) runs inside
+    /// one of Citus's per-shard queries, where it would commit apart from
+    /// the caller's transaction (SQLSTATE 0A000).
+    InsideShardQuery(&'static str),
     /// Citus: a delegated internal function that does what a public
     /// function does (named, e.g. `rate_limiter.rate_credit()`) was called
     /// by a role that may not call that function (SQLSTATE 42501).
@@ -147,6 +155,11 @@ pub fn report(error: CallError) -> ! {
             format!("permission denied: this internal function does what {function} does, which the current role may not call"),
             Some(format!("Grant EXECUTE on {function} to the role on every node, and call that function instead.")),
         ),
+        CallError::InsideShardQuery(function) => (
+            PgSqlErrorCode::ERRCODE_FEATURE_NOT_SUPPORTED,
+            format!("rate_limiter.{function} cannot run inside a Citus shard query, where it would commit apart from the caller's transaction"),
+            Some(format!("Citus pushed the call down into the query it runs for each shard of a distributed table. Call rate_limiter.{function} in a statement of its own, or over rows collected first on this node: WITH t AS MATERIALIZED (SELECT ...) SELECT rate_limiter.{function} ... FROM t.")),
+        ),
         CallError::NotOnCluster(what) => (
             PgSqlErrorCode::ERRCODE_FEATURE_NOT_SUPPORTED,
             format!("{what} is not supported yet when rate_limiter's tables are distributed by Citus"),
@@ -159,6 +172,14 @@ pub fn report(error: CallError) -> ! {
                 names::for_message(&key)
             ),
             Some("rate_limiter.distribute(colocate_with => ...) colocated the limits with a table distributed by a bigint column: every key must be that table's distribution value, a decimal integer (a global limit's key is NULL).".to_string()),
+        ),
+        CallError::KeyNotInteger(key) => (
+            PgSqlErrorCode::ERRCODE_INVALID_TEXT_REPRESENTATION,
+            format!(
+                "key \"{}\" is not an integer, and rate_limiter.rate_limits is distributed by an integer column",
+                names::for_message(&key)
+            ),
+            Some("rate_limiter.distribute(colocate_with => ...) colocated the limits with a table distributed by an integer column: every key must be that table's distribution value, a decimal integer from -2147483648 to 2147483647 (a global limit's key is NULL).".to_string()),
         ),
         CallError::KeyNotUuid(key) => (
             PgSqlErrorCode::ERRCODE_INVALID_TEXT_REPRESENTATION,

@@ -172,6 +172,15 @@ pub fn answered(
 /// try).
 pub fn consume(call: &Call<'_>) -> Result<(Decision, Counted), CallError> {
     if crate::catalog::objects().distributed {
+        // Inside one of Citus's shard queries nothing else may run first
+        // (reading the definitions there is itself a distributed query).
+        citus::before_call("rate_limit()")?;
+        // 25006 in a read-only transaction before the call goes anywhere
+        // (another node's part of the transaction would not be read-only:
+        // SPEC §8), after 42704 as on one server.
+        call.definition()?;
+        // SAFETY: reads the transaction state; raises an ERROR when read-only.
+        unsafe { pg_sys::PreventCommandIfReadOnly(c"rate_limit()".as_ptr()) };
         if let Some(shards) = call.spread_shards()? {
             return citus::consume_spread(call, shards);
         }
@@ -271,6 +280,7 @@ fn consume_once(
 /// for the two fullest (see `evaluate_all`).
 pub fn check(call: &Call<'_>) -> Result<Decision, CallError> {
     if crate::catalog::objects().distributed {
+        citus::usable()?;
         if let Some(shards) = call.spread_shards()? {
             // Its shards spread over the nodes: read them where they live.
             let definition = call.definition()?;
@@ -452,6 +462,11 @@ fn rate_reset(name: Option<&[u8]>, key: Option<&[u8]>) {
         Ok(name) => name,
         Err(error) => report(CallError::Limit(error)),
     };
+    if crate::catalog::objects().distributed {
+        if let Err(error) = citus::before_call("rate_reset()") {
+            report(error)
+        }
+    }
     if let Err(error) = write_as_owner(c"rate_reset()", |client| storage::delete(client, name, key))
     {
         report(CallError::Spi(error))

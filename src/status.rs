@@ -46,6 +46,9 @@ pub fn arguments<'a>(
 ) -> Result<(&'a [u8], Config), CallError> {
     let name = required(name, "name")?;
     let inline = inline_config(config)?;
+    if crate::catalog::objects().distributed {
+        crate::citus::usable()?;
+    }
     Ok((name, definitions::resolve(name, inline)?.config))
 }
 

@@ -92,7 +92,7 @@ fn groups(requests: &[&RequestArgument]) -> Result<(Vec<Group>, i32), CallError>
             }),
         }
     }
-    Ok((groups, distribution.local_group))
+    Ok((groups, distribution.local_group()))
 }
 
 /// `rate_limit_all`'s requests on a distributed install: locks, decides
@@ -355,7 +355,9 @@ delegated_entry_points!(
     _rate_limit_all_at_bigint_wrapper,
     pg_finfo__rate_limit_all_at_bigint_wrapper,
     _rate_limit_all_at_uuid_wrapper,
-    pg_finfo__rate_limit_all_at_uuid_wrapper
+    pg_finfo__rate_limit_all_at_uuid_wrapper,
+    _rate_limit_all_at_integer_wrapper,
+    pg_finfo__rate_limit_all_at_integer_wrapper
 );
 
 /// The body of both `_rate_limit_all_at` wrappers, `dkey` their first

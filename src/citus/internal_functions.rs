@@ -211,14 +211,16 @@ pub(super) unsafe fn with_callers_clock(
     body: impl FnOnce() -> pg_sys::Datum,
 ) -> pg_sys::Datum {
     let callers = clock.and_then(|position| pg_getarg::<i64>(fcinfo, position));
-    match crate::clock::with_callers_override(callers, body) {
+    let outcome =
+        super::shard_query::delegated(|| crate::clock::with_callers_override(callers, body));
+    match outcome {
         Ok(datum) => datum,
         Err(error) => report(error),
     }
 }
 
-/// Declares the C entry points of a delegated internal function's three
-/// overloads (`dkey text`, `dkey bigint` and `dkey uuid`) and their
+/// Declares the C entry points of a delegated internal function's four
+/// overloads (`dkey text`, `dkey bigint`, `dkey uuid` and `dkey integer`) and their
 /// calling-convention records: each reads its first argument as a
 /// [`DistributionValue`] and calls `$body(fcinfo, dkey)` (`unsafe
 /// fn(pg_sys::FunctionCallInfo, Option<DistributionValue>) ->
@@ -228,7 +230,7 @@ pub(super) unsafe fn with_callers_clock(
 macro_rules! delegated_entry_points {
     ($function:literal, $body:ident, $clock:expr,
      $text:ident, $text_finfo:ident, $bigint:ident, $bigint_finfo:ident,
-     $uuid:ident, $uuid_finfo:ident) => {
+     $uuid:ident, $uuid_finfo:ident, $integer:ident, $integer_finfo:ident) => {
         #[doc = concat!("`rate_limiter.", $function, "(dkey text, ...)`: see sql/citus.sql.")]
         ///
         /// # Safety
@@ -264,6 +266,22 @@ macro_rules! delegated_entry_points {
             $crate::citus::with_callers_clock(fcinfo, $clock, || $body(fcinfo, dkey))
         }
 
+        #[doc = concat!("`rate_limiter.", $function, "(dkey integer, ...)`: the same, on a state table distributed by an integer column.")]
+        ///
+        /// # Safety
+        /// Called by PostgreSQL with the function's arguments.
+        #[no_mangle]
+        #[pg_guard]
+        pub unsafe extern "C-unwind" fn $integer(fcinfo: pg_sys::FunctionCallInfo) -> pg_sys::Datum {
+            let dkey = pg_getarg::<i32>(fcinfo, 0).map(DistributionValue::Integer);
+            $crate::citus::with_callers_clock(fcinfo, $clock, || $body(fcinfo, dkey))
+        }
+
+        #[no_mangle]
+        pub extern "C" fn $integer_finfo() -> &'static pg_sys::Pg_finfo_record {
+            &CALLING_CONVENTION
+        }
+
         #[no_mangle]
         pub extern "C" fn $text_finfo() -> &'static pg_sys::Pg_finfo_record {
             &CALLING_CONVENTION
@@ -292,7 +310,9 @@ delegated_entry_points!(
     _rate_limit_at_bigint_wrapper,
     pg_finfo__rate_limit_at_bigint_wrapper,
     _rate_limit_at_uuid_wrapper,
-    pg_finfo__rate_limit_at_uuid_wrapper
+    pg_finfo__rate_limit_at_uuid_wrapper,
+    _rate_limit_at_integer_wrapper,
+    pg_finfo__rate_limit_at_integer_wrapper
 );
 
 delegated_entry_points!(
@@ -304,7 +324,9 @@ delegated_entry_points!(
     _rate_state_at_bigint_wrapper,
     pg_finfo__rate_state_at_bigint_wrapper,
     _rate_state_at_uuid_wrapper,
-    pg_finfo__rate_state_at_uuid_wrapper
+    pg_finfo__rate_state_at_uuid_wrapper,
+    _rate_state_at_integer_wrapper,
+    pg_finfo__rate_state_at_integer_wrapper
 );
 
 delegated_entry_points!(
@@ -316,7 +338,9 @@ delegated_entry_points!(
     _rate_credit_at_bigint_wrapper,
     pg_finfo__rate_credit_at_bigint_wrapper,
     _rate_credit_at_uuid_wrapper,
-    pg_finfo__rate_credit_at_uuid_wrapper
+    pg_finfo__rate_credit_at_uuid_wrapper,
+    _rate_credit_at_integer_wrapper,
+    pg_finfo__rate_credit_at_integer_wrapper
 );
 
 /// The body of both `_rate_limit_at` wrappers, `dkey` their first argument.

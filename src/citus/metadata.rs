@@ -26,15 +26,17 @@ pub(super) struct Shard {
 /// How Citus distributes the state table, as read from its catalogs.
 pub struct Distribution {
     pub(super) colocation_id: u32,
-    /// The distribution column's type: `text` or `bigint` (checked).
+    /// The distribution column's type: `text`, `bigint`, `integer` or
+    /// `uuid` (checked).
     pub(super) column_type: pg_sys::Oid,
     /// The distribution column's collation (none for bigint and uuid).
     pub(super) collation: pg_sys::Oid,
     /// Sorted by `min`: a shard's position is its index in Citus's
     /// sorted shard array, which the metadata lock's tag names.
     pub(super) shards: Vec<Shard>,
-    /// `pg_dist_local_group.groupid`: 0 on the coordinator.
-    pub(super) local_group: i32,
+    /// `pg_dist_local_group.groupid`: 0 on the coordinator (see
+    /// [`Distribution::local_group`]).
+    this_group: i32,
     /// Why calls must fail closed, when the tables are not distributed as
     /// `distribute()` distributes them.
     pub(super) problem: Option<&'static str>,
@@ -101,6 +103,15 @@ pub(super) unsafe fn text(datum: pg_sys::Datum) -> String {
     String::from_datum(datum, false).unwrap_or_default()
 }
 
+/// The problem of a worker whose own table carries the distributed marker
+/// (`catalog::DISTRIBUTED_MARKER`) while its Citus metadata lists neither
+/// table.
+const NO_METADATA: &str = "this node's rate_limiter.rate_limits belongs to a table that rate_limiter.distribute() distributed, but this node has no Citus metadata for it (was stop_metadata_sync_to_node run for it?)";
+
+/// The problem of a node of a distributed install where the library was
+/// not loaded at server start.
+const NOT_PRELOADED: &str = "rate_limiter is not in shared_preload_libraries on this node, and a distributed install needs it loaded at server start (its planner check keeps NULL distribution arguments from Citus)";
+
 /// Reads how Citus distributes `table` (the state table) and `definitions`;
 /// `None` when it distributes neither.
 pub(super) unsafe fn read(table: pg_sys::Oid, definitions: pg_sys::Oid) -> Option<Distribution> {
@@ -121,7 +132,8 @@ pub(super) unsafe fn read(table: pg_sys::Oid, definitions: pg_sys::Oid) -> Optio
             definitions_method = method;
         }
     });
-    if state.is_none() && definitions_method.is_none() {
+    let marked = catalog::objects().marked;
+    if state.is_none() && definitions_method.is_none() && !marked {
         return None;
     }
     let mut distribution = Distribution {
@@ -129,17 +141,23 @@ pub(super) unsafe fn read(table: pg_sys::Oid, definitions: pg_sys::Oid) -> Optio
         column_type: pg_sys::TEXTOID,
         collation: pg_sys::InvalidOid,
         shards: Vec::new(),
-        local_group: 0,
+        this_group: 0,
         problem: None,
     };
+    if !super::preloaded() {
+        distribution.problem = Some(NOT_PRELOADED);
+        return Some(distribution);
+    }
     each_row(c"pg_dist_local_group", |column| {
         if let Some(group) = column(c"groupid") {
-            distribution.local_group = group.value() as i32;
+            distribution.this_group = group.value() as i32;
         }
     });
     let dkey_column = pg_sys::get_attnum(table, c"dkey".as_ptr());
     let Some((Some(b'h'), Some(key), Some(colocation), Some(b's'))) = state else {
-        distribution.problem = Some(if state.is_none() {
+        distribution.problem = Some(if state.is_none() && definitions_method.is_none() {
+            NO_METADATA
+        } else if state.is_none() {
             "rate_limiter.definitions is distributed, but rate_limiter.rate_limits is not"
         } else {
             "rate_limiter.rate_limits is not a hash-distributed table with one placement per shard"
@@ -159,6 +177,7 @@ pub(super) unsafe fn read(table: pg_sys::Oid, definitions: pg_sys::Oid) -> Optio
         || (*var).varattno != dkey_column
         || ((*var).vartype != pg_sys::TEXTOID
             && (*var).vartype != pg_sys::INT8OID
+            && (*var).vartype != pg_sys::INT4OID
             && (*var).vartype != pg_sys::UUIDOID)
     {
         distribution.problem = Some(
@@ -245,6 +264,29 @@ pub(super) fn current_distribution() -> Result<Rc<Distribution>, CallError> {
     })
 }
 
+/// For a call on a distributed install, before it reads anything (a
+/// definition read on a node without Citus's metadata would be this
+/// node's own, empty table): 55000 unless the tables are distributed as
+/// `distribute()` distributes them and this node can route (its metadata
+/// there, the library preloaded).
+///
+/// With `citus.enable_local_execution = off` (outside the limiter's
+/// delegated functions) also 55000: Citus then does the transaction's
+/// work on this node's shards through a connection of its own, whose
+/// locks and uncommitted writes a call writing those shards directly
+/// would wait for, or not see (before: a distributed deadlock after about
+/// 1.6 s); the call fails at once instead, with the setting in the hint.
+pub fn usable() -> Result<(), CallError> {
+    current_distribution()?.check()?;
+    if !super::shard_query::local_execution() {
+        return Err(CallError::Cluster(
+            "rate_limiter cannot run with citus.enable_local_execution = off: Citus would run this transaction's work on this node's shards through a connection of its own, which the limiter's direct reads and writes of those shards would wait for or not see".into(),
+            "SET citus.enable_local_execution = on (the default) for the transactions that call the limiter.",
+        ));
+    }
+    Ok(())
+}
+
 /// The error of a call that storage was asked to make on a distributed
 /// install without a route: 55000 if the tables are not distributed as
 /// `distribute()` distributes them, else 0A000 (a function that does not
@@ -267,11 +309,27 @@ pub(super) struct Place {
 }
 
 impl Distribution {
+    /// The group (node) whose shards a call reads and writes directly:
+    /// this node's (`pg_dist_local_group.groupid`, 0 on the coordinator).
+    /// (A call with `citus.enable_local_execution = off` fails before it
+    /// gets here: see [`usable`].)
+    pub(super) fn local_group(&self) -> i32 {
+        self.this_group
+    }
+
     /// Fails closed (55000) unless the tables are distributed as
     /// `distribute()` distributes them.
     pub(super) fn check(&self) -> Result<(), CallError> {
         match self.problem {
             None => Ok(()),
+            Some(problem) if problem == NOT_PRELOADED => Err(CallError::Cluster(
+                format!("rate_limiter cannot use its tables: {problem}"),
+                "Set shared_preload_libraries = 'citus,rate_limiter' on this node and restart it (SELECT rate_limiter.prepare_node(...) on the coordinator checks a node before citus_add_node()).",
+            )),
+            Some(problem) if problem == NO_METADATA => Err(CallError::Cluster(
+                format!("rate_limiter cannot use its tables: {problem}"),
+                "If rate_limiter.distribute() failed, call it again (or undistribute()) on the coordinator. If this node lost Citus's metadata, call the limiter on the coordinator, or sync it again there: SELECT start_metadata_sync_to_node('<this node>', <port>);",
+            )),
             Some(problem) => Err(CallError::Cluster(
                 format!("rate_limiter cannot use its tables: {problem}"),
                 "Distribute them with rate_limiter.distribute() only: on the coordinator, SELECT rate_limiter.undistribute(); then SELECT rate_limiter.distribute();",
@@ -361,7 +419,7 @@ pub fn local_shards() -> Result<Vec<String>, CallError> {
     let objects = catalog::objects();
     let mut tables = Vec::new();
     for (index, shard) in distribution.shards.iter().enumerate() {
-        if shard.group != Some(distribution.local_group) {
+        if shard.group != Some(distribution.local_group()) {
             continue;
         }
         lock_shard_metadata(distribution.colocation_id, index, pg_sys::ShareLock);

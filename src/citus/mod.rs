@@ -35,6 +35,8 @@ mod metadata;
 mod null_distribution_argument;
 mod prune;
 mod routing;
+mod shard_query;
+mod shard_split;
 mod single_statement;
 mod two_phase_commit;
 mod value;
@@ -44,15 +46,37 @@ pub use internal_functions::*;
 pub use metadata::*;
 pub use prune::prune_everywhere;
 pub use routing::*;
+pub use shard_query::{before_call, refuse_inside_shard_query};
 pub use two_phase_commit::*;
 pub use value::*;
 
 pub mod all_or_nothing;
 
+use pgrx::pg_sys;
+
 /// Called once when the library is loaded: the transaction callbacks of
-/// two-phase commit, and the planner check that keeps a NULL
-/// distribution argument from Citus's function delegation.
+/// two-phase commit, and the planner checks that keep a NULL distribution
+/// argument from Citus's function delegation and a split of the state
+/// table's shards from hanging.
 pub fn register() {
+    // SAFETY: a flag PostgreSQL sets while it loads preloaded libraries.
+    let preloaded = unsafe { pg_sys::process_shared_preload_libraries_in_progress };
+    PRELOADED.with(|flag| flag.set(preloaded));
     two_phase_commit::register();
     null_distribution_argument::register();
+    shard_split::register();
+}
+
+thread_local! {
+    /// Whether the library was loaded at server start
+    /// (`shared_preload_libraries`): on a distributed install calls fail
+    /// closed without it (the planner check of
+    /// `null_distribution_argument` must be there before a session's
+    /// first statement).
+    static PRELOADED: std::cell::Cell<bool> = const { std::cell::Cell::new(false) };
+}
+
+/// Whether the library was loaded at server start.
+pub(crate) fn preloaded() -> bool {
+    PRELOADED.with(std::cell::Cell::get)
 }

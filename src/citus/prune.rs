@@ -37,10 +37,12 @@ const PRUNE_AT_HINT: &str =
     "It is internal: call rate_limiter.prune(), which prunes every node's shards.";
 
 /// The candidate distribution value number `number` of the column's type
-/// `column_type` (text, bigint or uuid).
+/// `column_type` (text, bigint, integer or uuid).
 fn probe(column_type: pg_sys::Oid, number: u32) -> DistributionValue {
     if column_type == pg_sys::INT8OID {
         DistributionValue::BigInt(i64::from(number))
+    } else if column_type == pg_sys::INT4OID {
+        DistributionValue::Integer(number as i32)
     } else if column_type == pg_sys::UUIDOID {
         DistributionValue::Uuid(u128::from(number).to_be_bytes())
     } else {
@@ -93,7 +95,7 @@ fn nodes() -> Result<(Option<DistributionValue>, Vec<DistributionValue>), CallEr
                 "Its shards cover too small a part of the hash range: call rate_limiter.prune() on that node.",
             )
         })?;
-        if group == distribution.local_group {
+        if group == distribution.local_group() {
             here = Some(value);
         } else {
             others.push(value);
@@ -114,6 +116,7 @@ pub fn prune_everywhere(
     older_than: Option<Interval>,
     here: impl FnOnce() -> Result<i64, CallError>,
 ) -> Result<i64, CallError> {
+    super::metadata::usable()?;
     let mut deleted = here()?;
     let (this_node, others) = nodes()?;
     if deleted > 0 {
@@ -168,7 +171,7 @@ fn prune_at(
     let Some(distribution) = distribution() else {
         return Err(not_here());
     };
-    if distribution.place(&dkey)?.group != distribution.local_group {
+    if distribution.place(&dkey)?.group != distribution.local_group() {
         return Err(not_here());
     }
     crate::prune::prune_local_shards(older_than)
@@ -183,7 +186,9 @@ delegated_entry_points!(
     _prune_at_bigint_wrapper,
     pg_finfo__prune_at_bigint_wrapper,
     _prune_at_uuid_wrapper,
-    pg_finfo__prune_at_uuid_wrapper
+    pg_finfo__prune_at_uuid_wrapper,
+    _prune_at_integer_wrapper,
+    pg_finfo__prune_at_integer_wrapper
 );
 
 /// The body of the `_prune_at` wrappers.

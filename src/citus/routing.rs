@@ -63,7 +63,7 @@ pub fn site(dkey: &DistributionValue, for_write: bool) -> Result<Site, CallError
     for _ in 0..LOOKUPS {
         let distribution = current_distribution()?;
         let place = distribution.place(dkey)?;
-        if place.group != distribution.local_group {
+        if place.group != distribution.local_group() {
             return Ok(Site::Elsewhere);
         }
         let generation = catalog::generation();
@@ -103,7 +103,7 @@ pub fn spread(name: &[u8], shards: i16, for_write: bool) -> Result<Spread, CallE
         for number in 0..shards {
             let dkey = distribution_value(name, None, number)?;
             let place = distribution.place(&dkey)?;
-            if place.group == distribution.local_group {
+            if place.group == distribution.local_group() {
                 here.push((number, place, dkey));
             } else if let Some(other) = others.iter_mut().find(|other| other.group == place.group) {
                 other.shards.push(number);
@@ -138,7 +138,7 @@ pub fn spread(name: &[u8], shards: i16, for_write: bool) -> Result<Spread, CallE
         }
         return Ok(Spread {
             local,
-            local_group: distribution.local_group,
+            local_group: distribution.local_group(),
             others,
         });
     }

@@ -1,6 +1,6 @@
 //! The distribution value `dkey` of a state row: the key, or `name/shard`
-//! for a global limit; text, or bigint or uuid when colocated with a table
-//! distributed by a column of that type.
+//! for a global limit; text, or bigint, integer or uuid when colocated with
+//! a table distributed by a column of that type.
 
 use super::distribution;
 use crate::errors::CallError;
@@ -17,6 +17,8 @@ pub enum DistributionValue {
     Text(Vec<u8>),
     /// `bigint`.
     BigInt(i64),
+    /// `integer`.
+    Integer(i32),
     /// `uuid`: its 16 bytes.
     Uuid([u8; 16]),
 }
@@ -26,6 +28,7 @@ impl DistributionValue {
         match self {
             DistributionValue::Text(_) => pg_sys::TEXTOID,
             DistributionValue::BigInt(_) => pg_sys::INT8OID,
+            DistributionValue::Integer(_) => pg_sys::INT4OID,
             DistributionValue::Uuid(_) => pg_sys::UUIDOID,
         }
     }
@@ -39,6 +42,7 @@ impl DistributionValue {
                 .into_datum()
                 .unwrap_or(pg_sys::Datum::from(0)),
             DistributionValue::BigInt(value) => pg_sys::Datum::from(*value),
+            DistributionValue::Integer(value) => pg_sys::Datum::from(*value),
             DistributionValue::Uuid(bytes) => pgrx::datum::Uuid::from_bytes(*bytes)
                 .into_datum()
                 .unwrap_or(pg_sys::Datum::from(0)),
@@ -53,6 +57,7 @@ impl DistributionValue {
                 DatumWithOid::new(bytes.as_slice(), pg_sys::TEXTOID)
             },
             DistributionValue::BigInt(value) => DatumWithOid::from(*value),
+            DistributionValue::Integer(value) => DatumWithOid::from(*value),
             DistributionValue::Uuid(bytes) => {
                 DatumWithOid::from(pgrx::datum::Uuid::from_bytes(*bytes))
             }
@@ -124,6 +129,22 @@ fn md5_uuid(value: &[u8]) -> [u8; 16] {
     parse_uuid(&hex).unwrap_or([0; 16])
 }
 
+/// `hashtext(value)`: the integer distribution value of a global limit's
+/// row, as `distribute()` computes it in SQL.
+pub(super) fn hash_text(value: &[u8]) -> i32 {
+    // SAFETY: a text datum for hashtext(text), with a deterministic
+    // collation (for which it hashes the bytes, as for the column's own).
+    unsafe {
+        let datum = value.into_datum().unwrap_or(pg_sys::Datum::from(0));
+        pg_sys::OidFunctionCall1Coll(
+            pg_sys::Oid::from(pg_sys::F_HASHTEXT),
+            pg_sys::C_COLLATION_OID,
+            datum,
+        )
+        .value() as i32
+    }
+}
+
 /// `hashtextextended(value, 0)`: the bigint distribution value of a global
 /// limit's row, as `distribute()` computes it in SQL.
 pub(super) fn hash_text_extended(value: &[u8]) -> i64 {
@@ -146,8 +167,9 @@ pub(super) fn hash_text_extended(value: &[u8]) -> i64 {
 /// shard): the key, or `name/shard` for a global limit (so the shards of a
 /// global limit spread over the nodes). For a bigint column, the key read
 /// as a decimal integer (a tenant id: 22P02 otherwise), or
-/// `hashtextextended(name/shard, 0)`; for a uuid column, the key read as a
-/// uuid (22P02 otherwise), or `md5(name/shard)::uuid`.
+/// `hashtextextended(name/shard, 0)`; for an integer column, the same in
+/// the range of integer, or `hashtext(name/shard)`; for a uuid column, the
+/// key read as a uuid (22P02 otherwise), or `md5(name/shard)::uuid`.
 pub fn distribution_value(
     name: &[u8],
     key: Option<&[u8]>,
@@ -168,6 +190,15 @@ pub fn distribution_value(
                 .map(DistributionValue::Uuid)
                 .ok_or_else(|| CallError::KeyNotUuid(key.to_vec())),
             None => Ok(DistributionValue::Uuid(md5_uuid(&text))),
+        };
+    }
+    if column_type == pg_sys::INT4OID {
+        return match key {
+            Some(key) => parse_bigint(key)
+                .and_then(|value| i32::try_from(value).ok())
+                .map(DistributionValue::Integer)
+                .ok_or_else(|| CallError::KeyNotInteger(key.to_vec())),
+            None => Ok(DistributionValue::Integer(hash_text(&text))),
         };
     }
     if column_type != pg_sys::INT8OID {

@@ -221,11 +221,13 @@ impl Relations {
             }
             for (column, expected) in COLUMN_TYPES.iter().take(columns).enumerate() {
                 let attribute = compat::attribute(descriptor, column);
-                // dkey is text, or bigint or uuid on a state table colocated
-                // with a table distributed by a column of that type.
+                // dkey is text, or bigint, integer or uuid on a state table
+                // colocated with a table distributed by a column of that type.
                 let type_id = (*attribute).atttypid.to_u32();
                 let other_dkey = column == DKEY
-                    && (type_id == pg_sys::INT8OID.to_u32() || type_id == pg_sys::UUIDOID.to_u32());
+                    && (type_id == pg_sys::INT8OID.to_u32()
+                        || type_id == pg_sys::INT4OID.to_u32()
+                        || type_id == pg_sys::UUIDOID.to_u32());
                 if (*attribute).attisdropped || (type_id != *expected && !other_dkey) {
                     altered("a column has a different type");
                 }

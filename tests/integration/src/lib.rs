@@ -3,6 +3,7 @@
 //! variable `RATE_LIMITER_TEST_URL`), in a database of their own with the
 //! extension installed.
 
+pub mod citus;
 pub mod stats;
 
 use postgres::error::SqlState;

@@ -41,185 +41,13 @@
 //! needs (local or distributed) and uses limit names of its own.
 
 use postgres::error::SqlState;
-use postgres::{Client, Config, NoTls};
+use postgres::{Client, NoTls};
 use rand::Rng;
-use std::sync::{Arc, Mutex};
-
-/// Connection strings of the coordinator, then the two workers.
-fn urls() -> Vec<String> {
-    let urls = std::env::var("RATE_LIMITER_TEST_CITUS_URLS")
-        .expect("RATE_LIMITER_TEST_CITUS_URLS is not set: run these tests through scripts/test.sh");
-    let urls: Vec<String> = urls.split(';').map(str::to_string).collect();
-    assert_eq!(urls.len(), 3, "a coordinator and two workers: {urls:?}");
-    urls
-}
-
-fn connect(url: &str) -> Client {
-    Client::connect(url, NoTls).unwrap_or_else(|error| panic!("connect to {url}: {error}"))
-}
-
-/// A connection whose notices (Citus's `citus.log_remote_commands`) are
-/// collected.
-fn connect_with_notices(url: &str) -> (Client, Arc<Mutex<Vec<String>>>) {
-    let notices = Arc::new(Mutex::new(Vec::new()));
-    let sink = notices.clone();
-    let mut config: Config = url.parse().expect("a connection string");
-    config.notice_callback(move |notice| {
-        sink.lock().expect("notices").push(format!(
-            "{} {}",
-            notice.message(),
-            notice.detail().unwrap_or("")
-        ));
-    });
-    let client = config
-        .connect(NoTls)
-        .unwrap_or_else(|error| panic!("connect to {url}: {error}"));
-    (client, notices)
-}
-
-const NODES: [&str; 3] = ["coordinator", "worker 1", "worker 2"];
-
-/// Every node of the cluster: (what it is, a connection).
-fn nodes() -> Vec<(&'static str, Client)> {
-    NODES
-        .into_iter()
-        .zip(urls())
-        .map(|(node, url)| (node, connect(&url)))
-        .collect()
-}
-
-fn coordinator() -> Client {
-    connect(&urls()[0])
-}
-
-fn extension_version(client: &mut Client) -> Option<String> {
-    client
-        .query_opt(
-            "SELECT extversion FROM pg_extension WHERE extname = 'rate_limiter'",
-            &[],
-        )
-        .expect("read pg_extension")
-        .map(|row| row.get(0))
-}
-
-/// How Citus lists the state table (`h` hash-distributed, `n` reference),
-/// by its distribution column; `None` when it is local.
-fn distribution(client: &mut Client) -> Option<(String, Option<String>)> {
-    client
-        .query_opt(
-            "SELECT partmethod::text, column_to_column_name(logicalrelid, partkey) \
-             FROM pg_dist_partition WHERE logicalrelid = 'rate_limiter.rate_limits'::regclass",
-            &[],
-        )
-        .expect("read pg_dist_partition")
-        .map(|row| (row.get(0), row.get(1)))
-}
-
-/// The tables local (as after `CREATE EXTENSION`), whatever they were.
-fn make_local() {
-    coordinator()
-        .batch_execute("SELECT rate_limiter.undistribute()")
-        .expect("undistribute()");
-}
-
-/// The tables distributed by `distribute()`.
-fn make_distributed() {
-    // Two transactions: distribute() asks the workers about their own
-    // tables over connections of their own, which would wait for the
-    // locks an undistribute() in the same transaction holds.
-    let mut coordinator = coordinator();
-    coordinator
-        .batch_execute("SELECT rate_limiter.undistribute()")
-        .expect("undistribute()");
-    coordinator
-        .batch_execute("SELECT rate_limiter.distribute()")
-        .expect("distribute()");
-}
-
-/// Removes the definitions and state of names starting with `prefix`.
-fn forget(prefix: &str) {
-    let mut coordinator = coordinator();
-    for table in ["definitions", "rate_limits"] {
-        coordinator
-            .execute(
-                &format!("DELETE FROM rate_limiter.{table} WHERE name LIKE $1 || '%'"),
-                &[&prefix],
-            )
-            .expect("forget the test's limits");
-    }
-}
-
-/// A limit that never refills during a test: `capacity` tokens per 1000 days.
-fn define(client: &mut Client, name: &str, capacity: f64) {
-    client
-        .execute(
-            "SELECT rate_limiter.define($1, rate_limiter.token_bucket($2, '1000 days'))",
-            &[&name, &capacity],
-        )
-        .expect("define");
-}
-
-fn consume(client: &mut impl postgres::GenericClient, name: &str, key: Option<&str>) -> bool {
-    client
-        .query_one(
-            "SELECT ok FROM rate_limiter.rate_limit($1, $2)",
-            &[&name, &key],
-        )
-        .unwrap_or_else(|error| panic!("rate_limit({name}, {key:?}): {error}"))
-        .get(0)
-}
-
-/// The stored tokens of (name, key) to 3 decimals (the limits of these
-/// tests refill about 10^-7 tokens a second), read through Citus (a query
-/// it routes by dkey).
-fn stored(client: &mut Client, name: &str, key: &str) -> Option<f64> {
-    client
-        .query_opt(
-            "SELECT round(value::numeric, 3)::float8 FROM rate_limiter.rate_limits \
-             WHERE dkey = $2 AND name = $1 AND key = $2",
-            &[&name, &key],
-        )
-        .expect("read the state")
-        .map(|row| row.get(0))
-}
-
-/// The node (0 coordinator, 1 and 2 workers) whose port holds the shard of
-/// `value`.
-fn node_of(client: &mut Client, value: &str) -> usize {
-    let port: i32 = client
-        .query_one(
-            "SELECT n.nodeport FROM pg_dist_placement AS p JOIN pg_dist_node AS n USING (groupid) \
-             WHERE p.shardid = get_shard_id_for_distribution_column('rate_limiter.rate_limits', $1::text)",
-            &[&value],
-        )
-        .expect("find the shard's node")
-        .get(0);
-    urls()
-        .iter()
-        .position(|url| url.contains(&format!("port={port} ")))
-        .unwrap_or_else(|| panic!("no node listens on {port}"))
-}
-
-/// Keys whose rows live on worker 1 and on worker 2.
-fn keys_on_each_worker(client: &mut Client, prefix: &str) -> (String, String) {
-    let mut found = (None, None);
-    for n in 0..100 {
-        let key = format!("{prefix}{n}");
-        match node_of(client, &key) {
-            1 if found.0.is_none() => found.0 = Some(key),
-            2 if found.1.is_none() => found.1 = Some(key),
-            _ => {}
-        }
-    }
-    (
-        found.0.expect("a key on worker 1"),
-        found.1.expect("a key on worker 2"),
-    )
-}
-
-fn taken(notices: &Arc<Mutex<Vec<String>>>) -> Vec<String> {
-    std::mem::take(&mut *notices.lock().expect("notices"))
-}
+use rate_limiter_integration_tests::citus::{
+    calls_under_load, connect, connect_with_notices, consume, coordinator, define, distribution,
+    extension_version, forget, keys_on_each_worker, make_distributed, make_local, node_of, nodes,
+    port_of, stored, taken, urls, NODES,
+};
 
 /// Runs a tenant transaction through `url` (`BEGIN`, `rate_limit(name,
 /// key)`, then `insert` with the tenant as `$1`, `COMMIT`) with Citus's
@@ -1536,85 +1364,21 @@ fn an_update_from_0_4_0_keeps_every_row_and_then_distributes() {
     forget("old");
 }
 
-/// The port in a connection string.
-fn port_of(url: &str) -> i32 {
-    url.split_whitespace()
-        .find_map(|part| part.strip_prefix("port="))
-        .and_then(|port| port.parse().ok())
-        .unwrap_or_else(|| panic!("no port in {url}"))
-}
-
 /// Runs `statement` (its first column `ok`; `$1` = `argument`, if any) over and
 /// over from 6 connections spread over the three nodes while the shard
 /// `shard` of the state table moves (logically) from worker 1 to worker 2,
 /// from 200 calls before the move until 200 calls after it: how many calls
 /// were admitted, and how many ended in an error (rolled back).
 fn calls_while_a_shard_moves(statement: &str, argument: Option<&str>, shard: i64) -> (u32, u32) {
-    use std::sync::atomic::{AtomicBool, AtomicU32, Ordering};
     let urls = urls();
-    let parameters: Vec<&(dyn postgres::types::ToSql + Sync)> = match &argument {
-        Some(argument) => vec![argument],
-        None => Vec::new(),
-    };
-    let parameters = &parameters;
-    let stop = AtomicBool::new(false);
-    let calls = AtomicU32::new(0);
-    std::thread::scope(|scope| {
-        let clients: Vec<_> = (0..6)
-            .map(|thread| {
-                let url = urls[thread % 3].clone();
-                let (stop, calls) = (&stop, &calls);
-                scope.spawn(move || {
-                    let mut client = connect(&url);
-                    let (mut admitted, mut failed) = (0u32, 0u32);
-                    while !stop.load(Ordering::Relaxed) {
-                        match client.query_one(statement, parameters) {
-                            Ok(row) => admitted += u32::from(row.get::<_, bool>(0)),
-                            // Rolled back: nothing consumed (a lock or
-                            // metadata wait that gave up, say).
-                            Err(error) => {
-                                if failed == 0 {
-                                    eprintln!(
-                                        "a call during the move failed: {}",
-                                        error.as_db_error().map_or(error.to_string(), |e| format!(
-                                            "{} {}",
-                                            e.code().code(),
-                                            e.message()
-                                        ))
-                                    );
-                                }
-                                failed += 1
-                            }
-                        }
-                        calls.fetch_add(1, Ordering::Relaxed);
-                    }
-                    (admitted, failed)
-                })
-            })
-            .collect();
-        let wait_for_calls = |more: u32| {
-            let target = calls.load(Ordering::Relaxed) + more;
-            while calls.load(Ordering::Relaxed) < target {
-                std::thread::yield_now();
-            }
-        };
-        wait_for_calls(200);
-        let mut mover = connect(&urls[0]);
-        mover
+    calls_under_load(statement, argument, || {
+        connect(&urls[0])
             .execute(
                 "SELECT citus_move_shard_placement($1, '127.0.0.1', $2, '127.0.0.1', $3, \
                  shard_transfer_mode => 'force_logical')",
                 &[&shard, &port_of(&urls[1]), &port_of(&urls[2])],
             )
             .expect("move the shard from worker 1 to worker 2 under load");
-        wait_for_calls(200);
-        stop.store(true, Ordering::Relaxed);
-        clients
-            .into_iter()
-            .map(|client| client.join().expect("a client"))
-            .fold((0, 0), |(a, f), (admitted, failed)| {
-                (a + admitted, f + failed)
-            })
     })
 }
 
@@ -2306,6 +2070,72 @@ fn colocated_with_a_bigint_tenant_column_a_tenant_transaction_stays_on_one_worke
         .batch_execute("DROP SCHEMA app CASCADE")
         .expect("drop the application");
     forget("orders");
+}
+
+/// As the bigint test, with an integer tenant column (issue 32): `dkey`
+/// becomes an integer, the key read as a decimal integer in its range,
+/// `hashtext(name/shard)` for a global limit.
+#[test]
+#[ignore = "needs the Citus cluster of scripts/test.sh"]
+fn colocated_with_an_integer_tenant_column_a_tenant_transaction_stays_on_one_worker() {
+    let mut coordinator = colocation_setup("app.orders", "integer", "iorders");
+    const TENANT_KEYS: [(&str, i32); 4] = [(" 42", 42), ("+7", 7), ("-3", -3), ("0042\t", 42)];
+    distribute_colocated_after_refusing(
+        &mut coordinator,
+        "app.orders",
+        "integer",
+        "iorders",
+        &TENANT_KEYS.map(|(key, _)| key),
+    );
+    let global_dkey: i32 = coordinator
+        .query_one("SELECT hashtext('iorders-global/0')", &[])
+        .expect("hash")
+        .get(0);
+    let keys: Vec<(&str, String)> = TENANT_KEYS
+        .iter()
+        .map(|(key, tenant)| (*key, tenant.to_string()))
+        .collect();
+    colocated_rows_are_found_from_every_node(
+        &mut coordinator,
+        "iorders",
+        "integer",
+        &keys,
+        &global_dkey.to_string(),
+    );
+    // Out of integer's range, or no integer: 22P02.
+    for key in [
+        "x1",
+        "2147483648",
+        "-2147483649",
+        "9223372036854775807",
+        "",
+        "1e3",
+    ] {
+        let error = coordinator
+            .query_one(
+                "SELECT ok FROM rate_limiter.rate_check('iorders', $1)",
+                &[&key],
+            )
+            .expect_err("not a decimal integer in range");
+        assert_eq!(
+            error.code(),
+            Some(&SqlState::INVALID_TEXT_REPRESENTATION),
+            "{key:?}: {error}"
+        );
+    }
+    colocated_tenants_on_two_workers(
+        "app.orders",
+        "integer",
+        &(1000..1100)
+            .map(|tenant| tenant.to_string())
+            .collect::<Vec<_>>(),
+        "iorders",
+        &global_dkey.to_string(),
+    );
+    coordinator
+        .batch_execute("DROP SCHEMA app CASCADE")
+        .expect("drop the application");
+    forget("iorders");
 }
 
 /// The ShareLocks on Citus's shard metadata this session holds (taken
@@ -3499,16 +3329,16 @@ fn a_global_limit_with_one_shard_per_worker_refuses_without_retry_after_what_onl
 #[ignore = "needs the Citus cluster of scripts/test.sh"]
 fn colocated_with_a_uuid_tenant_column_a_tenant_transaction_stays_on_one_worker() {
     let mut coordinator = colocation_setup("app.accounts", "uuid", "accounts");
-    // A distribution column of another type (integer here): 0A000.
+    // A distribution column of another type (smallint here): 0A000.
     coordinator
         .batch_execute(
-            "CREATE TABLE app.other (tenant_id integer NOT NULL); \
+            "CREATE TABLE app.other (tenant_id smallint NOT NULL); \
              SELECT create_distributed_table('app.other', 'tenant_id')",
         )
-        .expect("a table distributed by an integer");
+        .expect("a table distributed by a smallint");
     let error = coordinator
         .batch_execute("SELECT rate_limiter.distribute(colocate_with => 'app.other')")
-        .expect_err("an integer column");
+        .expect_err("a smallint column");
     assert_eq!(
         error.code(),
         Some(&SqlState::FEATURE_NOT_SUPPORTED),

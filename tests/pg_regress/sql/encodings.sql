@@ -39,8 +39,9 @@ SELECT name, key, octet_length(name) AS name_bytes, octet_length(key) AS key_byt
 FROM rate_limiter.rate_limits ORDER BY key;
 SELECT * FROM rate_limiter.rate_limit_all(ARRAY[('送信', 'ユーザ', 1, NULL)]::rate_limiter.request[]);
 SELECT * FROM rate_limiter.rate_limit('未定義', '鍵');
-\set VERBOSITY verbose
+\set VERBOSITY default
 SELECT * FROM rate_limiter.rate_limit('送信', 'ユーザー', throws => true);
+\echo :LAST_ERROR_SQLSTATE
 \set VERBOSITY terse
 DO $$
 DECLARE
