@@ -32,6 +32,12 @@ sudo -u postgres "$PG_BIN/psql" -q -h "$work/pg" -p "$RL_PORT" -d postgres \
     -c "ALTER SYSTEM SET shared_buffers = '1GB'" -c "ALTER SYSTEM SET max_wal_size = '4GB'" >/dev/null
 sudo -u postgres env -u RUST_BACKTRACE "$PG_BIN/pg_ctl" -D "$work/pg/data" -w restart >/dev/null
 sudo -u postgres "$PG_BIN/createdb" -h "$work/pg" -p "$RL_PORT" bench
+# The portable edition (SPEC section 12) in a database of its own, for
+# scenario 1's comparison of the editions.
+bash scripts/portable.sh >/dev/null
+sudo -u postgres "$PG_BIN/createdb" -h "$work/pg" -p "$RL_PORT" bench_portable
+sudo -u postgres env "LD_LIBRARY_PATH=$PG_LIBRARY_PATH" "$PG_BIN/psql" -X -q -v ON_ERROR_STOP=1 \
+    -h "$work/pg" -p "$RL_PORT" -d bench_portable -f "$PWD/dist/rate_limiter-portable.sql" >/dev/null
 start_redis() { # port, then options
     local port=$1
     shift
@@ -45,6 +51,7 @@ start_redis $((REDIS_PORT + 2)) --appendonly yes --appendfsync everysec
 
 log "running the scenarios (about 35 minutes)"
 export RATE_LIMITER_BENCH_URL="host=127.0.0.1 port=$RL_PORT user=postgres dbname=bench"
+export RATE_LIMITER_BENCH_PORTABLE_URL="host=127.0.0.1 port=$RL_PORT user=postgres dbname=bench_portable"
 export RATE_LIMITER_BENCH_PGBENCH="-h 127.0.0.1 -p $RL_PORT -U postgres bench"
 export RATE_LIMITER_BENCH_REDIS="redis://127.0.0.1:$REDIS_PORT/"
 export RATE_LIMITER_BENCH_REDIS_ALWAYS="redis://127.0.0.1:$((REDIS_PORT + 1))/"

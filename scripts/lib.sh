@@ -78,7 +78,9 @@ RL_CITUS_PORT=${RL_CITUS_PORT:-$((25440 + 10 * (RL_PG - 15) + 5 * RL_ASSERTS))}
 # dpkg-dev: the assertion-enabled build (its USE_VALGRIND needs valgrind's
 # headers; `apt-get source` needs dpkg-source; make and gcc build it).
 # liblz4-dev, libzstd-dev, libkrb5-dev: building Citus (scripts/citus.sh).
-APT_PACKAGES=(postgresql-15 postgresql-server-dev-15 postgresql-15-cron libclang-dev clang sudo pgbouncer redis-server gnuplot-nox python3-pip pkg-config libssl-dev prometheus-postgres-exporter valgrind dpkg-dev make gcc liblz4-dev libzstd-dev libkrb5-dev)
+# flex, bison: building pg_tle (scripts/pg_tle.sh), for the portable
+# edition's pg_tle tests.
+APT_PACKAGES=(postgresql-15 postgresql-server-dev-15 postgresql-15-cron libclang-dev clang sudo pgbouncer redis-server gnuplot-nox python3-pip pkg-config libssl-dev prometheus-postgres-exporter valgrind dpkg-dev make gcc liblz4-dev libzstd-dev libkrb5-dev flex bison)
 
 log() { printf '\n== %s\n' "$*" >&2; }
 
@@ -287,6 +289,8 @@ start_cluster() {
     # README's cron.schedule line; its jobs connect through the socket.
     local preload=()
     [ "${RL_PRELOAD:-1}" = 1 ] && preload+=(rate_limiter)
+    # RL_PRELOAD_LIBRARIES: more (tests/portable/suite.sh: pg_tle).
+    [ -n "${RL_PRELOAD_LIBRARIES:-}" ] && preload+=("$RL_PRELOAD_LIBRARIES")
     if [ "$RL_PG" = 15 ] && [ -f "$("$PG_CONFIG" --pkglibdir)/pg_cron.so" ]; then
         preload+=(pg_cron)
         options+=" -c cron.database_name=postgres -c cron.host=$dir"

@@ -15,6 +15,11 @@
 #      ../shared/citus (scripts/citus.sh), then the pg_regress schedule
 #      tests/pg_regress/citus_schedule against the coordinator and a worker
 #      of the distributed install
+#   7. (PostgreSQL 15 and 18) the portable edition (SPEC section 12, built
+#      first by scripts/portable.sh): its pg_regress schedule and the
+#      isolation specs from its plain SQL file, then through pg_tle (built
+#      from ../shared/pg_tle), on a server without the native library or
+#      extension (tests/portable/suite.sh)
 # against a throwaway cluster, and prints a summary line
 # "tests: N passed, M failed", on every supported PostgreSQL version (15,
 # 16, 17, 18) in turn, then once more on PostgreSQL 15 built with
@@ -105,7 +110,8 @@ drivers=()
 [ -n "$PG_LIBRARY_PATH" ] && drivers=(env "LD_LIBRARY_PATH=$PG_LIBRARY_PATH")
 
 results=$(mktemp -d)
-log "0. the demo and benchmark clients build"
+log "0. the portable edition's release files (scripts/portable.sh), the demo and benchmark clients build"
+bash scripts/portable.sh 2>&1 | tee "$results/portable_build.log" || broken+=("portable build")
 cargo build -q -p rate_limiter_demo -p rate_limiter_bench 2>&1 | tee "$results/clients.log" || broken+=("clients")
 
 log "1. unit and property tests of the pure math"
@@ -227,6 +233,15 @@ if [ "$RL_PG" = 15 ] || [ "$RL_PG" = 18 ]; then
         explain "the Citus cluster's build or start" "$results/citus_setup.log"
     fi
     bash scripts/citus.sh stop "$citus"
+fi
+
+# The portable edition, on a server of its own where the native library is
+# not loaded and the native extension not installed (tests/portable/suite.sh
+# moves its control file aside for the run).
+if [ "$RL_ASSERTS" != 1 ] && { [ "$RL_PG" = 15 ] || [ "$RL_PG" = 18 ]; }; then
+    log "7. the portable edition: pg_regress and isolation (plain SQL install), then through pg_tle ($([ "$RL_PG" = 15 ] && echo 1.5.2 || echo 2f4b7b3)): pg_regress, a non-superuser owner's install, the update path"
+    bash tests/portable/suite.sh "$results/portable" 2>&1 | tee "$results/portable.log" || broken+=("portable suite")
+    count_pg "$results/portable.log"
 fi
 
 # Each failed test by name, and the first lines of each panic, as "why:"

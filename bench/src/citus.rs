@@ -90,6 +90,7 @@ fn worker_bench(bench: &Bench, worker: u16) -> Bench {
         redis_always_url: String::new(),
         redis_everysec_url: String::new(),
         scale: bench.scale,
+        portable_url: None,
     }
 }
 

@@ -43,6 +43,10 @@ pub struct Bench {
     pub redis_everysec_url: String,
     /// Multiplier for sizes (1.0 normally, smaller for a smoke run).
     pub scale: f64,
+    /// The database with the portable edition (SPEC §12), for scenario
+    /// 1's comparison of the editions (`RATE_LIMITER_BENCH_PORTABLE_URL`;
+    /// none: left out).
+    pub portable_url: Option<String>,
 }
 
 impl Bench {
@@ -133,6 +137,7 @@ fn main() {
         } else {
             1.0
         },
+        portable_url: std::env::var("RATE_LIMITER_BENCH_PORTABLE_URL").ok(),
     };
     let out = env("RATE_LIMITER_BENCH_OUT");
     let mut client = bench.connect();

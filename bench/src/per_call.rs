@@ -5,6 +5,11 @@
 //! Each measurement is divided by the number of calls; every figure is the
 //! median of 3 rounds, the contenders taking turns.
 //!
+//! The portable edition (SPEC §12: the same limiter in SQL and PL/pgSQL)
+//! takes its turn beside them, in a database of its own on the same server
+//! (`RATE_LIMITER_BENCH_PORTABLE_URL`; without it, it is left out), with
+//! the same call.
+//!
 //! The floor in those statements is the upsert wrapped in a SQL function
 //! (so that it can be called once per row), which pays the executor's
 //! start-up per call. So the scenario also runs the floor as a bare
@@ -27,15 +32,49 @@ const EXTENSION: &str = "rate_limiter.rate_limit('bench', g::text)";
 const PLPGSQL: &str = "baseline.plpgsql_token_bucket('bench', g::text, 1, 100, 60000, 100)";
 const FLOOR: &str = "baseline.floor_token_bucket('bench', g::text, 1, 100, 60000, 100)";
 
-fn reset(client: &mut Client) {
+/// The connections: the benchmark database (the extension and the
+/// baselines), and the portable edition's, if there is one.
+struct Databases {
+    native: Client,
+    portable: Option<Client>,
+}
+
+impl Databases {
+    /// The connection for contender `i` of `calls` (the portable edition
+    /// is the one after the three of [`contenders`]).
+    fn client(&mut self, i: usize) -> &mut Client {
+        match (i, self.portable.as_mut()) {
+            (3, Some(portable)) => portable,
+            _ => &mut self.native,
+        }
+    }
+}
+
+/// The calls that take turns: the extension, PL/pgSQL, the floor, and the
+/// portable edition when it is there.
+fn contenders(databases: &Databases) -> Vec<&'static str> {
+    let mut calls = vec![EXTENSION, PLPGSQL, FLOOR];
+    if databases.portable.is_some() {
+        calls.push(EXTENSION);
+    }
+    calls
+}
+
+fn reset(databases: &mut Databases) {
     // No ANALYZE after the TRUNCATE: statistics of an empty table would make
     // the PL/pgSQL baseline's cached SELECT ... FOR UPDATE plan a sequential
     // scan for the whole run (the extension does not depend on them).
-    client
+    databases
+        .native
         .batch_execute(
             "TRUNCATE rate_limiter.rate_limits, baseline.plpgsql_limits, baseline.floor_limits",
         )
         .unwrap();
+    if let Some(portable) = databases.portable.as_mut() {
+        portable
+            .batch_execute("TRUNCATE rate_limiter.rate_limits")
+            .unwrap();
+    }
 }
 
 fn seconds(client: &mut Client, sql: &str) -> f64 {
@@ -47,26 +86,32 @@ fn seconds(client: &mut Client, sql: &str) -> f64 {
 /// Microseconds per call for `keys` distinct new keys, for each call in
 /// `calls`: RUNS rounds, the contenders taking turns in a
 /// rotating order so that none always runs first after a TRUNCATE.
-fn distinct_keys(client: &mut Client, calls: &[&str], keys: usize) -> Vec<Samples> {
+fn distinct_keys(databases: &mut Databases, calls: &[&str], keys: usize) -> Vec<Samples> {
     rotate(calls.len(), RUNS, |i| {
-        reset(client);
+        reset(databases);
         let sql = format!(
             "SELECT count(*) FROM generate_series(1, {keys}) AS g, LATERAL {} AS r",
             calls[i]
         );
-        seconds(client, &sql) * 1e6 / keys as f64
+        seconds(databases.client(i), &sql) * 1e6 / keys as f64
     })
 }
 
 /// Microseconds per call for `keys` existing keys, `rounds` statements of
 /// one call per key, for each call in `calls` (taking turns as above).
-fn repeated_keys(client: &mut Client, calls: &[&str], keys: usize, rounds: usize) -> Vec<Samples> {
+fn repeated_keys(
+    databases: &mut Databases,
+    calls: &[&str],
+    keys: usize,
+    rounds: usize,
+) -> Vec<Samples> {
     rotate(calls.len(), RUNS, |i| {
-        reset(client);
+        reset(databases);
         let sql = format!(
             "SELECT count(*) FROM generate_series(1, {keys}) AS g, LATERAL {} AS r",
             calls[i]
         );
+        let client = databases.client(i);
         client.batch_execute(&sql).unwrap(); // create the rows
         let total: f64 = (0..rounds).map(|_| seconds(client, &sql)).sum();
         total * 1e6 / (keys * rounds) as f64
@@ -74,18 +119,41 @@ fn repeated_keys(client: &mut Client, calls: &[&str], keys: usize, rounds: usize
 }
 
 pub fn run(bench: &Bench, report: &mut Report) {
-    let mut client = bench.connect();
+    let mut databases = Databases {
+        native: bench.connect(),
+        portable: bench.portable_url.as_ref().map(|url| {
+            let mut client = Client::connect(url, postgres::NoTls)
+                .expect("connect to the portable edition's database");
+            client
+                .batch_execute(
+                    "SELECT rate_limiter.define('bench', rate_limiter.token_bucket(100, '1 minute', capacity => 100))",
+                )
+                .expect("define the limit in the portable edition");
+            client
+        }),
+    };
     let distinct = bench.scaled(100_000);
     let (keys, rounds) = (1000, bench.scaled(100));
 
-    let contenders = [EXTENSION, PLPGSQL, FLOOR];
-    let new = distinct_keys(&mut client, &contenders, distinct);
+    let contenders = contenders(&databases);
+    let new = distinct_keys(&mut databases, &contenders, distinct);
     let (new_ext, new_pl, new_floor) = (&new[0], &new[1], &new[2]);
-    let old = repeated_keys(&mut client, &contenders, keys, rounds);
+    let old = repeated_keys(&mut databases, &contenders, keys, rounds);
     let (old_ext, old_pl, old_floor) = (&old[0], &old[1], &old[2]);
+    if let (Some(new_portable), Some(old_portable)) = (new.get(3), old.get(3)) {
+        editions(
+            report,
+            [new_ext, new_portable, new_pl, new_floor],
+            [old_ext, old_portable, old_pl, old_floor],
+            distinct,
+            keys,
+            rounds,
+        );
+    }
 
     // rate_check vs a bare primary-key SELECT of the same rows.
-    reset(&mut client);
+    reset(&mut databases);
+    let client = &mut databases.native;
     let create =
         format!("SELECT count(*) FROM generate_series(1, {keys}) AS g, LATERAL {EXTENSION} AS r");
     client.batch_execute(&create).unwrap();
@@ -110,7 +178,7 @@ pub fn run(bench: &Bench, report: &mut Report) {
             ))
             .unwrap();
         let sql = format!("SELECT count(*) FROM generate_series(1, {rounds}) AS round, generate_series(1, {keys}) AS g, LATERAL {} AS r", reads[i]);
-        seconds(&mut client, &sql) * 1e6 / (keys * rounds) as f64
+        seconds(client, &sql) * 1e6 / (keys * rounds) as f64
     });
     client
         .batch_execute("RESET enable_hashjoin; RESET enable_mergejoin")
@@ -122,7 +190,7 @@ pub fn run(bench: &Bench, report: &mut Report) {
     let scripts = ["extension.sql", "floor.sql"].map(|script| format!("{dir}/{script}"));
     let seconds = bench.scaled(BARE_SECONDS).max(2).to_string();
     let bare = rotate(scripts.len(), RUNS, |i| {
-        reset(&mut client);
+        reset(&mut databases);
         let tps = pgbench(
             bench,
             &Pgbench {
@@ -209,4 +277,54 @@ pub fn run(bench: &Bench, report: &mut Report) {
         1.5,
         true,
     );
+}
+
+/// The editions side by side (SPEC §12): the S1 workloads for the native
+/// extension, the portable edition, PL/pgSQL and the floor, from the same
+/// rounds (`new` and `old`: new keys, updates, in that order).
+fn editions(
+    report: &mut Report,
+    new: [&Samples; 4],
+    old: [&Samples; 4],
+    distinct: usize,
+    keys: usize,
+    rounds: usize,
+) {
+    let [new_ext, new_portable, new_pl, new_floor] = new;
+    let [old_ext, old_portable, old_pl, old_floor] = old;
+    report.scenario(
+        "Scenario 1, the editions: per-call server cost (µs per call, median of 3 rounds, min–max)",
+        format!(
+            "The same statements as above, with the portable edition (SQL and PL/pgSQL, `dist/rate_limiter-portable.sql`) \
+             in a database of its own on the same server, taking its turn in the same rounds.\n\n\
+             | workload | native extension | portable edition | (a) PL/pgSQL | (b) floor (SQL function) |\n|---|---:|---:|---:|---:|\n\
+             | {distinct} distinct new keys | {} | {} | {} | {} |\n\
+             | {keys} keys × {rounds} rounds (updates) | {} | {} | {} | {} |\n",
+            new_ext.show(2), new_portable.show(2), new_pl.show(2), new_floor.show(2),
+            old_ext.show(2), old_portable.show(2), old_pl.show(2), old_floor.show(2),
+        ),
+        "what a call of each edition costs inside a statement, against the hand-written PL/pgSQL it replaces.",
+        "the cost of a statement sent by an application (the round trip and the commit dominate both editions: scenarios 2 and 3).",
+    );
+    report.ratio(
+        "S1 new keys: portable edition / PL/pgSQL",
+        new_portable.ratio_to(new_pl),
+        1.0,
+        true,
+    );
+    report.ratio(
+        "S1 updates: portable edition / PL/pgSQL",
+        old_portable.ratio_to(old_pl),
+        1.0,
+        true,
+    );
+    report.ratio_without_target(
+        "S1 new keys: native extension / portable edition",
+        new_ext.ratio_to(new_portable),
+    );
+    report.ratio_without_target(
+        "S1 updates: native extension / portable edition",
+        old_ext.ratio_to(old_portable),
+    );
+    let _ = (new_floor, old_floor);
 }

@@ -4,6 +4,7 @@
 //! extension installed.
 
 pub mod citus;
+pub mod portable;
 pub mod stats;
 
 use postgres::error::SqlState;
@@ -174,12 +175,31 @@ pub fn hammer(
     name: &str,
     isolation: IsolationLevel,
 ) -> Tally {
+    setup();
+    hammer_at(&url(), connections, duration, sql, name, isolation)
+}
+
+/// [`hammer`] in the database of connection string `url` (the portable
+/// edition's, say).
+pub fn hammer_at(
+    url: &str,
+    connections: usize,
+    duration: Duration,
+    sql: &str,
+    name: &str,
+    isolation: IsolationLevel,
+) -> Tally {
     let barrier = Arc::new(Barrier::new(connections));
     let workers: Vec<_> = (0..connections)
         .map(|_| {
-            let (name, sql, barrier) = (name.to_string(), sql.to_string(), barrier.clone());
+            let (name, sql, barrier, url) = (
+                name.to_string(),
+                sql.to_string(),
+                barrier.clone(),
+                url.to_string(),
+            );
             thread::spawn(move || {
-                let mut client = connect();
+                let mut client = Client::connect(&url, NoTls).expect("connect to the database");
                 let statement = client.prepare(&sql).expect("prepare the call");
                 let mut tally = Tally::default();
                 barrier.wait();

@@ -3,11 +3,15 @@
 //! read from the file and executed in a fresh database, then each role
 //! does what the README says it may, and is refused (42501) what it may
 //! not. If the README's grants stop being enough, or start giving too
-//! much, this fails.
+//! much, this fails. The same block, unchanged, on the portable edition
+//! (SPEC §12), installed from its plain SQL file by a database owner who is
+//! not superuser: the roles get the same answers but where §12 lets them
+//! differ (no statistics: 0A000; the placeholder settings an application
+//! role may SET, which then move no clock and raise no bound).
 
 use postgres::error::SqlState;
 use postgres::{Client, NoTls};
-use rate_limiter_integration_tests::{fresh_database, readme_sql};
+use rate_limiter_integration_tests::{fresh_database, portable, readme_sql};
 
 const DATABASE: &str = "rate_limiter_roles";
 
@@ -39,21 +43,90 @@ fn expect(client: &mut Client, who: &str, sql: &str, expected: Option<SqlState>)
     }
 }
 
+/// Which edition the database has.
+#[derive(Clone, Copy, PartialEq)]
+enum Edition {
+    Native,
+    Portable,
+}
+
+/// The roles of the README's block, created anew.
+fn create_roles(superuser: &mut Client) {
+    for sql in [
+        "DROP ROLE IF EXISTS app",
+        "DROP ROLE IF EXISTS admin",
+        "DROP ROLE IF EXISTS web_anon",
+        "DROP ROLE IF EXISTS monitor",
+        "CREATE ROLE app LOGIN",
+        "CREATE ROLE admin LOGIN",
+        "CREATE ROLE web_anon LOGIN",
+        "CREATE ROLE monitor LOGIN",
+    ] {
+        superuser.batch_execute(sql).expect("create the roles");
+    }
+}
+
 #[test]
 fn each_readme_role_works_with_exactly_its_grants() {
     let mut owner = fresh_database(DATABASE);
-    owner
-        .batch_execute(
-            "DROP ROLE IF EXISTS app; DROP ROLE IF EXISTS admin; DROP ROLE IF EXISTS web_anon;
-             DROP ROLE IF EXISTS monitor;
-             CREATE ROLE app LOGIN; CREATE ROLE admin LOGIN; CREATE ROLE web_anon LOGIN;
-             CREATE ROLE monitor LOGIN;",
-        )
-        .expect("create the roles");
+    create_roles(&mut owner);
     owner
         .batch_execute(&readme_grants())
         .expect("the README's grants run as written");
+    check_roles(owner, Edition::Native);
+}
 
+/// SPEC §12: the portable edition, installed by a database owner who is
+/// not superuser (who then owns it), with the README's block run as
+/// written by that owner.
+#[test]
+fn each_readme_role_works_with_exactly_its_grants_on_the_portable_edition() {
+    let mut superuser = Client::connect(&base_url(), NoTls).expect("connect as superuser");
+    superuser
+        .batch_execute(&format!("DROP DATABASE IF EXISTS {DATABASE}"))
+        .expect("drop the database");
+    create_roles(&mut superuser);
+    for sql in [
+        "DROP ROLE IF EXISTS rl_portable_owner",
+        "CREATE ROLE rl_portable_owner LOGIN",
+    ] {
+        superuser.batch_execute(sql).expect("the owner");
+    }
+    let mut owner = portable::fresh_database(DATABASE, "rl_portable_owner");
+    let (superuser_owner, owns_everything): (bool, bool) = {
+        let row = owner
+            .query_one(
+                "SELECT (SELECT rolsuper FROM pg_roles WHERE rolname = current_user), \
+                        bool_and(c.relowner = (SELECT oid FROM pg_roles WHERE rolname = current_user)) \
+                 FROM pg_class AS c WHERE c.relnamespace = 'rate_limiter'::regnamespace",
+                &[],
+            )
+            .expect("the owner");
+        (row.get(0), row.get(1))
+    };
+    assert!(
+        !superuser_owner && owns_everything,
+        "installed and owned by the database owner"
+    );
+    owner
+        .batch_execute(&readme_grants())
+        .expect("the README's grants run as written on the portable edition");
+    check_roles(owner, Edition::Portable);
+    superuser
+        .batch_execute("DROP ROLE rl_portable_owner")
+        .expect("drop the owner");
+}
+
+/// What each role of the README's block may and may not do, in the
+/// database `owner` is connected to.
+fn check_roles(mut owner: Client, edition: Edition) {
+    let portable = edition == Edition::Portable;
+    // No statistics in the portable edition (0A000, SPEC §12).
+    let statistics = if portable {
+        Some(SqlState::FEATURE_NOT_SUPPORTED)
+    } else {
+        None
+    };
     let denied = Some(SqlState::INSUFFICIENT_PRIVILEGE);
     let bucket = "rate_limiter.token_bucket(5, '1 minute')";
 
@@ -66,11 +139,16 @@ fn each_readme_role_works_with_exactly_its_grants() {
         "SELECT rate_limiter.prune()".to_string(),
         "SELECT rate_limiter.undefine('signup')".to_string(),
         format!("SELECT rate_limiter.define('shadow', {bucket}, enforce => false)"),
-        "SELECT rate_limiter.stats_reset('shadow')".to_string(),
         format!("SELECT rate_limiter.define('signup', {bucket})"),
     ] {
         expect(&mut admin, "admin", &sql, None);
     }
+    expect(
+        &mut admin,
+        "admin",
+        "SELECT rate_limiter.stats_reset('shadow')",
+        statistics.clone(),
+    );
     // ...and touches no table.
     for sql in [
         "SELECT * FROM rate_limiter.rate_limits",
@@ -87,7 +165,7 @@ fn each_readme_role_works_with_exactly_its_grants() {
         "SELECT * FROM rate_limiter.stats",
         "SELECT * FROM rate_limiter.stats_info",
     ] {
-        expect(&mut monitor, "monitor", sql, None);
+        expect(&mut monitor, "monitor", sql, statistics.clone());
     }
     for sql in [
         "SELECT rate_limiter.stats_reset()",
@@ -124,7 +202,7 @@ fn each_readme_role_works_with_exactly_its_grants() {
         "SELECT rate_limiter.prune()".to_string(),
         "SELECT * FROM rate_limiter.rate_limits".to_string(),
         "UPDATE rate_limiter.rate_limits SET value = 100".to_string(),
-        "SET rate_limiter.now_override = '2030-01-01'".to_string(),
+
         // An inline config for a defined limit overrides the definition:
         // managing the limit (a refill, or a deep debt), refused to a role
         // that may not call define().
@@ -135,12 +213,71 @@ fn each_readme_role_works_with_exactly_its_grants() {
         format!("SELECT * FROM rate_limiter.rate_wait('signup', 'k', 1, '0', {bucket})"),
         format!("SELECT * FROM rate_limiter.status('signup', 'k', {bucket})"),
         format!("SELECT rate_limiter.http_headers('signup', 'k', config => {bucket})"),
-        "SET rate_limiter.max_requests = 100000".to_string(),
+
         "SELECT * FROM rate_limiter.stats".to_string(),
         "SELECT rate_limiter.stats_reset()".to_string(),
         format!("SELECT rate_limiter.define('signup', {bucket}, enforce => false)"),
     ] {
         expect(&mut app, "app", &sql, denied.clone());
+    }
+
+    // The settings that move the clock or raise a bound. On the native
+    // extension the SET is refused; on the portable edition they are
+    // placeholders any role may SET, and the calls refuse them (the
+    // clock) or never read them (the bound).
+    if portable {
+        for setting in [
+            "rate_limiter.now_override = '2030-01-01'",
+            "rate_limiter.random_seed = 1",
+        ] {
+            expect(&mut app, "app", &format!("SET {setting}"), None);
+            expect(
+                &mut app,
+                "app",
+                "SELECT * FROM rate_limiter.rate_limit('inline_sharded', 'k', config => rate_limiter.token_bucket(10, '1 minute', shards => 2))",
+                denied.clone(),
+            );
+            expect(
+                &mut app,
+                "app",
+                &format!("RESET {}", setting.split(' ').next().unwrap_or_default()),
+                None,
+            );
+        }
+        expect(
+            &mut app,
+            "app",
+            "SET rate_limiter.max_requests = 100000",
+            None,
+        );
+        expect(
+            &mut app,
+            "app",
+            "SELECT * FROM rate_limiter.rate_limit_all(ARRAY(SELECT ('inline', 'k', 0, NULL)::rate_limiter.request FROM generate_series(1, 1001)))",
+            Some(SqlState::PROGRAM_LIMIT_EXCEEDED),
+        );
+        expect(
+            &mut app,
+            "app",
+            "SET rate_limiter.max_inline_shards = 100000",
+            None,
+        );
+        expect(
+            &mut app,
+            "app",
+            "SELECT * FROM rate_limiter.rate_limit('inline', 'k', config => rate_limiter.token_bucket(1000, '1 minute', shards => 65))",
+            Some(SqlState::PROGRAM_LIMIT_EXCEEDED),
+        );
+        expect(&mut app, "app", "RESET ALL", None);
+    } else {
+        for sql in [
+            "SET rate_limiter.now_override = '2030-01-01'",
+            "SET rate_limiter.random_seed = 1",
+            "SET rate_limiter.max_requests = 100000",
+            "SET rate_limiter.max_inline_shards = 100000",
+        ] {
+            expect(&mut app, "app", sql, denied.clone());
+        }
     }
 
     // The HTTP API role is granted nothing.

@@ -57,35 +57,4 @@ SET rate_limiter.sqlstate = 'PT429';
 SELECT * FROM rate_limiter.rate_limit('login', 'eve', throws => true);
 \echo :LAST_ERROR_SQLSTATE
 RESET rate_limiter.sqlstate;
-SHOW rate_limiter.sqlstate;
-
--- Only five characters of 0-9A-Z outside class 00 are accepted.
-SET rate_limiter.sqlstate = 'rl429';
-SET rate_limiter.sqlstate = 'RL42';
-SET rate_limiter.sqlstate = 'RL4290';
-SET rate_limiter.sqlstate = '00000';
-SET rate_limiter.sqlstate = 'R-429';
-SET rate_limiter.sqlstate = '';
-SHOW rate_limiter.sqlstate;
-
--- Misspelled settings of the rate_limiter prefix are errors.
-SET rate_limiter.sql_state = 'PT429';
-\echo :LAST_ERROR_SQLSTATE
-
--- rate_limiter.now_override takes a finite timestamptz literal or ''.
-SET rate_limiter.now_override = 'not a time';
-SET rate_limiter.now_override = 'infinity';
-SET rate_limiter.now_override = '';
-SHOW rate_limiter.now_override;
-
--- The test server preloads the library (shared_preload_libraries, for
--- rate_limiter.stats), so every session checks a rate_limiter.* setting
--- when it is SET: a bad value is refused at once. (Without preloading,
--- SET before the session's first call keeps any value as a placeholder;
--- loading the library then gives a WARNING and the default applies.)
-\c
-SET rate_limiter.sqlstate = 'toolong';
-SELECT ok FROM rate_limiter.rate_check('placeholder', config => rate_limiter.token_bucket(1, '1 minute'));
-SHOW rate_limiter.sqlstate;
-SET rate_limiter.sqlstate = 'toolong';
-SHOW rate_limiter.sqlstate;
+-- (What a SET of the rate_limiter settings accepts: settings.sql.)

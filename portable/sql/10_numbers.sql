@@ -1,0 +1,292 @@
+-- The portable edition (SPEC section 12): numbers the native extension
+-- computes in Rust, computed the same way in SQL so that both editions
+-- answer alike.
+--
+-- * _show(float8): a float in an error message as Rust's Display writes
+--   it (the shortest decimal that reads back as the same float, never an
+--   exponent): PostgreSQL's float8out gives the same shortest digits, with
+--   an exponent below 1e-4 and from 1e15 on, which is written out here.
+-- * 64-bit unsigned arithmetic on bigint bit patterns (wrapping add and
+--   multiply through numeric, logical shifts, byte order), for the two
+--   hashes below.
+-- * _xxh3(bytea): XXH3-64 with seed 0 and the default secret, for inputs
+--   of 9 bytes and more (what the fixed window's phase hashes: an 8-byte
+--   length, the name, a marker byte, the key), as the xxhash-rust crate
+--   computes it (algorithm/src/fixed_window.rs).
+-- * _splitmix64(bigint): the generator behind rate_limiter.random_seed
+--   (src/shard_choice.rs): SplitMix64.
+
+CREATE FUNCTION rate_limiter._show(value float8)
+RETURNS text
+LANGUAGE plpgsql IMMUTABLE STRICT PARALLEL SAFE
+-- float8out writes the shortest exact digits only with extra_float_digits > 0.
+SET extra_float_digits = 1
+AS $show$
+DECLARE
+    written text;
+    negative boolean;
+    mantissa text;
+    exponent int;
+    digits text;
+    whole int;
+BEGIN
+    IF value = 'NaN'::float8 THEN
+        RETURN 'NaN';
+    ELSIF value = 'Infinity'::float8 THEN
+        RETURN 'Infinity';
+    ELSIF value = '-Infinity'::float8 THEN
+        RETURN '-Infinity';
+    END IF;
+    written := value::text;
+    IF pg_catalog.strpos(written, 'e') = 0 THEN
+        RETURN written;
+    END IF;
+    negative := pg_catalog.left(written, 1) = '-';
+    IF negative THEN
+        written := pg_catalog.substr(written, 2);
+    END IF;
+    mantissa := pg_catalog.split_part(written, 'e', 1);
+    exponent := pg_catalog.split_part(written, 'e', 2)::int;
+    digits := pg_catalog.replace(mantissa, '.', '');
+    -- Digits before the point once the exponent is applied.
+    whole := CASE WHEN pg_catalog.strpos(mantissa, '.') > 0
+                  THEN pg_catalog.strpos(mantissa, '.') - 1
+                  ELSE pg_catalog.length(mantissa) END + exponent;
+    IF whole <= 0 THEN
+        written := '0.' || pg_catalog.repeat('0', -whole) || digits;
+    ELSIF whole >= pg_catalog.length(digits) THEN
+        written := digits || pg_catalog.repeat('0', whole - pg_catalog.length(digits));
+    ELSE
+        written := pg_catalog.left(digits, whole) || '.' || pg_catalog.substr(digits, whole + 1);
+    END IF;
+    RETURN CASE WHEN negative THEN '-' ELSE '' END || written;
+END
+$show$;
+
+-- A bigint's bits as an unsigned 64-bit number.
+CREATE FUNCTION rate_limiter._u64(bits bigint)
+RETURNS numeric
+LANGUAGE sql IMMUTABLE STRICT PARALLEL SAFE
+AS $$ SELECT CASE WHEN bits < 0 THEN bits::numeric + 18446744073709551616 ELSE bits::numeric END $$;
+
+-- An integer modulo 2^64, as a bigint's bits.
+CREATE FUNCTION rate_limiter._wrap(value numeric)
+RETURNS bigint
+LANGUAGE plpgsql IMMUTABLE STRICT PARALLEL SAFE
+AS $wrap$
+DECLARE
+    rest numeric := pg_catalog.mod(value, 18446744073709551616);
+BEGIN
+    IF rest < 0 THEN
+        rest := rest + 18446744073709551616;
+    END IF;
+    IF rest >= 9223372036854775808 THEN
+        rest := rest - 18446744073709551616;
+    END IF;
+    RETURN rest::bigint;
+END
+$wrap$;
+
+-- Wrapping 64-bit addition and multiplication.
+CREATE FUNCTION rate_limiter._add64(a bigint, b bigint)
+RETURNS bigint
+LANGUAGE sql IMMUTABLE STRICT PARALLEL SAFE
+AS $$ SELECT rate_limiter._wrap(a::numeric + b::numeric) $$;
+
+CREATE FUNCTION rate_limiter._mul64(a bigint, b bigint)
+RETURNS bigint
+LANGUAGE sql IMMUTABLE STRICT PARALLEL SAFE
+AS $$ SELECT rate_limiter._wrap(rate_limiter._u64(a) * rate_limiter._u64(b)) $$;
+
+-- Logical shift right by 1 to 63 bits (bigint's >> shifts the sign in).
+CREATE FUNCTION rate_limiter._shr64(a bigint, bits int)
+RETURNS bigint
+LANGUAGE sql IMMUTABLE STRICT PARALLEL SAFE
+AS $$ SELECT (a >> bits) & ~((-1)::bigint << (64 - bits)) $$;
+
+-- The low and high halves of the 128-bit product, XORed (mul128_fold64).
+CREATE FUNCTION rate_limiter._fold64(a bigint, b bigint)
+RETURNS bigint
+LANGUAGE plpgsql IMMUTABLE STRICT PARALLEL SAFE
+AS $fold$
+DECLARE
+    product numeric := rate_limiter._u64(a) * rate_limiter._u64(b);
+BEGIN
+    RETURN rate_limiter._wrap(product) # rate_limiter._wrap(pg_catalog.div(product, 18446744073709551616));
+END
+$fold$;
+
+-- The little-endian 64-bit number at byte offset (from 0) of data.
+CREATE FUNCTION rate_limiter._le64(data bytea, offset_ int)
+RETURNS bigint
+LANGUAGE sql IMMUTABLE STRICT PARALLEL SAFE
+AS $$
+    SELECT ('x' || pg_catalog.string_agg(pg_catalog.lpad(pg_catalog.to_hex(pg_catalog.get_byte(data, offset_ + i)), 2, '0'), '' ORDER BY i DESC))::bit(64)::bigint
+    FROM pg_catalog.generate_series(0, 7) AS i
+$$;
+
+-- A bigint's 8 bytes, little-endian.
+CREATE FUNCTION rate_limiter._le64_bytes(value bigint)
+RETURNS bytea
+LANGUAGE sql IMMUTABLE STRICT PARALLEL SAFE
+AS $$
+    SELECT pg_catalog.decode(pg_catalog.string_agg(pg_catalog.substr(hex, 15 - 2 * i, 2), '' ORDER BY i), 'hex')
+    FROM (SELECT pg_catalog.lpad(pg_catalog.to_hex(value), 16, '0') AS hex) AS v,
+         pg_catalog.generate_series(0, 7) AS i
+$$;
+
+-- The bytes of a 64-bit number in the other order.
+CREATE FUNCTION rate_limiter._swap64(value bigint)
+RETURNS bigint
+LANGUAGE sql IMMUTABLE STRICT PARALLEL SAFE
+AS $$ SELECT rate_limiter._le64(pg_catalog.int8send(value), 0) $$;
+
+-- XXH3's avalanche.
+CREATE FUNCTION rate_limiter._xxh3_avalanche(value bigint)
+RETURNS bigint
+LANGUAGE plpgsql IMMUTABLE STRICT PARALLEL SAFE
+AS $avalanche$
+BEGIN
+    value := value # rate_limiter._shr64(value, 37);
+    value := rate_limiter._mul64(value, 1609587791953885689);   -- 0x165667919E3779F9
+    RETURN value # rate_limiter._shr64(value, 32);
+END
+$avalanche$;
+
+-- XXH3's default secret (192 bytes).
+CREATE FUNCTION rate_limiter._xxh3_secret()
+RETURNS bytea
+LANGUAGE sql IMMUTABLE PARALLEL SAFE
+AS $$ SELECT '\xb8fe6c3923a44bbe7c01812cf721ad1cded46de9839097db7240a4a4b7b3671fcb79e64eccc0e578825ad07dccff7221b8084674f743248ee03590e6813a264c3c2852bb91c300cb88d0658b1b532ea371644897a20df94e3819ef46a9deacd8a8fa763fe39c343ff9dcbbc7c70b4f1d8a51e04bcdb45931c89f7ec9d9787364eac5ac8334d3ebc3c581a0fffa1363eb170ddd51b7f0da49d316552629d4689e2b16be587d47a1fc8ff8b8d17ad031ce45cb3a8f95160428afd7fbcabb4b407e'::bytea $$;
+
+-- XXH3's mix of 16 input bytes at offset input_at with 16 secret bytes.
+CREATE FUNCTION rate_limiter._xxh3_mix16(input bytea, input_at int, secret bytea, secret_at int)
+RETURNS bigint
+LANGUAGE sql IMMUTABLE STRICT PARALLEL SAFE
+AS $$
+    SELECT rate_limiter._fold64(rate_limiter._le64(input, input_at) # rate_limiter._le64(secret, secret_at),
+                                rate_limiter._le64(input, input_at + 8) # rate_limiter._le64(secret, secret_at + 8))
+$$;
+
+-- XXH3-64 of input (9 bytes or more), seed 0, default secret.
+CREATE FUNCTION rate_limiter._xxh3(input bytea)
+RETURNS bigint
+LANGUAGE plpgsql IMMUTABLE STRICT PARALLEL SAFE
+AS $xxh3$
+DECLARE
+    secret constant bytea := rate_limiter._xxh3_secret();
+    len constant int := pg_catalog.length(input);
+    prime64_1 constant bigint := -7046029288634856825;   -- 0x9E3779B185EBCA87
+    acc bigint;
+    lo bigint;
+    hi bigint;
+    rounds int;
+    accs bigint[];
+    stripes int;
+    blocks int;
+    block_len int;
+    partial int;
+    data_val bigint;
+    data_key bigint;
+    stripe_at int;
+BEGIN
+    IF len < 9 THEN
+        RAISE EXCEPTION 'rate_limiter._xxh3: an input of % bytes (9 or more expected)', len USING ERRCODE = 'XX000';
+    END IF;
+    IF len <= 16 THEN
+        lo := rate_limiter._le64(input, 0) # (rate_limiter._le64(secret, 24) # rate_limiter._le64(secret, 32));
+        hi := rate_limiter._le64(input, len - 8) # (rate_limiter._le64(secret, 40) # rate_limiter._le64(secret, 48));
+        acc := rate_limiter._wrap(len::numeric + rate_limiter._u64(rate_limiter._swap64(lo))
+                                  + rate_limiter._u64(hi) + rate_limiter._u64(rate_limiter._fold64(lo, hi)));
+        RETURN rate_limiter._xxh3_avalanche(acc);
+    END IF;
+    IF len <= 128 THEN
+        acc := rate_limiter._mul64(len, prime64_1);
+        IF len > 32 THEN
+            IF len > 64 THEN
+                IF len > 96 THEN
+                    acc := rate_limiter._add64(acc, rate_limiter._xxh3_mix16(input, 48, secret, 96));
+                    acc := rate_limiter._add64(acc, rate_limiter._xxh3_mix16(input, len - 64, secret, 112));
+                END IF;
+                acc := rate_limiter._add64(acc, rate_limiter._xxh3_mix16(input, 32, secret, 64));
+                acc := rate_limiter._add64(acc, rate_limiter._xxh3_mix16(input, len - 48, secret, 80));
+            END IF;
+            acc := rate_limiter._add64(acc, rate_limiter._xxh3_mix16(input, 16, secret, 32));
+            acc := rate_limiter._add64(acc, rate_limiter._xxh3_mix16(input, len - 32, secret, 48));
+        END IF;
+        acc := rate_limiter._add64(acc, rate_limiter._xxh3_mix16(input, 0, secret, 0));
+        acc := rate_limiter._add64(acc, rate_limiter._xxh3_mix16(input, len - 16, secret, 16));
+        RETURN rate_limiter._xxh3_avalanche(acc);
+    END IF;
+    IF len <= 240 THEN
+        acc := rate_limiter._mul64(len, prime64_1);
+        rounds := len / 16;
+        FOR i IN 0..7 LOOP
+            acc := rate_limiter._add64(acc, rate_limiter._xxh3_mix16(input, 16 * i, secret, 16 * i));
+        END LOOP;
+        acc := rate_limiter._xxh3_avalanche(acc);
+        FOR i IN 8..rounds - 1 LOOP
+            acc := rate_limiter._add64(acc, rate_limiter._xxh3_mix16(input, 16 * i, secret, 16 * (i - 8) + 3));
+        END LOOP;
+        acc := rate_limiter._add64(acc, rate_limiter._xxh3_mix16(input, len - 16, secret, 136 - 17));
+        RETURN rate_limiter._xxh3_avalanche(acc);
+    END IF;
+    -- Long inputs: 8 accumulators over 64-byte stripes, blocks of 16
+    -- stripes, each block ending with a scramble.
+    accs := ARRAY[3266489917::bigint, prime64_1, -4417276706812531889, 1609587929392839161,
+                  -8796714831421723037, 2246822519, 2870177450012600261, 2654435761];
+    stripes := (192 - 64) / 8;
+    block_len := 64 * stripes;
+    blocks := (len - 1) / block_len;
+    FOR b IN 0..blocks LOOP
+        partial := CASE WHEN b < blocks THEN stripes ELSE ((len - 1) - block_len * blocks) / 64 END;
+        FOR s IN 0..partial - 1 LOOP
+            stripe_at := b * block_len + s * 64;
+            FOR lane IN 0..7 LOOP
+                data_val := rate_limiter._le64(input, stripe_at + 8 * lane);
+                data_key := data_val # rate_limiter._le64(secret, s * 8 + 8 * lane);
+                accs[(lane # 1) + 1] := rate_limiter._add64(accs[(lane # 1) + 1], data_val);
+                accs[lane + 1] := rate_limiter._wrap(rate_limiter._u64(accs[lane + 1])
+                    + (data_key & 4294967295)::numeric * rate_limiter._shr64(data_key, 32)::numeric);
+            END LOOP;
+        END LOOP;
+        IF b < blocks THEN
+            FOR lane IN 0..7 LOOP
+                accs[lane + 1] := rate_limiter._mul64(
+                    (accs[lane + 1] # rate_limiter._shr64(accs[lane + 1], 47)) # rate_limiter._le64(secret, 192 - 64 + 8 * lane),
+                    2654435761);
+            END LOOP;
+        END IF;
+    END LOOP;
+    -- The last stripe.
+    FOR lane IN 0..7 LOOP
+        data_val := rate_limiter._le64(input, len - 64 + 8 * lane);
+        data_key := data_val # rate_limiter._le64(secret, 192 - 64 - 7 + 8 * lane);
+        accs[(lane # 1) + 1] := rate_limiter._add64(accs[(lane # 1) + 1], data_val);
+        accs[lane + 1] := rate_limiter._wrap(rate_limiter._u64(accs[lane + 1])
+            + (data_key & 4294967295)::numeric * rate_limiter._shr64(data_key, 32)::numeric);
+    END LOOP;
+    acc := rate_limiter._mul64(len, prime64_1);
+    FOR pair IN 0..3 LOOP
+        acc := rate_limiter._add64(acc, rate_limiter._fold64(
+            accs[2 * pair + 1] # rate_limiter._le64(secret, 11 + 16 * pair),
+            accs[2 * pair + 2] # rate_limiter._le64(secret, 11 + 16 * pair + 8)));
+    END LOOP;
+    RETURN rate_limiter._xxh3_avalanche(acc);
+END
+$xxh3$;
+
+-- SplitMix64: the next state after state, and the number it gives.
+CREATE FUNCTION rate_limiter._splitmix64(state bigint, OUT next_state bigint, OUT number bigint)
+LANGUAGE plpgsql IMMUTABLE STRICT PARALLEL SAFE
+AS $splitmix$
+DECLARE
+    z bigint;
+BEGIN
+    next_state := rate_limiter._add64(state, -7046029254386353131);   -- 0x9E3779B97F4A7C15
+    z := next_state;
+    z := rate_limiter._mul64(z # rate_limiter._shr64(z, 30), -4658895280553007687);   -- 0xBF58476D1CE4E5B9
+    z := rate_limiter._mul64(z # rate_limiter._shr64(z, 27), -7723592293110705685);   -- 0x94D049BB133111EB
+    number := z # rate_limiter._shr64(z, 31);
+END
+$splitmix$;

@@ -1,0 +1,398 @@
+-- The portable edition (SPEC section 12): the rate-limit math of
+-- algorithm/src/ (the native extension's rate_limiter_algorithm crate),
+-- step for step, with the same floating-point operations in the same
+-- order, so that both editions answer alike (the differential test,
+-- tests/integration/tests/portable_differential.rs, compares them).
+--
+-- Times are microseconds since 2000-01-01 00:00 UTC (what a timestamptz
+-- stores), as bigint; durations are microseconds; tokens are float8.
+-- A state is (value float8, ts bigint); NULL value: no row (full).
+
+-- A timestamp as microseconds since 2000-01-01 (finite timestamps only).
+CREATE FUNCTION rate_limiter._micros(at timestamptz)
+RETURNS bigint
+-- STABLE as extract(epoch FROM timestamptz) is, so that the planner
+-- inlines it (it inlines no function declared less volatile than its body).
+LANGUAGE sql STABLE STRICT PARALLEL SAFE
+AS $$ SELECT ((EXTRACT(epoch FROM at) - 946684800) * 1000000)::bigint $$;
+
+-- Microseconds as an interval of only microseconds (as pgrx's
+-- Interval::from_micros: no days, no months), exactly.
+CREATE FUNCTION rate_limiter._interval(micros bigint)
+RETURNS interval
+LANGUAGE sql IMMUTABLE STRICT PARALLEL SAFE
+AS $$
+    SELECT pg_catalog.make_interval(hours => (micros / 3600000000 / 2)::int)
+         + pg_catalog.make_interval(hours => (micros / 3600000000 - micros / 3600000000 / 2)::int)
+         + pg_catalog.make_interval(secs => (micros % 3600000000)::float8 / 1000000)
+$$;
+
+-- Microseconds since 2000-01-01 as a timestamptz; 22008 outside
+-- PostgreSQL's range (as the native storage::timestamp).
+CREATE FUNCTION rate_limiter._timestamp(micros bigint)
+RETURNS timestamptz
+LANGUAGE plpgsql IMMUTABLE STRICT PARALLEL SAFE
+AS $timestamp$
+BEGIN
+    IF micros < -211813488000000000 OR micros >= 9224318016000000000 THEN
+        RAISE EXCEPTION 'the limit''s new timestamp is out of range for timestamptz' USING ERRCODE = '22008';
+    END IF;
+    RETURN '2000-01-01 00:00:00+00'::timestamptz + rate_limiter._interval(micros);
+END
+$timestamp$;
+
+-- The length of period in microseconds, as PostgreSQL's extract(epoch)
+-- counts it (a year 365.25 days, a month 30 days); 22023 when it is not
+-- positive or does not fit a bigint (algorithm/src/time.rs).
+CREATE FUNCTION rate_limiter._period_micros(period interval)
+RETURNS bigint
+LANGUAGE plpgsql IMMUTABLE STRICT PARALLEL SAFE
+AS $period$
+DECLARE
+    total numeric := EXTRACT(epoch FROM period) * 1000000;
+BEGIN
+    IF total <= 0 THEN
+        RAISE EXCEPTION 'period must be greater than zero' USING ERRCODE = '22023';
+    END IF;
+    IF total > 9223372036854775807 THEN
+        RAISE EXCEPTION 'period is too long' USING ERRCODE = '22023';
+    END IF;
+    RETURN total::bigint;
+END
+$period$;
+
+-- Float arithmetic as IEEE 754 (and Rust) does it: a result too large
+-- is +-Infinity and one too small is 0, where PostgreSQL's float8
+-- operators raise 22003 ("value out of range: overflow" / "underflow").
+-- Used where a value can reach the ends of float8 (a debt near -1e308, a
+-- rate of 5e-324); a caller checks the result as the native code checks
+-- it. The plain operator answers whenever it can (operands of ordinary
+-- size, or one of them infinite or 0); only the rest pays for the
+-- exception block.
+CREATE FUNCTION rate_limiter._ieee(op "char", a float8, b float8)
+RETURNS float8
+LANGUAGE plpgsql IMMUTABLE STRICT PARALLEL SAFE
+AS $ieee$
+DECLARE
+    negative boolean;
+BEGIN
+    BEGIN
+        RETURN CASE op WHEN '+' THEN a + b WHEN '-' THEN a - b WHEN '*' THEN a * b ELSE a / b END;
+    EXCEPTION WHEN numeric_value_out_of_range THEN
+        -- (A sum or difference overflows only towards a's sign.)
+        negative := CASE WHEN op IN ('+', '-') THEN a < 0 ELSE (a < 0) <> (b < 0) END;
+        IF SQLERRM LIKE '%underflow%' THEN
+            RETURN CASE WHEN negative THEN '-0'::float8 ELSE 0 END;
+        END IF;
+        RETURN CASE WHEN negative THEN '-Infinity'::float8 ELSE 'Infinity'::float8 END;
+    END;
+END
+$ieee$;
+
+-- A config checked as the native ConfigValues::to_config and
+-- Config::validate check it (same order, same messages): its period and
+-- start in microseconds. 22004 for a NULL required field, 22023 for an
+-- invalid one.
+CREATE FUNCTION rate_limiter._config_nulls(config rate_limiter.config)
+RETURNS void
+LANGUAGE plpgsql IMMUTABLE PARALLEL SAFE
+AS $config_nulls$
+BEGIN
+    IF config.kind IS NULL THEN
+        RAISE EXCEPTION 'kind must not be NULL' USING ERRCODE = '22004';
+    ELSIF config.rate IS NULL THEN
+        RAISE EXCEPTION 'rate must not be NULL' USING ERRCODE = '22004';
+    ELSIF config.period IS NULL THEN
+        RAISE EXCEPTION 'period must not be NULL' USING ERRCODE = '22004';
+    ELSIF config.shards IS NULL THEN
+        RAISE EXCEPTION 'shards must not be NULL' USING ERRCODE = '22004';
+    END IF;
+END
+$config_nulls$;
+
+CREATE FUNCTION rate_limiter._config(config rate_limiter.config, OUT period bigint, OUT start bigint)
+LANGUAGE plpgsql IMMUTABLE PARALLEL SAFE
+AS $config$
+DECLARE
+    per_shard float8;
+BEGIN
+    PERFORM rate_limiter._config_nulls(config);
+    IF config.start IS NOT NULL AND NOT pg_catalog.isfinite(config.start) THEN
+        RAISE EXCEPTION 'start must be a finite timestamp' USING ERRCODE = '22023';
+    END IF;
+    period := rate_limiter._period_micros(config.period);
+    IF NOT (config.rate > 0 AND config.rate < 'Infinity'::float8) THEN
+        -- (NaN is greater than every number in SQL, but fails here too.)
+        RAISE EXCEPTION 'rate must be finite and greater than zero, got %', rate_limiter._show(config.rate)
+            USING ERRCODE = '22023';
+    END IF;
+    IF config.capacity IS NOT NULL AND NOT (config.capacity >= 0 AND config.capacity < 'Infinity'::float8) THEN
+        RAISE EXCEPTION 'capacity must be finite and at least zero, got %', rate_limiter._show(config.capacity)
+            USING ERRCODE = '22023';
+    END IF;
+    IF config.max_reserved IS NOT NULL AND NOT (config.max_reserved >= 0 AND config.max_reserved < 'Infinity'::float8) THEN
+        RAISE EXCEPTION 'max_reserved must be finite and at least zero, got %', rate_limiter._show(config.max_reserved)
+            USING ERRCODE = '22023';
+    END IF;
+    IF config.shards < 1 THEN
+        RAISE EXCEPTION 'shards must be at least 1, got %', config.shards USING ERRCODE = '22023';
+    END IF;
+    IF config.kind = 'token bucket' AND config.start IS NOT NULL THEN
+        RAISE EXCEPTION 'start applies only to fixed windows: a token bucket has no windows' USING ERRCODE = '22023';
+    END IF;
+    IF config.shards > 32767 THEN
+        RAISE EXCEPTION 'shards must be at most 32767 (the state table''s shard column is a smallint), got %', config.shards
+            USING ERRCODE = '22023';
+    END IF;
+    IF config.shards > 1 THEN
+        per_shard := config.rate / config.shards::float8;
+        IF per_shard = 0 THEN
+            RAISE EXCEPTION 'rate % split over % shards is too small to represent', rate_limiter._show(config.rate), config.shards
+                USING ERRCODE = '22023';
+        END IF;
+    END IF;
+    start := CASE WHEN config.start IS NOT NULL THEN rate_limiter._micros(config.start) END;
+END
+$config$;
+
+-- A float as Rust's Display writes it in messages that do not use show():
+-- "inf", "-inf", "NaN", else the shortest decimal.
+CREATE FUNCTION rate_limiter._display(value float8)
+RETURNS text
+LANGUAGE sql IMMUTABLE STRICT PARALLEL SAFE
+AS $$
+    SELECT CASE WHEN value = 'Infinity'::float8 THEN 'inf'
+                WHEN value = '-Infinity'::float8 THEN '-inf'
+                ELSE rate_limiter._show(value) END
+$$;
+
+-- a - b, saturated to the bigint range (Rust's i64::saturating_sub), and
+-- a + b likewise.
+CREATE FUNCTION rate_limiter._sub_sat(a bigint, b bigint)
+RETURNS bigint
+LANGUAGE sql IMMUTABLE STRICT PARALLEL SAFE
+AS $$ SELECT greatest(least(a::numeric - b::numeric, 9223372036854775807), -9223372036854775808)::bigint $$;
+
+CREATE FUNCTION rate_limiter._add_sat(a bigint, b bigint)
+RETURNS bigint
+LANGUAGE sql IMMUTABLE STRICT PARALLEL SAFE
+AS $$ SELECT greatest(least(a::numeric + b::numeric, 9223372036854775807), -9223372036854775808)::bigint $$;
+
+-- Checks a request's count against a valid config (Config::validate_count):
+-- finite and >= 0, and within what the limit (for a sharded one: two of
+-- its shards) could ever serve. 22023 naming count.
+CREATE FUNCTION rate_limiter._validate_count(config rate_limiter.config, count float8, reserve boolean)
+RETURNS void
+LANGUAGE plpgsql IMMUTABLE PARALLEL SAFE
+AS $validate_count$
+DECLARE
+    capacity float8;
+    max_reserved float8;
+    what text;
+    debt text;
+BEGIN
+    IF NOT (count >= 0 AND count < 'Infinity'::float8) THEN
+        RAISE EXCEPTION 'count must be finite and at least zero, got %', rate_limiter._show(count)
+            USING ERRCODE = '22023';
+    END IF;
+    IF config.shards > 1 THEN
+        capacity := 2.0::float8 * (coalesce(config.capacity, config.rate) / config.shards::float8);
+        max_reserved := 2.0::float8 * (config.max_reserved / config.shards::float8);
+        what := pg_catalog.format('what two of its %s shards hold', config.shards);
+        debt := 'the debt two shards may owe';
+    ELSE
+        capacity := coalesce(config.capacity, config.rate);
+        max_reserved := config.max_reserved;
+        what := 'the capacity';
+        debt := 'max_reserved';
+    END IF;
+    IF NOT reserve AND count > capacity THEN
+        RAISE EXCEPTION 'count % exceeds % (%), so the call could never succeed (reserve => true may allow it)',
+            rate_limiter._show(count), what, rate_limiter._show(capacity) USING ERRCODE = '22023';
+    END IF;
+    IF reserve AND max_reserved IS NOT NULL AND count > capacity + max_reserved THEN
+        RAISE EXCEPTION 'count % exceeds % (%) plus % (%), so the call could never succeed',
+            rate_limiter._show(count), what, rate_limiter._show(capacity), debt, rate_limiter._show(max_reserved)
+            USING ERRCODE = '22023';
+    END IF;
+END
+$validate_count$;
+
+-- The fixed window's per-key phase (fixed_window::phase): XXH3-64 of the
+-- name's length (8 bytes, little-endian), the name, a marker (0 for the
+-- global limit, 1 then the key), modulo the period.
+CREATE FUNCTION rate_limiter._phase(name text, key text, period bigint)
+RETURNS bigint
+LANGUAGE sql IMMUTABLE PARALLEL SAFE
+AS $$
+    SELECT pg_catalog.mod(rate_limiter._u64(rate_limiter._xxh3(
+               rate_limiter._le64_bytes(pg_catalog.octet_length(name))
+               || pg_catalog.convert_to(name, pg_catalog.getdatabaseencoding())
+               || CASE WHEN key IS NULL THEN '\x00'::bytea
+                       ELSE '\x01'::bytea || pg_catalog.convert_to(key, pg_catalog.getdatabaseencoding()) END)),
+           period)::bigint
+$$;
+
+-- The start of the window of period that contains now, windows starting
+-- at anchor + k * period (clamped to the bigint range).
+CREATE FUNCTION rate_limiter._window_start(anchor bigint, period bigint, now bigint)
+RETURNS bigint
+LANGUAGE sql IMMUTABLE STRICT PARALLEL SAFE
+AS $$
+    SELECT greatest(least(anchor::numeric + pg_catalog.floor((now::numeric - anchor::numeric) / period) * period,
+                          9223372036854775807), -9223372036854775808)::bigint
+$$;
+
+-- The state of a limit without a row (decision::initial_state): full, at
+-- now (token bucket) or at the start of the current window. `capacity` is
+-- the (shard's) effective capacity; start is the fixed window's anchor
+-- when given, else the per-key phase is used.
+CREATE FUNCTION rate_limiter._initial(kind rate_limiter.kind, capacity float8, period bigint, start bigint,
+                                      name text, key text, now bigint,
+                                      OUT value float8, OUT ts bigint)
+LANGUAGE sql IMMUTABLE PARALLEL SAFE
+AS $$
+    SELECT capacity,
+           CASE WHEN kind = 'token bucket' THEN now
+                ELSE rate_limiter._window_start(coalesce(start, rate_limiter._phase(name, key, period)), period, now) END
+$$;
+
+-- The state at now (decision::refill): the token bucket adds
+-- elapsed * rate / period, the fixed window rate per window started,
+-- capped at capacity; time never runs backwards.
+CREATE FUNCTION rate_limiter._refill(kind rate_limiter.kind, rate float8, period bigint, capacity float8,
+                                     value float8, ts bigint, now bigint,
+                                     OUT new_value float8, OUT new_ts bigint)
+LANGUAGE plpgsql IMMUTABLE STRICT PARALLEL SAFE
+AS $refill$
+DECLARE
+    elapsed bigint := greatest(rate_limiter._sub_sat(now, ts), 0);
+    windows bigint;
+BEGIN
+    IF kind = 'token bucket' THEN
+        IF rate BETWEEN 1e-280 AND 1e280 AND value BETWEEN -1e280 AND 1e280 THEN
+            new_value := least(value + (elapsed::float8 * rate) / period::float8, capacity);
+        ELSE
+            new_value := least(rate_limiter._ieee('+', value,
+                                   rate_limiter._ieee('/', rate_limiter._ieee('*', elapsed::float8, rate), period::float8)),
+                               capacity);
+        END IF;
+        new_ts := greatest(ts, now);
+    ELSE
+        windows := elapsed / period;
+        IF rate <= 1e280 AND value BETWEEN -1e280 AND 1e280 THEN
+            new_value := least(value + windows::float8 * rate, capacity);
+        ELSE
+            new_value := least(rate_limiter._ieee('+', value, rate_limiter._ieee('*', windows::float8, rate)), capacity);
+        END IF;
+        new_ts := ts + windows * period;
+    END IF;
+END
+$refill$;
+
+-- The smallest delay (whole microseconds; for a fixed window, a window
+-- start) after which a call for count tokens from state (value, ts) is
+-- admitted with a debt of at most allowed (decision::retry_after): the
+-- formula, checked with the arithmetic a later call uses and moved by a
+-- step when float rounding made it early or late. 22003 when it would be
+-- out of range.
+CREATE FUNCTION rate_limiter._retry_after(kind rate_limiter.kind, rate float8, period bigint, capacity float8,
+                                          value float8, ts bigint, count float8, allowed float8, now bigint)
+RETURNS bigint
+LANGUAGE plpgsql IMMUTABLE STRICT PARALLEL SAFE
+AS $retry_after$
+DECLARE
+    refilled record;
+    tokens float8;
+    estimate float8;
+    step bigint;
+    delay bigint;
+    earlier bigint;
+    later record;
+BEGIN
+    refilled := rate_limiter._refill(kind, rate, period, capacity, value, ts, now);
+    tokens := rate_limiter._ieee('-', rate_limiter._ieee('-', count, allowed), refilled.new_value);
+    IF kind = 'token bucket' THEN
+        estimate := pg_catalog.ceil(rate_limiter._ieee('+', (refilled.new_ts::numeric - now::numeric)::float8,
+                        rate_limiter._ieee('/', rate_limiter._ieee('*', tokens, period::float8), rate)));
+        step := 1;
+    ELSE
+        estimate := rate_limiter._ieee('+', (refilled.new_ts::numeric - now::numeric)::float8,
+                        rate_limiter._ieee('*', pg_catalog.ceil(rate_limiter._ieee('/', tokens, rate)), period::float8));
+        step := period;
+    END IF;
+    IF NOT (estimate < 2305843009213693952::float8) OR estimate = '-Infinity'::float8 THEN
+        RAISE EXCEPTION 'retry_after would be % microseconds, which is out of range', rate_limiter._display(estimate)
+            USING ERRCODE = '22003';
+    END IF;
+    delay := CASE WHEN estimate < 1 THEN 1 ELSE pg_catalog.trunc(estimate)::bigint END;
+    FOR attempt IN 1..4 LOOP
+        later := rate_limiter._refill(kind, rate, period, capacity, value, ts, rate_limiter._add_sat(now, delay));
+        EXIT WHEN -rate_limiter._ieee('-', later.new_value, count) <= allowed;
+        delay := rate_limiter._add_sat(delay, step);
+    END LOOP;
+    FOR attempt IN 1..4 LOOP
+        earlier := rate_limiter._sub_sat(delay, step);
+        EXIT WHEN earlier <= 0;
+        later := rate_limiter._refill(kind, rate, period, capacity, value, ts, rate_limiter._add_sat(now, earlier));
+        EXIT WHEN NOT (-rate_limiter._ieee('-', later.new_value, count) <= allowed);
+        delay := earlier;
+    END LOOP;
+    RETURN delay;
+END
+$retry_after$;
+
+-- One call of an unsharded limit, or of one shard of a sharded one
+-- (decision::evaluate): rate, capacity and max_reserved are the
+-- (shard's) effective values; (stored_value, stored_ts) the stored state
+-- (NULL: no row, full). The answer, and the state to store (NULL: write
+-- nothing). The count must be valid for the limit (see _validate_count).
+CREATE FUNCTION rate_limiter._evaluate(kind rate_limiter.kind, rate float8, period bigint, capacity float8,
+                                       max_reserved float8, start bigint, name text, key text,
+                                       stored_value float8, stored_ts bigint, now bigint,
+                                       count float8, reserve boolean,
+                                       OUT ok boolean, OUT retry_after bigint, OUT remaining float8,
+                                       OUT new_value float8, OUT new_ts bigint)
+LANGUAGE plpgsql IMMUTABLE PARALLEL SAFE
+AS $evaluate$
+DECLARE
+    base_value float8 := stored_value;
+    base_ts bigint := stored_ts;
+    initial record;
+    refilled record;
+    value float8;
+    allowed float8;
+BEGIN
+    IF base_value IS NULL THEN
+        initial := rate_limiter._initial(kind, capacity, period, start, name, key, now);
+        base_value := initial.value;
+        base_ts := initial.ts;
+    END IF;
+    refilled := rate_limiter._refill(kind, rate, period, capacity, base_value, base_ts, now);
+    value := rate_limiter._ieee('-', refilled.new_value, count);
+    IF value = 'NaN'::float8 OR value = 'Infinity'::float8 OR value = '-Infinity'::float8 THEN
+        RAISE EXCEPTION 'the limit''s value would be out of range (%)', rate_limiter._show(value) USING ERRCODE = '22003';
+    END IF;
+    IF value >= 0 THEN
+        ok := true;
+        remaining := value;
+        new_value := value;
+        new_ts := refilled.new_ts;
+        RETURN;
+    END IF;
+    allowed := CASE WHEN NOT reserve THEN 0 ELSE coalesce(max_reserved, 'Infinity'::float8) END;
+    IF -value <= allowed THEN
+        -- A reservation: the work may run once the debt is paid back.
+        ok := true;
+        new_value := value;
+        new_ts := refilled.new_ts;
+        retry_after := rate_limiter._retry_after(kind, rate, period, capacity, new_value, new_ts, 0, 0, now);
+        remaining := value;
+        RETURN;
+    END IF;
+    ok := false;
+    retry_after := rate_limiter._retry_after(kind, rate, period, capacity, base_value, base_ts, count, allowed, now);
+    remaining := refilled.new_value;
+END
+$evaluate$;
+

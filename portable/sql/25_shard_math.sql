@@ -1,0 +1,283 @@
+-- The portable edition (SPEC section 12): the math of sharded limits
+-- (algorithm/src/shards.rs), on top of 20_math.sql's single-state math.
+
+-- How a call is served from two shards with refilled values v0 and v1
+-- (shards::plan): 'single 0' / 'single 1' (wholly from that one, left with
+-- `value`), 'both' (each left with `value`), or 'refused'. allowed is the
+-- debt one shard may be left with.
+CREATE FUNCTION rate_limiter._plan(v0 float8, v1 float8, writable0 boolean, writable1 boolean,
+                                   count float8, allowed float8, OUT how text, OUT value float8)
+LANGUAGE plpgsql IMMUTABLE STRICT PARALLEL SAFE
+AS $plan$
+DECLARE
+    level float8;
+BEGIN
+    -- The fuller first; on a tie, the first of the pair.
+    IF v1 > v0 THEN
+        IF writable1 AND v1 - count >= -allowed THEN
+            how := 'single 1'; value := v1 - count; RETURN;
+        END IF;
+        IF writable0 AND v0 - count >= -allowed THEN
+            how := 'single 0'; value := v0 - count; RETURN;
+        END IF;
+    ELSE
+        IF writable0 AND v0 - count >= -allowed THEN
+            how := 'single 0'; value := v0 - count; RETURN;
+        END IF;
+        IF writable1 AND v1 - count >= -allowed THEN
+            how := 'single 1'; value := v1 - count; RETURN;
+        END IF;
+    END IF;
+    IF writable0 AND writable1 THEN
+        level := (v0 + v1 - count) / 2.0::float8;
+        -- Taking from both never adds to either.
+        IF level >= -allowed AND level <= least(v0, v1) THEN
+            how := 'both'; value := level; RETURN;
+        END IF;
+    END IF;
+    how := 'refused';
+END
+$plan$;
+
+-- The smallest delay t >= 1 after which the two (free) shards in states
+-- (v0, t0) and (v1, t1) serve count by _plan (shards::pair_retry_after):
+-- a binary search with the very test a later call applies.
+CREATE FUNCTION rate_limiter._pair_retry_after(kind rate_limiter.kind, rate float8, period bigint, capacity float8,
+                                               v0 float8, t0 bigint, v1 float8, t1 bigint,
+                                               count float8, allowed float8, now bigint)
+RETURNS bigint
+LANGUAGE plpgsql IMMUTABLE STRICT PARALLEL SAFE
+AS $pair_retry_after$
+DECLARE
+    high bigint := 1;
+    low bigint := 0;
+    middle bigint;
+    a record;
+    b record;
+BEGIN
+    high := greatest(high, rate_limiter._retry_after(kind, rate, period, capacity, v0, t0, capacity, 0, now));
+    high := greatest(high, rate_limiter._retry_after(kind, rate, period, capacity, v1, t1, capacity, 0, now));
+    a := rate_limiter._refill(kind, rate, period, capacity, v0, t0, rate_limiter._add_sat(now, high));
+    b := rate_limiter._refill(kind, rate, period, capacity, v1, t1, rate_limiter._add_sat(now, high));
+    IF (rate_limiter._plan(a.new_value, b.new_value, true, true, count, allowed)).how = 'refused' THEN
+        RAISE EXCEPTION 'two full shards cannot serve this count' USING ERRCODE = '22003';
+    END IF;
+    WHILE high - low > 1 LOOP
+        middle := low + (high - low) / 2;
+        a := rate_limiter._refill(kind, rate, period, capacity, v0, t0, rate_limiter._add_sat(now, middle));
+        b := rate_limiter._refill(kind, rate, period, capacity, v1, t1, rate_limiter._add_sat(now, middle));
+        IF (rate_limiter._plan(a.new_value, b.new_value, true, true, count, allowed)).how <> 'refused' THEN
+            high := middle;
+        ELSE
+            low := middle;
+        END IF;
+    END LOOP;
+    RETURN high;
+END
+$pair_retry_after$;
+
+-- One call of a sharded limit on the two shards it looked at
+-- (shards::evaluate_pair): the limit's config (shards >= 2), each shard's
+-- stored state (NULL value: no row, full) and whether the call may
+-- consume from it. The answer (remaining estimates the whole limit), and
+-- each shard's state to store (NULL: write nothing). The count must be
+-- valid for the limit.
+CREATE FUNCTION rate_limiter._evaluate_pair(kind rate_limiter.kind, config_rate float8, period bigint,
+                                            config_capacity float8, config_max_reserved float8, shards int,
+                                            start bigint, name text, key text,
+                                            value0 float8, ts0 bigint, writable0 boolean,
+                                            value1 float8, ts1 bigint, writable1 boolean,
+                                            now bigint, count float8, reserve boolean,
+                                            OUT ok boolean, OUT retry_after bigint, OUT remaining float8,
+                                            OUT new_value0 float8, OUT new_ts0 bigint,
+                                            OUT new_value1 float8, OUT new_ts1 bigint)
+LANGUAGE plpgsql IMMUTABLE PARALLEL SAFE
+AS $evaluate_pair$
+DECLARE
+    rate float8 := config_rate / shards::float8;
+    capacity float8 := config_capacity / shards::float8;
+    max_reserved float8 := config_max_reserved / shards::float8;
+    allowed float8 := CASE WHEN NOT reserve THEN 0 ELSE coalesce(config_max_reserved / shards::float8, 'Infinity'::float8) END;
+    initial record;
+    a record;
+    b record;
+    chosen record;
+    after0 float8;
+    after1 float8;
+    wait bigint;
+BEGIN
+    IF value0 IS NULL THEN
+        initial := rate_limiter._initial(kind, capacity, period, start, name, key, now);
+        value0 := initial.value; ts0 := initial.ts;
+    END IF;
+    IF value1 IS NULL THEN
+        initial := rate_limiter._initial(kind, capacity, period, start, name, key, now);
+        value1 := initial.value; ts1 := initial.ts;
+    END IF;
+    a := rate_limiter._refill(kind, rate, period, capacity, value0, ts0, now);
+    b := rate_limiter._refill(kind, rate, period, capacity, value1, ts1, now);
+    chosen := rate_limiter._plan(a.new_value, b.new_value, writable0, writable1, count, allowed);
+    IF chosen.how = 'refused' THEN
+        ok := false;
+        retry_after := rate_limiter._pair_retry_after(kind, rate, period, capacity, value0, ts0, value1, ts1,
+                                                      count, allowed, now);
+        remaining := (a.new_value + b.new_value) / 2.0::float8 * shards::float8;
+        RETURN;
+    END IF;
+    IF chosen.value = 'NaN'::float8 OR chosen.value = 'Infinity'::float8 OR chosen.value = '-Infinity'::float8 THEN
+        RAISE EXCEPTION 'the limit''s value would be out of range (%)', rate_limiter._show(chosen.value) USING ERRCODE = '22003';
+    END IF;
+    ok := true;
+    IF chosen.how = 'single 0' THEN
+        new_value0 := chosen.value; new_ts0 := a.new_ts;
+    ELSIF chosen.how = 'single 1' THEN
+        new_value1 := chosen.value; new_ts1 := b.new_ts;
+    ELSE
+        -- least: float rounding must never add tokens to a shard.
+        new_value0 := least(chosen.value, a.new_value); new_ts0 := a.new_ts;
+        new_value1 := least(chosen.value, b.new_value); new_ts1 := b.new_ts;
+    END IF;
+    after0 := coalesce(new_value0, a.new_value);
+    after1 := coalesce(new_value1, b.new_value);
+    IF new_value0 < 0 THEN
+        wait := rate_limiter._retry_after(kind, rate, period, capacity, new_value0, new_ts0, 0, 0, now);
+        retry_after := greatest(retry_after, wait);
+    END IF;
+    IF new_value1 < 0 THEN
+        wait := rate_limiter._retry_after(kind, rate, period, capacity, new_value1, new_ts1, 0, 0, now);
+        retry_after := greatest(retry_after, wait);
+    END IF;
+    remaining := (after0 + after1) / 2.0::float8 * shards::float8;
+END
+$evaluate_pair$;
+
+-- What rate_check answers for a sharded limit given every shard's stored
+-- state (values[i], tss[i] for shard i - 1; NULL: no row, full), and what
+-- rate_limit_all decides on them (shards::evaluate_fullest): the answer
+-- for the two fullest shards (ties: the lower shard), with remaining the
+-- sum over every shard (after the call when admitted); which shards
+-- (0-based) and their states to store.
+CREATE FUNCTION rate_limiter._evaluate_fullest(kind rate_limiter.kind, config_rate float8, period bigint,
+                                               config_capacity float8, config_max_reserved float8, shards int,
+                                               start bigint, name text, key text,
+                                               stored_values float8[], stored_tss bigint[],
+                                               now bigint, count float8, reserve boolean,
+                                               OUT ok boolean, OUT retry_after bigint, OUT remaining float8,
+                                               OUT best0 int, OUT best1 int,
+                                               OUT new_value0 float8, OUT new_ts0 bigint,
+                                               OUT new_value1 float8, OUT new_ts1 bigint)
+LANGUAGE plpgsql IMMUTABLE PARALLEL SAFE
+AS $evaluate_fullest$
+DECLARE
+    rate float8 := config_rate / shards::float8;
+    capacity float8 := config_capacity / shards::float8;
+    values_now float8[] := ARRAY[]::float8[];
+    initial record;
+    refilled record;
+    total float8 := 0;
+    decision record;
+BEGIN
+    FOR i IN 1..shards LOOP
+        IF stored_values[i] IS NULL THEN
+            initial := rate_limiter._initial(kind, capacity, period, start, name, key, now);
+            refilled := rate_limiter._refill(kind, rate, period, capacity, initial.value, initial.ts, now);
+        ELSE
+            refilled := rate_limiter._refill(kind, rate, period, capacity, stored_values[i], stored_tss[i], now);
+        END IF;
+        values_now := values_now || refilled.new_value;
+    END LOOP;
+    best0 := 0; best1 := 1;
+    IF values_now[2] > values_now[1] THEN
+        best0 := 1; best1 := 0;
+    END IF;
+    FOR i IN 2..shards - 1 LOOP
+        IF values_now[i + 1] > values_now[best0 + 1] THEN
+            best1 := best0; best0 := i;
+        ELSIF values_now[i + 1] > values_now[best1 + 1] THEN
+            best1 := i;
+        END IF;
+    END LOOP;
+    decision := rate_limiter._evaluate_pair(kind, config_rate, period, config_capacity, config_max_reserved, shards,
+        start, name, key,
+        stored_values[best0 + 1], stored_tss[best0 + 1], true,
+        stored_values[best1 + 1], stored_tss[best1 + 1], true,
+        now, count, reserve);
+    FOR i IN 1..shards LOOP
+        total := total + values_now[i];
+    END LOOP;
+    ok := decision.ok;
+    retry_after := decision.retry_after;
+    remaining := CASE WHEN decision.ok THEN total - count ELSE total END;
+    new_value0 := decision.new_value0; new_ts0 := decision.new_ts0;
+    new_value1 := decision.new_value1; new_ts1 := decision.new_ts1;
+END
+$evaluate_fullest$;
+
+-- Tokens given back (credit::credit): every state refilled to now, then
+-- count shared out, the emptiest shard first (ties: the lower shard),
+-- none above capacity. values and tss: the stored states (no NULLs).
+CREATE FUNCTION rate_limiter._credit(kind rate_limiter.kind, rate float8, period bigint, capacity float8,
+                                     stored_values float8[], stored_tss bigint[], count float8, now bigint,
+                                     OUT new_values float8[], OUT new_tss bigint[])
+LANGUAGE plpgsql IMMUTABLE STRICT PARALLEL SAFE
+AS $credit$
+DECLARE
+    refilled record;
+    left_over float8 := count;
+    room float8;
+    taken float8;
+    i int;
+BEGIN
+    new_values := ARRAY[]::float8[];
+    new_tss := ARRAY[]::bigint[];
+    FOR n IN 1..pg_catalog.cardinality(stored_values) LOOP
+        refilled := rate_limiter._refill(kind, rate, period, capacity, stored_values[n], stored_tss[n], now);
+        new_values := new_values || refilled.new_value;
+        new_tss := new_tss || refilled.new_ts;
+    END LOOP;
+    FOR i IN SELECT o.n FROM pg_catalog.unnest(new_values) WITH ORDINALITY AS o(v, n) ORDER BY o.v, o.n LOOP
+        EXIT WHEN left_over <= 0;
+        room := greatest(capacity - new_values[i], 0);
+        taken := least(room, left_over);
+        new_values[i] := new_values[i] + taken;
+        left_over := left_over - taken;
+    END LOOP;
+END
+$credit$;
+
+-- Where a limit stands (status::status): tokens available now summed over
+-- its shards, and when it is full again (now when full). values and tss
+-- as for _evaluate_fullest (NULL: no row).
+CREATE FUNCTION rate_limiter._status(kind rate_limiter.kind, config_rate float8, period bigint,
+                                     config_capacity float8, shards int, start bigint, name text, key text,
+                                     stored_values float8[], stored_tss bigint[], now bigint,
+                                     OUT value float8, OUT full_at bigint)
+LANGUAGE plpgsql IMMUTABLE PARALLEL SAFE
+AS $status$
+DECLARE
+    rate float8 := config_rate / shards::float8;
+    capacity float8 := config_capacity / shards::float8;
+    state_value float8;
+    state_ts bigint;
+    initial record;
+    refilled record;
+    wait bigint;
+BEGIN
+    value := 0;
+    full_at := now;
+    FOR i IN 1..shards LOOP
+        state_value := stored_values[i];
+        state_ts := stored_tss[i];
+        IF state_value IS NULL THEN
+            initial := rate_limiter._initial(kind, capacity, period, start, name, key, now);
+            state_value := initial.value; state_ts := initial.ts;
+        END IF;
+        refilled := rate_limiter._refill(kind, rate, period, capacity, state_value, state_ts, now);
+        value := value + refilled.new_value;
+        IF refilled.new_value < capacity THEN
+            wait := rate_limiter._retry_after(kind, rate, period, capacity, state_value, state_ts, capacity, 0, now);
+            full_at := greatest(full_at, rate_limiter._add_sat(now, wait));
+        END IF;
+    END LOOP;
+END
+$status$;

@@ -1,0 +1,184 @@
+-- The portable edition (SPEC section 12): settings. Without C code the
+-- extension cannot define its settings, so rate_limiter.* are placeholder
+-- settings, which any role can SET. So:
+--
+-- * rate_limiter.now_override and rate_limiter.random_seed take effect
+--   only in a session whose login role is a member of the extension's
+--   owner (the owner of rate_limiter.rate_limits); in any other session a
+--   call with either set is 42501.
+-- * rate_limiter.max_requests and rate_limiter.max_inline_shards: the
+--   session's value counts only for such a role; for any other role they
+--   are read from the database's own settings (ALTER DATABASE ... SET,
+--   which only its owner or a superuser may run): its SET cannot raise
+--   them.
+-- * rate_limiter.sqlstate is checked when a refusal raises (SET cannot be
+--   refused without C code): a value the native extension would refuse is
+--   then 22023, with the native message.
+
+-- The role a call runs for: the session's current role.
+CREATE FUNCTION rate_limiter._invoker()
+RETURNS name
+LANGUAGE sql STABLE PARALLEL SAFE
+AS $$
+    SELECT CASE WHEN pg_catalog.current_setting('role') IN ('none', '') THEN session_user
+                ELSE pg_catalog.current_setting('role')::name END
+$$;
+
+-- Whether the session may move the clock, seed the choice of shards or
+-- raise a bound: its login role (session_user) is a member of the
+-- extension's owner (a superuser is). The login role, because a SET ROLE
+-- is no boundary for the session that made it (RESET ROLE undoes it): a
+-- superuser's session that SET ROLE to an application role keeps its
+-- clock, as a superuser's SET does in the native extension, and a session
+-- that logged in as an application role never may.
+CREATE FUNCTION rate_limiter._may_override()
+RETURNS boolean
+LANGUAGE sql STABLE PARALLEL SAFE
+AS $$
+    SELECT pg_catalog.pg_has_role(session_user, c.relowner, 'MEMBER')
+    FROM pg_catalog.pg_class AS c WHERE c.oid = 'rate_limiter.rate_limits'::pg_catalog.regclass
+$$;
+
+-- The current time in microseconds since 2000-01-01: the real clock
+-- (clock_timestamp()), or rate_limiter.now_override when set (by a role
+-- that may: 42501 otherwise; 22023 for a value that is not a finite
+-- timestamptz, as the native extension refuses it when it is set).
+CREATE FUNCTION rate_limiter._now()
+RETURNS bigint
+LANGUAGE plpgsql VOLATILE
+AS $now$
+DECLARE
+    override text := pg_catalog.current_setting('rate_limiter.now_override', true);
+    at timestamptz;
+BEGIN
+    IF override IS NULL OR pg_catalog.btrim(override) = '' THEN
+        RETURN rate_limiter._micros(pg_catalog.clock_timestamp());
+    END IF;
+    IF NOT rate_limiter._may_override() THEN
+        RAISE EXCEPTION 'permission denied to set rate_limiter.now_override'
+            USING ERRCODE = '42501',
+                  HINT = 'Only a member of the role that owns rate_limiter''s tables may replace the clock: RESET rate_limiter.now_override.';
+    END IF;
+    BEGIN
+        at := override::timestamptz;
+    EXCEPTION WHEN OTHERS THEN
+        at := NULL;
+    END;
+    IF at IS NULL OR NOT pg_catalog.isfinite(at) THEN
+        RAISE EXCEPTION 'invalid value for parameter "rate_limiter.now_override": "%"', override
+            USING ERRCODE = '22023',
+                  DETAIL = 'rate_limiter.now_override must be a finite timestamptz literal, or empty for the real clock.';
+    END IF;
+    RETURN rate_limiter._micros(at);
+END
+$now$;
+
+-- The SQLSTATE of a refusal raised with throws => true:
+-- rate_limiter.sqlstate, default RL429, checked as the native extension
+-- checks it when it is set (22023 otherwise).
+CREATE FUNCTION rate_limiter._sqlstate()
+RETURNS text
+LANGUAGE plpgsql STABLE
+AS $sqlstate$
+DECLARE
+    chosen text := pg_catalog.current_setting('rate_limiter.sqlstate', true);
+BEGIN
+    IF chosen IS NULL THEN
+        RETURN 'RL429';
+    END IF;
+    IF chosen !~ '^[0-9A-Z]{5}$'
+       OR pg_catalog.left(chosen, 2) IN ('00', '01', '02', '08', '25', '40', '53', '57', '58', 'XX') THEN
+        RAISE EXCEPTION 'invalid value for parameter "rate_limiter.sqlstate": "%"', chosen
+            USING ERRCODE = '22023',
+                  DETAIL = 'rate_limiter.sqlstate must be five characters of 0-9 and A-Z, e.g. RL429 or PT429, and not of a class that means success, a warning, no data, or an error clients retry or treat as fatal (00, 01, 02, 08, 25, 40, 53, 57, 58, XX).';
+    END IF;
+    RETURN chosen;
+END
+$sqlstate$;
+
+-- A bound (rate_limiter.max_requests, rate_limiter.max_inline_shards):
+-- for a member of the role that owns rate_limiter's tables (as a
+-- superuser's SET in the native extension), the session's value; for any
+-- other role, the value set for this database with ALTER DATABASE ... SET
+-- (which only its owner or a superuser may run), never the session's: a
+-- SET by an application role cannot raise it. Else the default.
+CREATE FUNCTION rate_limiter._bound(setting text, fallback int)
+RETURNS int
+LANGUAGE plpgsql STABLE
+AS $bound$
+DECLARE
+    chosen text;
+BEGIN
+    IF rate_limiter._may_override() THEN
+        chosen := pg_catalog.current_setting(setting, true);
+    ELSE
+        SELECT pg_catalog.substr(config, pg_catalog.length(setting) + 2) INTO chosen
+        FROM pg_catalog.pg_db_role_setting AS s, pg_catalog.unnest(s.setconfig) AS config
+        WHERE s.setdatabase = (SELECT d.oid FROM pg_catalog.pg_database AS d WHERE d.datname = pg_catalog.current_database())
+          AND s.setrole = 0
+          AND config LIKE setting || '=%'
+        LIMIT 1;
+    END IF;
+    IF chosen IS NULL OR pg_catalog.btrim(chosen) = '' THEN
+        RETURN fallback;
+    END IF;
+    IF pg_catalog.btrim(chosen) !~ '^[+]?[0-9]{1,9}$' OR pg_catalog.btrim(chosen)::int < 1 THEN
+        RAISE EXCEPTION 'invalid value for parameter "%": "%"', setting, chosen
+            USING ERRCODE = '22023', DETAIL = pg_catalog.format('%s must be a positive integer.', setting);
+    END IF;
+    RETURN pg_catalog.btrim(chosen)::int;
+END
+$bound$;
+
+-- The next three random numbers (0 to 2^32 - 1) of a shard order: from
+-- random(), or, while rate_limiter.random_seed is set (by a role that
+-- may: 42501 otherwise), from SplitMix64 seeded with it, as the native
+-- extension draws them (src/shard_choice.rs). The sequence's state is
+-- kept in the session setting rate_limiter_portable.random_state (not
+-- under rate_limiter., a prefix the native library reserves where it is
+-- loaded); setting the seed
+-- again starts the sequence again: after a draw the seed setting is
+-- written back with a space after it (the same seed), so that a SET of
+-- the seed, which has none, is told apart.
+CREATE FUNCTION rate_limiter._draw()
+RETURNS bigint[]
+LANGUAGE plpgsql VOLATILE
+AS $draw$
+DECLARE
+    seed text := pg_catalog.current_setting('rate_limiter.random_seed', true);
+    kept text := pg_catalog.current_setting('rate_limiter_portable.random_state', true);
+    state bigint;
+    step record;
+    numbers bigint[] := ARRAY[]::bigint[];
+BEGIN
+    IF seed IS NULL OR pg_catalog.btrim(seed) = '' THEN
+        RETURN ARRAY[pg_catalog.floor(pg_catalog.random() * 4294967296)::bigint,
+                     pg_catalog.floor(pg_catalog.random() * 4294967296)::bigint,
+                     pg_catalog.floor(pg_catalog.random() * 4294967296)::bigint];
+    END IF;
+    IF NOT rate_limiter._may_override() THEN
+        RAISE EXCEPTION 'permission denied to set rate_limiter.random_seed'
+            USING ERRCODE = '42501',
+                  HINT = 'Only a member of the role that owns rate_limiter''s tables may seed the choice of shards: RESET rate_limiter.random_seed.';
+    END IF;
+    IF pg_catalog.btrim(seed) !~ '^[+-]?[0-9]+$' THEN
+        RAISE EXCEPTION 'invalid value for parameter "rate_limiter.random_seed": "%"', seed
+            USING ERRCODE = '22023',
+                  DETAIL = 'rate_limiter.random_seed must be an integer (a 64-bit seed), or empty for real randomness.';
+    END IF;
+    IF kept IS NOT NULL AND seed = pg_catalog.btrim(seed) || ' '
+       AND pg_catalog.split_part(kept, ':', 1) = pg_catalog.btrim(seed) THEN
+        state := pg_catalog.split_part(kept, ':', 2)::bigint;
+    ELSE
+        state := pg_catalog.btrim(seed)::bigint;
+    END IF;
+    FOR i IN 1..3 LOOP
+        step := rate_limiter._splitmix64(state);
+        state := step.next_state;
+        numbers := numbers || rate_limiter._shr64(step.number, 32);
+    END LOOP;
+    PERFORM pg_catalog.set_config('rate_limiter_portable.random_state', pg_catalog.btrim(seed) || ':' || state, false);
+    PERFORM pg_catalog.set_config('rate_limiter.random_seed', pg_catalog.btrim(seed) || ' ', false);
+    RETURN numbers;
+END
+$draw$;

@@ -1,0 +1,171 @@
+-- The portable edition (SPEC section 12): named limits. define() and
+-- undefine() write rate_limiter.definitions with the native extension's
+-- statements (src/definitions.rs), and a call resolves its config as the
+-- native one does: the inline config, else the definition, else 42704.
+
+-- The config a call of name uses, and whether it enforces (false: shadow
+-- mode): inline when given (enforcing; for a defined name only a role
+-- that may call define may pass one: 42501; at most
+-- rate_limiter.max_inline_shards shards: 54000), else the definition,
+-- else 42704 naming the limit. The config is checked (22004, 22023).
+CREATE FUNCTION rate_limiter._resolve(name text, inline rate_limiter.config, inline_given boolean,
+                                      OUT config rate_limiter.config, OUT enforce boolean,
+                                      OUT period bigint, OUT start bigint)
+LANGUAGE plpgsql STABLE
+AS $resolve$
+DECLARE
+    checked record;
+    most int;
+    defined rate_limiter.definitions;
+BEGIN
+    IF inline_given THEN
+        checked := rate_limiter._config(inline);
+        most := rate_limiter._bound('rate_limiter.max_inline_shards', 64);
+        IF inline.shards > most THEN
+            RAISE EXCEPTION 'an inline config may have at most % shards (rate_limiter.max_inline_shards), not %', most, inline.shards
+                USING ERRCODE = '54000';
+        END IF;
+        IF EXISTS (SELECT FROM rate_limiter.definitions AS d WHERE d.name = _resolve.name)
+           AND NOT pg_catalog.has_function_privilege(rate_limiter._invoker(),
+                   'rate_limiter.define(text, rate_limiter.config, boolean)', 'EXECUTE') THEN
+            RAISE EXCEPTION 'permission denied to override the definition of rate limit "%" with an inline config',
+                rate_limiter._for_message(_resolve.name)
+                USING ERRCODE = '42501',
+                      HINT = 'The limit is defined: call it without config => ..., or ask a role that may call rate_limiter.define() to change the definition.';
+        END IF;
+        config := inline;
+        enforce := true;
+    ELSE
+        SELECT * INTO defined FROM rate_limiter.definitions AS d WHERE d.name = _resolve.name;
+        IF NOT FOUND THEN
+            RAISE EXCEPTION 'rate limit "%" is not defined', rate_limiter._for_message(_resolve.name)
+                USING ERRCODE = '42704',
+                      HINT = 'Define it with rate_limiter.define(), or pass config => rate_limiter.token_bucket(...) or rate_limiter.fixed_window(...).';
+        END IF;
+        config := ROW(defined.kind, defined.rate, defined.period, defined.capacity, defined.max_reserved,
+                      defined.shards, defined.start)::rate_limiter.config;
+        checked := rate_limiter._config(config);
+        enforce := defined.enforce;
+    END IF;
+    period := checked.period;
+    start := checked.start;
+END
+$resolve$;
+
+-- A name or key in an error message (names::for_message): in a UTF8
+-- database the text as it is, in any other ASCII with every other byte
+-- written \xNN; at most 64 characters, then "...".
+CREATE FUNCTION rate_limiter._for_message(value text)
+RETURNS text
+LANGUAGE plpgsql IMMUTABLE STRICT PARALLEL SAFE
+AS $for_message$
+DECLARE
+    shown text := '';
+    pieces int := 0;
+    bytes bytea;
+    b int;
+BEGIN
+    IF pg_catalog.getdatabaseencoding() = 'UTF8' THEN
+        IF pg_catalog.length(value) <= 64 THEN
+            RETURN value;
+        END IF;
+        RETURN pg_catalog.left(value, 64) || '...';
+    END IF;
+    bytes := pg_catalog.convert_to(value, pg_catalog.getdatabaseencoding());
+    FOR i IN 0..pg_catalog.length(bytes) - 1 LOOP
+        pieces := pieces + 1;
+        IF pieces > 64 THEN
+            RETURN shown || '...';
+        END IF;
+        b := pg_catalog.get_byte(bytes, i);
+        IF b BETWEEN 32 AND 126 THEN
+            shown := shown || pg_catalog.chr(b);
+        ELSE
+            shown := shown || '\x' || pg_catalog.lpad(pg_catalog.to_hex(b), 2, '0');
+        END IF;
+    END LOOP;
+    RETURN shown;
+END
+$for_message$;
+
+CREATE FUNCTION rate_limiter.define(name text, config rate_limiter.config, enforce boolean DEFAULT true)
+RETURNS void
+LANGUAGE plpgsql VOLATILE SECURITY DEFINER
+SET search_path = pg_catalog, pg_temp
+AS $define$
+DECLARE
+    per_shard float8;
+BEGIN
+    IF name IS NULL THEN
+        RAISE EXCEPTION 'name must not be NULL' USING ERRCODE = '22004';
+    ELSIF pg_catalog.num_nulls(config) = 1 THEN
+        RAISE EXCEPTION 'config must not be NULL' USING ERRCODE = '22004';
+    END IF;
+    -- As the native define: the config's NULL fields, then enforce, then
+    -- the config's values.
+    PERFORM rate_limiter._config_nulls(config);
+    IF enforce IS NULL THEN
+        RAISE EXCEPTION 'enforce must not be NULL' USING ERRCODE = '22004';
+    END IF;
+    PERFORM rate_limiter._config(config);
+    -- The seeds' sizing rule: 5 tokens a shard at least.
+    IF config.shards > 1 THEN
+        per_shard := coalesce(config.capacity, config.rate) / config.shards::float8;
+        IF per_shard < 5 THEN
+            RAISE WARNING 'each of the % shards of rate limit "%" holds only % tokens',
+                config.shards, rate_limiter._for_message(name), rate_limiter._show(per_shard)
+                USING HINT = 'Give each shard at least 5 tokens (10 or more is better): fewer shards, or a larger capacity (scale rate and period together to keep the same rate).';
+        END IF;
+    END IF;
+    IF pg_catalog.current_setting('transaction_read_only')::boolean THEN
+        RAISE EXCEPTION 'cannot execute define() in a read-only transaction' USING ERRCODE = '25006';
+    END IF;
+    -- Lock the definition, then the state rows to discard, in the order
+    -- every consuming call locks rows; then write (a new snapshot sees
+    -- what those rows' holders committed).
+    PERFORM count(*) FROM (
+        SELECT 1
+        FROM rate_limiter.rate_limits AS r,
+             (SELECT d.kind, d.period, d.shards FROM rate_limiter.definitions AS d
+              WHERE d.name = define.name FOR UPDATE) AS p
+        WHERE r.name = define.name
+          AND (p.kind::text, p.period, p.shards) IS DISTINCT FROM (config.kind::text, config.period, config.shards)
+        ORDER BY r.key NULLS FIRST, r.shard
+        FOR UPDATE OF r
+    ) AS locked;
+    WITH previous AS (
+        SELECT d.kind, d.period, d.shards FROM rate_limiter.definitions AS d WHERE d.name = define.name FOR UPDATE
+    ), upsert AS (
+        INSERT INTO rate_limiter.definitions AS d
+            (name, kind, rate, period, capacity, max_reserved, shards, start, enforce)
+        VALUES (define.name, config.kind, config.rate, config.period, config.capacity, config.max_reserved,
+                config.shards, config.start, define.enforce)
+        ON CONFLICT ON CONSTRAINT definitions_pkey DO UPDATE SET
+            kind = excluded.kind, rate = excluded.rate, period = excluded.period,
+            capacity = excluded.capacity, max_reserved = excluded.max_reserved,
+            shards = excluded.shards, start = excluded.start, enforce = excluded.enforce
+        RETURNING 1
+    )
+    DELETE FROM rate_limiter.rate_limits AS r
+    USING previous AS p
+    WHERE r.name = define.name
+      AND (p.kind::text, p.period, p.shards) IS DISTINCT FROM (config.kind::text, config.period, config.shards);
+END
+$define$;
+
+CREATE FUNCTION rate_limiter.undefine(name text)
+RETURNS boolean
+LANGUAGE plpgsql VOLATILE SECURITY DEFINER
+SET search_path = pg_catalog, pg_temp
+AS $undefine$
+BEGIN
+    IF name IS NULL THEN
+        RAISE EXCEPTION 'name must not be NULL' USING ERRCODE = '22004';
+    END IF;
+    IF pg_catalog.current_setting('transaction_read_only')::boolean THEN
+        RAISE EXCEPTION 'cannot execute undefine() in a read-only transaction' USING ERRCODE = '25006';
+    END IF;
+    DELETE FROM rate_limiter.definitions AS d WHERE d.name = undefine.name;
+    RETURN FOUND;
+END
+$undefine$;

@@ -1,0 +1,390 @@
+-- The portable edition (SPEC section 12): rate_limit, rate_check and
+-- rate_reset. The state is read, locked and written with ordinary
+-- statements in the caller's transaction (SELECT ... FOR UPDATE, UPDATE,
+-- INSERT ... ON CONFLICT DO NOTHING), so PostgreSQL itself applies
+-- whatever the table carries, and:
+-- * under READ COMMITTED concurrent callers serialize on the row;
+-- * under REPEATABLE READ or SERIALIZABLE a row changed after the
+--   snapshot is 40001 (FOR UPDATE), also when two sessions create the
+--   same new row (ON CONFLICT DO NOTHING on a row the snapshot cannot see);
+-- * rows are taken in one order, (name, key, shard), so calls never
+--   deadlock;
+-- * a definition that changed while the call waited for its row (define()
+--   locks the definition, then the rows it discards) is read again and the
+--   call starts again (after 16 restarts: 40001).
+
+-- The verdict of a decision as a call answers it (verdict::shadow): in
+-- shadow mode a refusal answers ok with no retry_after.
+CREATE FUNCTION rate_limiter._shadow(decided_ok boolean, decided_retry_after bigint, enforce boolean,
+                                     OUT ok boolean, OUT retry_after bigint, OUT verdict text)
+LANGUAGE sql IMMUTABLE PARALLEL SAFE
+AS $$
+    SELECT CASE WHEN decided_ok OR NOT enforce THEN true ELSE false END,
+           CASE WHEN decided_ok OR enforce THEN decided_retry_after END,
+           CASE WHEN decided_ok THEN 'admitted' WHEN enforce THEN 'refused' ELSE 'shadow refused' END
+$$;
+
+-- The stored state of (name, key, shard), locked (FOR UPDATE) when lock:
+-- (value, ts in microseconds), or NULLs when there is no row.
+CREATE FUNCTION rate_limiter._row(name text, key text, shard int2, lock boolean, OUT value float8, OUT ts bigint)
+LANGUAGE plpgsql VOLATILE
+AS $row$
+BEGIN
+    IF key IS NULL THEN
+        IF lock THEN
+            SELECT r.value, rate_limiter._micros(r.ts) INTO value, ts FROM rate_limiter.rate_limits AS r
+            WHERE r.name = _row.name AND r.key IS NULL AND r.shard = _row.shard FOR UPDATE;
+        ELSE
+            SELECT r.value, rate_limiter._micros(r.ts) INTO value, ts FROM rate_limiter.rate_limits AS r
+            WHERE r.name = _row.name AND r.key IS NULL AND r.shard = _row.shard;
+        END IF;
+    ELSIF lock THEN
+        SELECT r.value, rate_limiter._micros(r.ts) INTO value, ts FROM rate_limiter.rate_limits AS r
+        WHERE r.name = _row.name AND r.key = _row.key AND r.shard = _row.shard FOR UPDATE;
+    ELSE
+        SELECT r.value, rate_limiter._micros(r.ts) INTO value, ts FROM rate_limiter.rate_limits AS r
+        WHERE r.name = _row.name AND r.key = _row.key AND r.shard = _row.shard;
+    END IF;
+END
+$row$;
+
+-- Writes the state of (name, key, shard): updates the row (which the
+-- call holds) when it exists, else inserts it; false when another
+-- transaction inserted it first (the call then starts again).
+CREATE FUNCTION rate_limiter._write(name text, key text, shard int2, existed boolean, value float8, ts bigint)
+RETURNS boolean
+LANGUAGE plpgsql VOLATILE
+AS $write$
+DECLARE
+    at timestamptz := rate_limiter._timestamp(ts);
+BEGIN
+    IF existed THEN
+        IF key IS NULL THEN
+            UPDATE rate_limiter.rate_limits AS r SET value = _write.value, ts = at
+            WHERE r.name = _write.name AND r.key IS NULL AND r.shard = _write.shard;
+        ELSE
+            UPDATE rate_limiter.rate_limits AS r SET value = _write.value, ts = at
+            WHERE r.name = _write.name AND r.key = _write.key AND r.shard = _write.shard;
+        END IF;
+        RETURN true;
+    END IF;
+    INSERT INTO rate_limiter.rate_limits AS r (name, key, shard, value, ts)
+    VALUES (_write.name, _write.key, _write.shard, _write.value, at)
+    ON CONFLICT ON CONSTRAINT rate_limits_name_key_shard_key DO NOTHING;
+    RETURN FOUND;
+END
+$write$;
+
+-- Whether the definition of name is still (config, enforce): a define()
+-- that committed while the call waited for a row changed it.
+CREATE FUNCTION rate_limiter._same_definition(name text, config rate_limiter.config, enforce boolean)
+RETURNS boolean
+LANGUAGE sql STABLE
+AS $$
+    SELECT coalesce((SELECT (d.kind, d.rate, d.period, d.capacity, d.max_reserved, d.shards, d.start, d.enforce)
+                            IS NOT DISTINCT FROM
+                            (config.kind, config.rate, config.period, config.capacity, config.max_reserved,
+                             config.shards, config.start, enforce)
+                     FROM rate_limiter.definitions AS d WHERE d.name = _same_definition.name), false)
+$$;
+
+-- The error of a call whose definition kept changing.
+CREATE FUNCTION rate_limiter._kept_changing(name text)
+RETURNS void
+LANGUAGE plpgsql VOLATILE
+AS $kept_changing$
+BEGIN
+    RAISE EXCEPTION 'the definition of rate limit "%" kept changing during the call', rate_limiter._for_message(name)
+        USING ERRCODE = '40001', HINT = 'Retry the transaction.';
+END
+$kept_changing$;
+
+-- A consuming call (limit::consume): the answer as the call gives it,
+-- and its verdict ('admitted', 'refused', 'shadow refused').
+CREATE FUNCTION rate_limiter._consume(name text, key text, count float8, reserve boolean,
+                                      inline rate_limiter.config, inline_given boolean,
+                                      OUT ok boolean, OUT retry_after bigint, OUT remaining float8, OUT verdict text)
+LANGUAGE plpgsql VOLATILE
+AS $consume$
+DECLARE
+    limit_ record;
+    config rate_limiter.config;
+    stored record;
+    decision record;
+    answered record;
+    capacity float8;
+BEGIN
+    IF pg_catalog.current_setting('transaction_read_only')::boolean THEN
+        -- (After the definition, as the native extension: 42704 first.)
+        PERFORM rate_limiter._resolve(name, inline, inline_given);
+        RAISE EXCEPTION 'cannot execute rate_limit() in a read-only transaction' USING ERRCODE = '25006';
+    END IF;
+    FOR attempt IN 1..17 LOOP
+        limit_ := rate_limiter._resolve(name, inline, inline_given);
+        config := limit_.config;
+        PERFORM rate_limiter._validate_count(config, count, reserve);
+        IF config.shards > 1 THEN
+            decision := rate_limiter._consume_sharded(name, key, count, reserve, config, limit_.period, limit_.start,
+                                                      limit_.enforce, inline_given);
+            IF decision.restart THEN
+                CONTINUE;
+            END IF;
+        ELSE
+            stored := rate_limiter._row(name, key, 0::int2, true);
+            IF NOT inline_given AND NOT rate_limiter._same_definition(name, config, limit_.enforce) THEN
+                CONTINUE;
+            END IF;
+            capacity := coalesce(config.capacity, config.rate);
+            decision := rate_limiter._evaluate(config.kind, config.rate, limit_.period, capacity, config.max_reserved,
+                                               limit_.start, name, key, stored.value, stored.ts, rate_limiter._now(),
+                                               count, reserve);
+            IF decision.new_value IS NOT NULL
+               AND NOT rate_limiter._write(name, key, 0::int2, stored.value IS NOT NULL, decision.new_value, decision.new_ts) THEN
+                -- Another transaction created the row first: take it.
+                CONTINUE;
+            END IF;
+        END IF;
+        answered := rate_limiter._shadow(decision.ok, decision.retry_after, limit_.enforce);
+        ok := answered.ok;
+        retry_after := answered.retry_after;
+        remaining := decision.remaining;
+        verdict := answered.verdict;
+        RETURN;
+    END LOOP;
+    PERFORM rate_limiter._kept_changing(name);
+END
+$consume$;
+
+-- The answer rate_limit would give, without a lock or a write
+-- (limit::check): a sharded limit answers for its two fullest shards.
+CREATE FUNCTION rate_limiter._check(name text, key text, count float8, reserve boolean,
+                                    inline rate_limiter.config, inline_given boolean,
+                                    OUT ok boolean, OUT retry_after bigint, OUT remaining float8)
+LANGUAGE plpgsql VOLATILE
+AS $check$
+DECLARE
+    limit_ record;
+    config rate_limiter.config;
+    stored record;
+    decision record;
+    answered record;
+    values_ float8[] := ARRAY[]::float8[];
+    tss bigint[] := ARRAY[]::bigint[];
+    now_ bigint;
+BEGIN
+    limit_ := rate_limiter._resolve(name, inline, inline_given);
+    config := limit_.config;
+    PERFORM rate_limiter._validate_count(config, count, reserve);
+    now_ := rate_limiter._now();
+    IF config.shards > 1 THEN
+        FOR shard IN 0..config.shards - 1 LOOP
+            stored := rate_limiter._row(name, key, shard::int2, false);
+            values_ := values_ || stored.value;
+            tss := tss || stored.ts;
+        END LOOP;
+        decision := rate_limiter._evaluate_fullest(config.kind, config.rate, limit_.period,
+            coalesce(config.capacity, config.rate), config.max_reserved, config.shards, limit_.start, name, key,
+            values_, tss, now_, count, reserve);
+        IF decision.new_value0 IS NOT NULL THEN
+            PERFORM rate_limiter._timestamp(decision.new_ts0);
+        END IF;
+        IF decision.new_value1 IS NOT NULL THEN
+            PERFORM rate_limiter._timestamp(decision.new_ts1);
+        END IF;
+    ELSE
+        stored := rate_limiter._row(name, key, 0::int2, false);
+        decision := rate_limiter._evaluate(config.kind, config.rate, limit_.period, coalesce(config.capacity, config.rate),
+                                           config.max_reserved, limit_.start, name, key, stored.value, stored.ts,
+                                           now_, count, reserve);
+        -- As rate_limit would: a state it could not store is an error.
+        IF decision.new_value IS NOT NULL THEN
+            PERFORM rate_limiter._timestamp(decision.new_ts);
+        END IF;
+    END IF;
+    answered := rate_limiter._shadow(decision.ok, decision.retry_after, limit_.enforce);
+    ok := answered.ok;
+    retry_after := answered.retry_after;
+    remaining := decision.remaining;
+END
+$check$;
+
+-- Checks the arguments of rate_limit and rate_check (22004, in order).
+CREATE FUNCTION rate_limiter._required(name text, count float8, reserve boolean, throws boolean)
+RETURNS void
+LANGUAGE plpgsql IMMUTABLE PARALLEL SAFE
+AS $required$
+BEGIN
+    IF name IS NULL THEN
+        RAISE EXCEPTION 'name must not be NULL' USING ERRCODE = '22004';
+    ELSIF count IS NULL THEN
+        RAISE EXCEPTION 'count must not be NULL' USING ERRCODE = '22004';
+    ELSIF reserve IS NULL THEN
+        RAISE EXCEPTION 'reserve must not be NULL' USING ERRCODE = '22004';
+    ELSIF throws IS NULL THEN
+        RAISE EXCEPTION 'throws must not be NULL' USING ERRCODE = '22004';
+    END IF;
+END
+$required$;
+
+CREATE FUNCTION rate_limiter.rate_limit(
+    name    text,
+    key     text                DEFAULT NULL,
+    count   float8              DEFAULT 1,
+    reserve boolean             DEFAULT false,
+    throws  boolean             DEFAULT false,
+    config  rate_limiter.config DEFAULT NULL)
+RETURNS TABLE (ok boolean, retry_after interval, remaining float8)
+LANGUAGE plpgsql VOLATILE ROWS 1 SECURITY DEFINER
+SET search_path = pg_catalog, pg_temp
+AS $rate_limit$
+DECLARE
+    given boolean := pg_catalog.num_nulls(config) = 0;
+    answer record;
+    override text;
+    now_us bigint;
+    now_ts timestamptz;
+    found_ record;
+    capacity float8;
+    new_value float8;
+    windows bigint;
+BEGIN
+    -- The fast path: a defined, unsharded limit called with a key and a
+    -- count in the usual range, admitted without a debt. Two statements,
+    -- as a hand-written limiter has: one reads the definition and locks
+    -- the state row (FOR UPDATE in a LATERAL subquery: it waits for a
+    -- holder and reads the row as the holder committed it), one writes.
+    -- The arithmetic is _refill's and _evaluate's, in the same order, so
+    -- it answers exactly as the general path (_consume) does; anything
+    -- else (no definition, shards, inline configs, the global key, a
+    -- refusal, a reservation, numbers near the ends of float8, a new row
+    -- of a fixed window, a lost race to insert) takes the general path,
+    -- which holds the same lock. The definition is read with the row, so
+    -- a define() that discarded the row while the call waited leaves it
+    -- no row (a new state), and one that kept it orders after the call.
+    IF NOT given AND key IS NOT NULL AND count >= 0 AND count <= 1e280
+       AND name IS NOT NULL AND reserve IS NOT NULL AND throws IS NOT NULL
+       AND NOT pg_catalog.current_setting('transaction_read_only')::boolean THEN
+        override := pg_catalog.current_setting('rate_limiter.now_override', true);
+        IF override IS NULL OR pg_catalog.btrim(override) = '' THEN
+            now_ts := pg_catalog.clock_timestamp();
+            now_us := rate_limiter._micros(now_ts);
+        ELSE
+            now_us := rate_limiter._now();
+        END IF;
+        SELECT d.kind, d.rate, d.capacity, d.shards, EXTRACT(epoch FROM d.period) * 1000000 AS period,
+               r.value, r.ts, rate_limiter._micros(r.ts) AS ts_us
+        INTO found_
+        FROM rate_limiter.rate_limits AS r, rate_limiter.definitions AS d
+        WHERE r.name = rate_limit.name AND r.key = rate_limit.key AND r.shard = 0
+          AND d.name = rate_limit.name AND d.shards = 1
+        FOR UPDATE OF r;
+        IF NOT FOUND THEN
+            SELECT d.kind, d.rate, d.capacity, d.shards, EXTRACT(epoch FROM d.period) * 1000000 AS period,
+                   NULL::float8 AS value, NULL::timestamptz AS ts, NULL::bigint AS ts_us
+            INTO found_
+            FROM rate_limiter.definitions AS d WHERE d.name = rate_limit.name;
+        END IF;
+        capacity := coalesce(found_.capacity, found_.rate);
+        IF FOUND AND found_.shards = 1 AND found_.period >= 1 AND found_.period <= 9223372036854775807
+           AND found_.rate >= 1e-280 AND found_.rate <= 1e280 AND capacity <= 1e280 AND count <= capacity
+           AND (found_.value IS NULL OR (found_.value >= -1e280 AND found_.value <= 1e280))
+           AND (found_.value IS NOT NULL OR found_.kind = 'token bucket') THEN
+            IF found_.value IS NULL THEN
+                new_value := capacity - count;
+            ELSIF found_.kind = 'token bucket' THEN
+                new_value := least(found_.value
+                             + (greatest(now_us - found_.ts_us, 0)::float8 * found_.rate) / found_.period::float8,
+                             capacity) - count;
+            ELSE
+                windows := greatest(now_us - found_.ts_us, 0) / found_.period::bigint;
+                new_value := least(found_.value + windows::float8 * found_.rate, capacity) - count;
+            END IF;
+            IF new_value >= 0 THEN
+                IF found_.value IS NULL THEN
+                    INSERT INTO rate_limiter.rate_limits AS r (name, key, shard, value, ts)
+                    VALUES (rate_limit.name, rate_limit.key, 0, new_value, coalesce(now_ts, rate_limiter._timestamp(now_us)))
+                    ON CONFLICT ON CONSTRAINT rate_limits_name_key_shard_key DO NOTHING;
+                ELSE
+                    UPDATE rate_limiter.rate_limits AS r
+                    SET value = new_value,
+                        ts = CASE WHEN found_.kind = 'fixed window'
+                                  THEN rate_limiter._timestamp(found_.ts_us + windows * found_.period::bigint)
+                                  WHEN now_us <= found_.ts_us THEN found_.ts
+                                  ELSE coalesce(now_ts, rate_limiter._timestamp(now_us)) END
+                    WHERE r.name = rate_limit.name AND r.key = rate_limit.key AND r.shard = 0;
+                END IF;
+                IF FOUND THEN
+                    ok := true;
+                    retry_after := NULL;
+                    remaining := new_value;
+                    RETURN NEXT;
+                    RETURN;
+                END IF;
+            END IF;
+        END IF;
+    END IF;
+    PERFORM rate_limiter._required(name, count, reserve, throws);
+    IF given THEN
+        PERFORM rate_limiter._config(config);
+    END IF;
+    answer := rate_limiter._consume(name, key, count, reserve, config, given);
+    IF NOT answer.ok AND throws THEN
+        PERFORM rate_limiter._refuse(name, key, coalesce(answer.retry_after, 0), answer.remaining);
+    END IF;
+    ok := answer.ok;
+    retry_after := rate_limiter._interval(answer.retry_after);
+    remaining := answer.remaining;
+    RETURN NEXT;
+END
+$rate_limit$;
+
+CREATE FUNCTION rate_limiter.rate_check(
+    name    text,
+    key     text                DEFAULT NULL,
+    count   float8              DEFAULT 1,
+    reserve boolean             DEFAULT false,
+    throws  boolean             DEFAULT false,
+    config  rate_limiter.config DEFAULT NULL)
+RETURNS TABLE (ok boolean, retry_after interval, remaining float8)
+LANGUAGE plpgsql VOLATILE ROWS 1 SECURITY DEFINER
+SET search_path = pg_catalog, pg_temp
+AS $rate_check$
+DECLARE
+    given boolean := pg_catalog.num_nulls(config) = 0;
+    answer record;
+BEGIN
+    PERFORM rate_limiter._required(name, count, reserve, throws);
+    IF given THEN
+        PERFORM rate_limiter._config(config);
+    END IF;
+    answer := rate_limiter._check(name, key, count, reserve, config, given);
+    IF NOT answer.ok AND throws THEN
+        PERFORM rate_limiter._refuse(name, key, coalesce(answer.retry_after, 0), answer.remaining);
+    END IF;
+    ok := answer.ok;
+    retry_after := rate_limiter._interval(answer.retry_after);
+    remaining := answer.remaining;
+    RETURN NEXT;
+END
+$rate_check$;
+
+CREATE FUNCTION rate_limiter.rate_reset(name text, key text DEFAULT NULL)
+RETURNS void
+LANGUAGE plpgsql VOLATILE SECURITY DEFINER
+SET search_path = pg_catalog, pg_temp
+AS $rate_reset$
+BEGIN
+    IF name IS NULL THEN
+        RAISE EXCEPTION 'name must not be NULL' USING ERRCODE = '22004';
+    END IF;
+    IF pg_catalog.current_setting('transaction_read_only')::boolean THEN
+        RAISE EXCEPTION 'cannot execute rate_reset() in a read-only transaction' USING ERRCODE = '25006';
+    END IF;
+    IF key IS NULL THEN
+        DELETE FROM rate_limiter.rate_limits AS r WHERE r.name = rate_reset.name AND r.key IS NULL;
+    ELSE
+        DELETE FROM rate_limiter.rate_limits AS r WHERE r.name = rate_reset.name AND r.key = rate_reset.key;
+    END IF;
+END
+$rate_reset$;
+

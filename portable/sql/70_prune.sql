@@ -1,0 +1,117 @@
+-- The portable edition (SPEC section 12): prune (src/prune.rs). The rows
+-- are read in batches without a lock; a batch's candidates are read again
+-- with FOR UPDATE SKIP LOCKED and judged again on the locked versions,
+-- with the clock read after the locks, then deleted. A row another
+-- transaction holds is in use and left alone.
+
+-- Whether a stored row goes (prune::doomed): a shard of a defined limit
+-- when a missing row would answer exactly as it does (prune::prunable);
+-- any other row when older_than is given and its ts is older than
+-- now - older_than.
+CREATE FUNCTION rate_limiter._doomed(name text, key text, shard int2, value float8, ts bigint,
+                                     defined rate_limiter.definitions, now bigint, older_than bigint)
+RETURNS boolean
+LANGUAGE plpgsql VOLATILE
+AS $doomed$
+DECLARE
+    c rate_limiter.config;
+    checked record;
+    shards float8;
+    shard_capacity float8;
+    refilled record;
+    initial record;
+BEGIN
+    IF defined.name IS NOT NULL THEN
+        c := ROW(defined.kind, defined.rate, defined.period, defined.capacity, defined.max_reserved,
+                 defined.shards, defined.start)::rate_limiter.config;
+        checked := rate_limiter._config(c);
+        IF shard < greatest(c.shards, 1) THEN
+            shards := greatest(c.shards, 1)::float8;
+            shard_capacity := coalesce(c.capacity, c.rate) / shards;
+            refilled := rate_limiter._refill(c.kind, c.rate / shards, checked.period, shard_capacity, value, ts, now);
+            initial := rate_limiter._initial(c.kind, shard_capacity, checked.period, checked.start, name, key, now);
+            RETURN refilled.new_value = initial.value AND refilled.new_ts = initial.ts;
+        END IF;
+    END IF;
+    RETURN older_than IS NOT NULL AND ts < rate_limiter._sub_sat(now, older_than);
+END
+$doomed$;
+
+CREATE FUNCTION rate_limiter.prune(older_than interval DEFAULT NULL)
+RETURNS bigint
+LANGUAGE plpgsql VOLATILE SECURITY DEFINER
+SET search_path = pg_catalog, pg_temp
+AS $prune$
+DECLARE
+    older bigint;
+    batch tid[] := ARRAY[]::tid[];
+    seen int := 0;
+    doomed tid[];
+    deleted bigint := 0;
+    stored record;
+    now_ bigint;
+BEGIN
+    IF older_than IS NOT NULL THEN
+        IF (EXTRACT(year FROM older_than), EXTRACT(month FROM older_than),
+            EXTRACT(day FROM older_than), EXTRACT(hour FROM older_than),
+            EXTRACT(minute FROM older_than), EXTRACT(microseconds FROM older_than))
+           = (0, 0, 0, 0, 0, 0) THEN
+            older := 0;
+        ELSE
+            BEGIN
+                older := rate_limiter._period_micros(older_than);
+            EXCEPTION WHEN invalid_parameter_value THEN
+                RAISE EXCEPTION 'older_than must be zero or a positive interval' USING ERRCODE = '22023';
+            END;
+        END IF;
+    END IF;
+    IF pg_catalog.current_setting('transaction_read_only')::boolean THEN
+        RAISE EXCEPTION 'cannot execute prune() in a read-only transaction' USING ERRCODE = '25006';
+    END IF;
+    FOR stored IN SELECT r.ctid, r.name, r.key, r.shard, r.value, rate_limiter._micros(r.ts) AS ts, d AS defined
+                  FROM rate_limiter.rate_limits AS r
+                  LEFT JOIN rate_limiter.definitions AS d ON d.name = r.name LOOP
+        seen := seen + 1;
+        now_ := rate_limiter._now();
+        IF rate_limiter._doomed(stored.name, stored.key, stored.shard, stored.value, stored.ts, stored.defined,
+                                now_, older) THEN
+            batch := batch || stored.ctid;
+        END IF;
+        IF seen % 1000 = 0 THEN
+            deleted := deleted + rate_limiter._prune_batch(batch, older);
+            batch := ARRAY[]::tid[];
+        END IF;
+    END LOOP;
+    RETURN deleted + rate_limiter._prune_batch(batch, older);
+END
+$prune$;
+
+-- Locks the candidates that no one holds, judges them again on the
+-- locked versions and deletes the ones that go: how many.
+CREATE FUNCTION rate_limiter._prune_batch(candidates tid[], older bigint)
+RETURNS bigint
+LANGUAGE plpgsql VOLATILE
+AS $prune_batch$
+DECLARE
+    locked record;
+    doomed tid[] := ARRAY[]::tid[];
+    gone bigint;
+BEGIN
+    IF pg_catalog.cardinality(candidates) = 0 THEN
+        RETURN 0;
+    END IF;
+    FOR locked IN SELECT r.ctid, r.name, r.key, r.shard, r.value, rate_limiter._micros(r.ts) AS ts
+                  FROM rate_limiter.rate_limits AS r
+                  WHERE r.ctid = ANY (candidates)
+                  FOR UPDATE OF r SKIP LOCKED LOOP
+        IF rate_limiter._doomed(locked.name, locked.key, locked.shard, locked.value, locked.ts,
+                                (SELECT d FROM rate_limiter.definitions AS d WHERE d.name = locked.name),
+                                rate_limiter._now(), older) THEN
+            doomed := doomed || locked.ctid;
+        END IF;
+    END LOOP;
+    DELETE FROM rate_limiter.rate_limits AS r WHERE r.ctid = ANY (doomed);
+    GET DIAGNOSTICS gone = ROW_COUNT;
+    RETURN gone;
+END
+$prune_batch$;

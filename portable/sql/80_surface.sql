@@ -1,0 +1,152 @@
+-- The portable edition (SPEC section 12): the config constructors, and
+-- what the portable edition does not have: statistics (shared memory) and
+-- Citus (C code on every node). Those functions exist with the native
+-- signatures and raise 0A000 with a hint naming the native extension, so
+-- a caller learns why rather than meeting a missing function.
+
+CREATE FUNCTION rate_limiter.token_bucket(
+    rate         float8,
+    period       interval,
+    capacity     float8 DEFAULT NULL,
+    max_reserved float8 DEFAULT NULL,
+    shards       int4   DEFAULT 1)
+RETURNS rate_limiter.config
+-- SECURITY DEFINER: it checks the config with the extension's internal
+-- functions, which no other role may call.
+LANGUAGE plpgsql IMMUTABLE PARALLEL SAFE SECURITY DEFINER
+SET search_path = pg_catalog, pg_temp
+AS $token_bucket$
+DECLARE
+    made rate_limiter.config := ROW('token bucket', rate, period, capacity, max_reserved, shards, NULL)::rate_limiter.config;
+BEGIN
+    IF rate IS NULL THEN
+        RAISE EXCEPTION 'rate must not be NULL' USING ERRCODE = '22004';
+    ELSIF period IS NULL THEN
+        RAISE EXCEPTION 'period must not be NULL' USING ERRCODE = '22004';
+    ELSIF shards IS NULL THEN
+        RAISE EXCEPTION 'shards must not be NULL' USING ERRCODE = '22004';
+    END IF;
+    PERFORM rate_limiter._config(made);
+    RETURN made;
+END
+$token_bucket$;
+
+CREATE FUNCTION rate_limiter.fixed_window(
+    rate         float8,
+    period       interval,
+    capacity     float8      DEFAULT NULL,
+    max_reserved float8      DEFAULT NULL,
+    shards       int4        DEFAULT 1,
+    start        timestamptz DEFAULT NULL)
+RETURNS rate_limiter.config
+LANGUAGE plpgsql IMMUTABLE PARALLEL SAFE SECURITY DEFINER
+SET search_path = pg_catalog, pg_temp
+AS $fixed_window$
+DECLARE
+    made rate_limiter.config := ROW('fixed window', rate, period, capacity, max_reserved, shards, start)::rate_limiter.config;
+BEGIN
+    IF rate IS NULL THEN
+        RAISE EXCEPTION 'rate must not be NULL' USING ERRCODE = '22004';
+    ELSIF period IS NULL THEN
+        RAISE EXCEPTION 'period must not be NULL' USING ERRCODE = '22004';
+    ELSIF shards IS NULL THEN
+        RAISE EXCEPTION 'shards must not be NULL' USING ERRCODE = '22004';
+    END IF;
+    PERFORM rate_limiter._config(made);
+    RETURN made;
+END
+$fixed_window$;
+
+-- What a function of the native extension alone raises here.
+CREATE FUNCTION rate_limiter._native_only(feature text, why text)
+RETURNS void
+LANGUAGE plpgsql IMMUTABLE PARALLEL SAFE
+AS $native_only$
+BEGIN
+    RAISE EXCEPTION '% is not available in the portable edition of rate_limiter', feature
+        USING ERRCODE = '0A000',
+              DETAIL = why,
+              HINT = 'Install the native rate_limiter extension (README, "Install") to use it; the portable edition''s tables carry over (README, "Switching editions").';
+END
+$native_only$;
+
+CREATE FUNCTION rate_limiter._stats()
+RETURNS TABLE (name text, calls bigint, admitted bigint, refused bigint, reserved bigint,
+               tokens float8, credited float8, near_limit bigint, shadow_refused bigint,
+               contended bigint, stats_reset timestamptz)
+LANGUAGE plpgsql VOLATILE
+SET search_path = pg_catalog, pg_temp
+AS $stats$
+BEGIN
+    PERFORM rate_limiter._native_only('rate_limiter.stats',
+        'The counters live in shared memory, which only a native extension loaded with shared_preload_libraries can have.');
+END
+$stats$;
+
+CREATE VIEW rate_limiter.stats AS SELECT * FROM rate_limiter._stats();
+
+CREATE FUNCTION rate_limiter._stats_info()
+RETURNS TABLE (evicted bigint, uncounted bigint, since timestamptz)
+LANGUAGE plpgsql VOLATILE
+SET search_path = pg_catalog, pg_temp
+AS $stats_info$
+BEGIN
+    PERFORM rate_limiter._native_only('rate_limiter.stats_info',
+        'The counters live in shared memory, which only a native extension loaded with shared_preload_libraries can have.');
+END
+$stats_info$;
+
+CREATE VIEW rate_limiter.stats_info AS SELECT * FROM rate_limiter._stats_info();
+
+CREATE FUNCTION rate_limiter.stats_reset(name text DEFAULT NULL)
+RETURNS void
+LANGUAGE plpgsql VOLATILE SECURITY DEFINER
+SET search_path = pg_catalog, pg_temp
+AS $stats_reset$
+BEGIN
+    PERFORM rate_limiter._native_only('rate_limiter.stats_reset()',
+        'The counters live in shared memory, which only a native extension loaded with shared_preload_libraries can have.');
+END
+$stats_reset$;
+
+CREATE FUNCTION rate_limiter.distribute(colocate_with regclass DEFAULT NULL)
+RETURNS void
+LANGUAGE plpgsql VOLATILE SECURITY DEFINER
+SET search_path = pg_catalog, pg_temp
+AS $distribute$
+BEGIN
+    PERFORM rate_limiter._native_only('rate_limiter.distribute()',
+        'Distributing the state over a Citus cluster needs the native extension on every node.');
+END
+$distribute$;
+
+CREATE FUNCTION rate_limiter.undistribute()
+RETURNS void
+LANGUAGE plpgsql VOLATILE SECURITY DEFINER
+SET search_path = pg_catalog, pg_temp
+AS $undistribute$
+BEGIN
+    PERFORM rate_limiter._native_only('rate_limiter.undistribute()',
+        'Distributing the state over a Citus cluster needs the native extension on every node.');
+END
+$undistribute$;
+
+CREATE FUNCTION rate_limiter.prepare_node(nodename text, nodeport integer DEFAULT 5432)
+RETURNS void
+LANGUAGE plpgsql VOLATILE SECURITY DEFINER
+SET search_path = pg_catalog, pg_temp
+AS $prepare_node$
+BEGIN
+    PERFORM rate_limiter._native_only('rate_limiter.prepare_node()',
+        'Distributing the state over a Citus cluster needs the native extension on every node.');
+END
+$prepare_node$;
+
+COMMENT ON FUNCTION rate_limiter.stats_reset(text) IS
+    'Not in the portable edition (0A000): statistics live in shared memory, which only the native extension has';
+COMMENT ON FUNCTION rate_limiter.distribute(regclass) IS
+    'Not in the portable edition (0A000): distributing the state over Citus needs the native extension on every node';
+COMMENT ON FUNCTION rate_limiter.undistribute() IS
+    'Not in the portable edition (0A000): distributing the state over Citus needs the native extension on every node';
+COMMENT ON FUNCTION rate_limiter.prepare_node(text, integer) IS
+    'Not in the portable edition (0A000): distributing the state over Citus needs the native extension on every node';

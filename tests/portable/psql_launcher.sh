@@ -1,0 +1,78 @@
+#!/usr/bin/env bash
+# pg_regress --launcher for the portable edition's run of the pg_regress
+# schedule (tests/portable/regress.sh): runs psql ("$@"), so that a test
+# written for the native extension runs unchanged on the portable edition:
+#
+# 1. In the test's input, "CREATE EXTENSION rate_limiter;" becomes an \i of
+#    $RATE_LIMITER_INSTALL (a script that installs the portable edition:
+#    dist/rate_limiter-portable.sql, or the pg_tle registration and CREATE
+#    EXTENSION), and in the output the lines that echo it read as the
+#    statement again.
+# 2. From each CONTEXT block of the output it removes the entries that
+#    belong to the portable edition's own functions, which are C functions
+#    in the native extension and add no context there: a line naming one
+#    of its PL/pgSQL or SQL functions, and the statement line just before
+#    it (the statement that function ran). Entries naming
+#    rate_limiter.guard() and rate_limiter.postgrest_limit() (PL/pgSQL in
+#    both editions) and everything about the caller's own functions stay,
+#    so an error reads as the native one, line for line.
+set -o pipefail
+: "${RATE_LIMITER_INSTALL:?the install script}"
+sed "s|^CREATE EXTENSION rate_limiter;\$|\\\\i ${RATE_LIMITER_INSTALL}|" | "$@" -v "rate_limiter_install=${RATE_LIMITER_INSTALL}" 2>&1 | python3 -c '
+import re, sys
+
+ENTRY = re.compile(r"^(PL/pgSQL function |SQL function |SQL statement |PL/pgSQL assignment |SQL expression |JSON data, )")
+PORTABLE = re.compile(r"^(PL/pgSQL function rate_limiter\.(?!guard\(|postgrest_limit\()|SQL function \"_)")
+STATEMENT = re.compile(r"^(SQL statement |PL/pgSQL assignment |SQL expression )")
+
+def entries(first, lines):
+    """The block starting with first: its entries (each a list of lines),
+    and the lines after it."""
+    found, current, i = [], [first], 0
+    def closed(entry):
+        text = "\n".join(entry)
+        return not STATEMENT.match(entry[0]) or text.count("\"") % 2 == 0
+    while True:
+        if closed(current):
+            found.append(current)
+            if i < len(lines) and ENTRY.match(lines[i]):
+                current = [lines[i]]
+                i += 1
+                continue
+            return found, i
+        if i >= len(lines):
+            found.append(current)
+            return found, i
+        current.append(lines[i])
+        i += 1
+
+import os
+install = "\\i " + os.environ["RATE_LIMITER_INSTALL"]
+lines = sys.stdin.read().split("\n")
+out, i = [], 0
+while i < len(lines):
+    line = lines[i]
+    if line == install:
+        # The install script starts with "\set ECHO none", echoed.
+        out.append("CREATE EXTENSION rate_limiter;")
+        i += 2 if i + 1 < len(lines) and lines[i + 1] == "\\set ECHO none" else 1
+        continue
+    if not line.startswith("CONTEXT:  "):
+        out.append(line)
+        i += 1
+        continue
+    block, used = entries(line[len("CONTEXT:  "):], lines[i + 1:])
+    i += 1 + used
+    kept = []
+    for n, entry in enumerate(block):
+        if PORTABLE.match(entry[0]):
+            continue
+        if STATEMENT.match(entry[0]) and n + 1 < len(block) and PORTABLE.match(block[n + 1][0]):
+            continue
+        kept.append(entry)
+    if kept:
+        kept[0] = ["CONTEXT:  " + kept[0][0]] + kept[0][1:]
+        for entry in kept:
+            out.extend(entry)
+sys.stdout.write("\n".join(out))
+'
