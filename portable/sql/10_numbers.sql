@@ -16,19 +16,81 @@
 -- * _splitmix64(bigint): the generator behind rate_limiter.random_seed
 --   (src/shard_choice.rs): SplitMix64.
 
+-- base^exponent exactly (numeric's ^ rounds large powers), by squaring.
+CREATE FUNCTION rate_limiter._power(base numeric, exponent int)
+RETURNS numeric
+LANGUAGE plpgsql IMMUTABLE STRICT PARALLEL SAFE
+AS $power$
+DECLARE
+    result numeric := 1;
+BEGIN
+    WHILE exponent > 0 LOOP
+        IF exponent % 2 = 1 THEN
+            result := result * base;
+        END IF;
+        base := base * base;
+        exponent := exponent / 2;
+    END LOOP;
+    RETURN result;
+END
+$power$;
+
+-- The exact decimal value of a finite float, as numeric: m x 2^e with m
+-- a whole number below 2^53, and m x 2^-k written out as m x 5^k / 10^k.
+CREATE FUNCTION rate_limiter._exact(value float8)
+RETURNS numeric
+LANGUAGE plpgsql IMMUTABLE STRICT PARALLEL SAFE
+AS $exact$
+DECLARE
+    m float8 := pg_catalog.abs(value);
+    e int := 0;
+    digits text;
+    exact numeric;
+BEGIN
+    WHILE m >= 9007199254740992 LOOP
+        m := m / 2;
+        e := e + 1;
+    END LOOP;
+    WHILE m <> pg_catalog.trunc(m) LOOP
+        m := m * 2;
+        e := e - 1;
+    END LOOP;
+    IF e >= 0 THEN
+        exact := m::bigint::numeric * rate_limiter._power(2, e);
+    ELSE
+        digits := (m::bigint::numeric * rate_limiter._power(5, -e))::text;
+        -- (lpad would also cut a longer string.)
+        digits := pg_catalog.repeat('0', greatest(-e + 1 - pg_catalog.length(digits), 0)) || digits;
+        exact := (pg_catalog.left(digits, pg_catalog.length(digits) + e) || '.'
+                  || pg_catalog.right(digits, -e))::numeric;
+    END IF;
+    RETURN CASE WHEN value < 0 THEN -exact ELSE exact END;
+END
+$exact$;
+
+-- Whether the decimal text reads back as value (false when it is out of
+-- float8's range).
+CREATE FUNCTION rate_limiter._reads_back(written text, value float8)
+RETURNS boolean
+LANGUAGE plpgsql IMMUTABLE STRICT PARALLEL SAFE
+AS $reads_back$
+BEGIN
+    RETURN written::float8 = value;
+EXCEPTION WHEN numeric_value_out_of_range THEN
+    RETURN false;
+END
+$reads_back$;
+
 CREATE FUNCTION rate_limiter._show(value float8)
 RETURNS text
 LANGUAGE plpgsql IMMUTABLE STRICT PARALLEL SAFE
--- float8out writes the shortest exact digits only with extra_float_digits > 0.
-SET extra_float_digits = 1
 AS $show$
 DECLARE
-    written text;
-    negative boolean;
-    mantissa text;
-    exponent int;
-    digits text;
+    exact numeric;
     whole int;
+    digits text;
+    rounded numeric;
+    written text;
 BEGIN
     IF value = 'NaN'::float8 THEN
         RETURN 'NaN';
@@ -36,22 +98,40 @@ BEGIN
         RETURN 'Infinity';
     ELSIF value = '-Infinity'::float8 THEN
         RETURN '-Infinity';
+    ELSIF value = 0 THEN
+        RETURN CASE WHEN pg_catalog.left(value::text, 1) = '-' THEN '-0' ELSE '0' END;
     END IF;
-    written := value::text;
-    IF pg_catalog.strpos(written, 'e') = 0 THEN
-        RETURN written;
+    -- As 0.DIGITS x 10^whole, DIGITS the exact value's, without leading
+    -- zeros.
+    exact := pg_catalog.abs(rate_limiter._exact(value));
+    IF exact >= 1 THEN
+        whole := pg_catalog.length(pg_catalog.split_part(exact::text, '.', 1));
+        digits := pg_catalog.rtrim(pg_catalog.split_part(exact::text, '.', 1)
+                                   || pg_catalog.split_part(exact::text, '.', 2), '0');
+    ELSE
+        whole := 0;
+        digits := pg_catalog.rtrim(pg_catalog.split_part(exact::text, '.', 2), '0');
+        WHILE pg_catalog.left(digits, 1) = '0' LOOP
+            digits := pg_catalog.substr(digits, 2);
+            whole := whole - 1;
+        END LOOP;
     END IF;
-    negative := pg_catalog.left(written, 1) = '-';
-    IF negative THEN
-        written := pg_catalog.substr(written, 2);
-    END IF;
-    mantissa := pg_catalog.split_part(written, 'e', 1);
-    exponent := pg_catalog.split_part(written, 'e', 2)::int;
-    digits := pg_catalog.replace(mantissa, '.', '');
-    -- Digits before the point once the exponent is applied.
-    whole := CASE WHEN pg_catalog.strpos(mantissa, '.') > 0
-                  THEN pg_catalog.strpos(mantissa, '.') - 1
-                  ELSE pg_catalog.length(mantissa) END + exponent;
+    -- The fewest digits that read back as the same float, rounded half up
+    -- from the exact value: what Rust's Display writes (never with an
+    -- exponent).
+    FOR precision IN 1..pg_catalog.length(digits) LOOP
+        rounded := pg_catalog.round(('0.' || digits)::numeric, precision);
+        IF precision = pg_catalog.length(digits)
+           OR rate_limiter._reads_back(rounded::text || 'e' || whole, pg_catalog.abs(value)) THEN
+            IF rounded = 1 THEN
+                digits := '1';
+                whole := whole + 1;
+            ELSE
+                digits := pg_catalog.rtrim(pg_catalog.substr(rounded::text, 3), '0');
+            END IF;
+            EXIT;
+        END IF;
+    END LOOP;
     IF whole <= 0 THEN
         written := '0.' || pg_catalog.repeat('0', -whole) || digits;
     ELSIF whole >= pg_catalog.length(digits) THEN
@@ -59,7 +139,7 @@ BEGIN
     ELSE
         written := pg_catalog.left(digits, whole) || '.' || pg_catalog.substr(digits, whole + 1);
     END IF;
-    RETURN CASE WHEN negative THEN '-' ELSE '' END || written;
+    RETURN CASE WHEN value < 0 THEN '-' || written ELSE written END;
 END
 $show$;
 

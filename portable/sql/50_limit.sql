@@ -30,23 +30,47 @@ CREATE FUNCTION rate_limiter._row(name text, key text, shard int2, lock boolean,
 LANGUAGE plpgsql VOLATILE
 AS $row$
 BEGIN
-    IF key IS NULL THEN
-        IF lock THEN
-            SELECT r.value, rate_limiter._micros(r.ts) INTO value, ts FROM rate_limiter.rate_limits AS r
-            WHERE r.name = _row.name AND r.key IS NULL AND r.shard = _row.shard FOR UPDATE;
-        ELSE
-            SELECT r.value, rate_limiter._micros(r.ts) INTO value, ts FROM rate_limiter.rate_limits AS r
-            WHERE r.name = _row.name AND r.key IS NULL AND r.shard = _row.shard;
-        END IF;
-    ELSIF lock THEN
+    IF NOT lock AND key IS NULL THEN
         SELECT r.value, rate_limiter._micros(r.ts) INTO value, ts FROM rate_limiter.rate_limits AS r
-        WHERE r.name = _row.name AND r.key = _row.key AND r.shard = _row.shard FOR UPDATE;
-    ELSE
+        WHERE r.name = _row.name AND r.key IS NULL AND r.shard = _row.shard;
+    ELSIF NOT lock THEN
         SELECT r.value, rate_limiter._micros(r.ts) INTO value, ts FROM rate_limiter.rate_limits AS r
         WHERE r.name = _row.name AND r.key = _row.key AND r.shard = _row.shard;
+    ELSIF pg_catalog.current_setting('transaction_isolation') = 'read committed' THEN
+        SELECT locked.value, locked.ts INTO value, ts FROM rate_limiter._locked_row(name, key, shard) AS locked;
+    ELSE
+        -- Under REPEATABLE READ or SERIALIZABLE a row that another
+        -- transaction changed or deleted after the snapshot cannot be
+        -- locked (40001). Deleted (a rate_reset, a prune), it is no row:
+        -- the call starts a new one, as the native extension does.
+        -- Changed, the insert of that new row fails with 40001 itself
+        -- (ON CONFLICT meets a row the snapshot cannot see), so the call
+        -- never decides on a state it did not read.
+        BEGIN
+            SELECT locked.value, locked.ts INTO value, ts FROM rate_limiter._locked_row(name, key, shard) AS locked;
+        EXCEPTION WHEN serialization_failure THEN
+            value := NULL;
+            ts := NULL;
+        END;
     END IF;
 END
 $row$;
+
+-- The state of (name, key, shard), locked FOR UPDATE (waiting for a
+-- holder), or NULLs when there is no row.
+CREATE FUNCTION rate_limiter._locked_row(name text, key text, shard int2, OUT value float8, OUT ts bigint)
+LANGUAGE plpgsql VOLATILE
+AS $locked_row$
+BEGIN
+    IF key IS NULL THEN
+        SELECT r.value, rate_limiter._micros(r.ts) INTO value, ts FROM rate_limiter.rate_limits AS r
+        WHERE r.name = _locked_row.name AND r.key IS NULL AND r.shard = _locked_row.shard FOR UPDATE;
+    ELSE
+        SELECT r.value, rate_limiter._micros(r.ts) INTO value, ts FROM rate_limiter.rate_limits AS r
+        WHERE r.name = _locked_row.name AND r.key = _locked_row.key AND r.shard = _locked_row.shard FOR UPDATE;
+    END IF;
+END
+$locked_row$;
 
 -- Writes the state of (name, key, shard): updates the row (which the
 -- call holds) when it exists, else inserts it; false when another
@@ -243,83 +267,91 @@ DECLARE
     override text;
     now_us bigint;
     now_ts timestamptz;
-    found_ record;
-    capacity float8;
+    defined record;
+    stored record;
+    limit_capacity float8;
+    limit_period bigint;
     new_value float8;
     windows bigint;
 BEGIN
-    -- The fast path: a defined, unsharded limit called with a key and a
-    -- count in the usual range, admitted without a debt. Two statements,
-    -- as a hand-written limiter has: one reads the definition and locks
-    -- the state row (FOR UPDATE in a LATERAL subquery: it waits for a
-    -- holder and reads the row as the holder committed it), one writes.
-    -- The arithmetic is _refill's and _evaluate's, in the same order, so
-    -- it answers exactly as the general path (_consume) does; anything
-    -- else (no definition, shards, inline configs, the global key, a
-    -- refusal, a reservation, numbers near the ends of float8, a new row
-    -- of a fixed window, a lost race to insert) takes the general path,
-    -- which holds the same lock. The definition is read with the row, so
-    -- a define() that discarded the row while the call waited leaves it
-    -- no row (a new state), and one that kept it orders after the call.
+    -- The fast path: a call of a defined, unsharded token bucket (or fixed
+    -- window with a start) with a key and a count in the usual range,
+    -- under READ COMMITTED, that is admitted without a debt. It reads the
+    -- definition, locks the row (SELECT ... FOR UPDATE: it waits for a
+    -- holder and reads the row as the holder committed it), reads the
+    -- clock, and updates the row, or inserts a new key's row while the
+    -- definition is still the one read (the INSERT's SELECT sees what
+    -- committed before it: a define() that discarded the row while the
+    -- call waited for it leaves it no row, and no insert). The arithmetic
+    -- is _refill's and _evaluate's, in the same order, so it answers
+    -- exactly as the general path (_consume) does. Anything else (no
+    -- definition, shards, inline configs, the global key, a refusal, a
+    -- reservation, numbers near the ends of float8, a fixed window without
+    -- a start, a lost race to insert, read-only or stricter isolation)
+    -- takes the general path, which then holds the lock taken here, if any.
     IF NOT given AND key IS NOT NULL AND count >= 0 AND count <= 1e280
        AND name IS NOT NULL AND reserve IS NOT NULL AND throws IS NOT NULL
-       AND NOT pg_catalog.current_setting('transaction_read_only')::boolean THEN
-        override := pg_catalog.current_setting('rate_limiter.now_override', true);
-        IF override IS NULL OR pg_catalog.btrim(override) = '' THEN
-            now_ts := pg_catalog.clock_timestamp();
-            now_us := rate_limiter._micros(now_ts);
-        ELSE
-            now_us := rate_limiter._now();
-        END IF;
-        SELECT d.kind, d.rate, d.capacity, d.shards, EXTRACT(epoch FROM d.period) * 1000000 AS period,
-               r.value, r.ts, rate_limiter._micros(r.ts) AS ts_us
-        INTO found_
-        FROM rate_limiter.rate_limits AS r, rate_limiter.definitions AS d
-        WHERE r.name = rate_limit.name AND r.key = rate_limit.key AND r.shard = 0
-          AND d.name = rate_limit.name AND d.shards = 1
-        FOR UPDATE OF r;
-        IF NOT FOUND THEN
-            SELECT d.kind, d.rate, d.capacity, d.shards, EXTRACT(epoch FROM d.period) * 1000000 AS period,
-                   NULL::float8 AS value, NULL::timestamptz AS ts, NULL::bigint AS ts_us
-            INTO found_
-            FROM rate_limiter.definitions AS d WHERE d.name = rate_limit.name;
-        END IF;
-        capacity := coalesce(found_.capacity, found_.rate);
-        IF FOUND AND found_.shards = 1 AND found_.period >= 1 AND found_.period <= 9223372036854775807
-           AND found_.rate >= 1e-280 AND found_.rate <= 1e280 AND capacity <= 1e280 AND count <= capacity
-           AND (found_.value IS NULL OR (found_.value >= -1e280 AND found_.value <= 1e280))
-           AND (found_.value IS NOT NULL OR found_.kind = 'token bucket') THEN
-            IF found_.value IS NULL THEN
-                new_value := capacity - count;
-            ELSIF found_.kind = 'token bucket' THEN
-                new_value := least(found_.value
-                             + (greatest(now_us - found_.ts_us, 0)::float8 * found_.rate) / found_.period::float8,
-                             capacity) - count;
+       AND NOT pg_catalog.current_setting('transaction_read_only')::boolean
+       AND pg_catalog.current_setting('transaction_isolation') = 'read committed' THEN
+        SELECT d.kind, d.rate, d.capacity, d.shards, d.start, d.period,
+               EXTRACT(epoch FROM d.period) * 1000000 AS period_us
+        INTO defined
+        FROM rate_limiter.definitions AS d WHERE d.name = rate_limit.name;
+        limit_capacity := coalesce(defined.capacity, defined.rate);
+        IF FOUND AND defined.shards = 1 AND defined.period_us >= 1 AND defined.period_us <= 9223372036854775807
+           AND defined.rate >= 1e-280 AND defined.rate <= 1e280 AND limit_capacity <= 1e280
+           AND count <= limit_capacity AND (defined.kind = 'token bucket' OR defined.start IS NOT NULL) THEN
+            limit_period := defined.period_us::bigint;
+            SELECT r.ctid, r.value, r.ts, rate_limiter._micros(r.ts) AS ts_us INTO stored
+            FROM rate_limiter.rate_limits AS r
+            WHERE r.name = rate_limit.name AND r.key = rate_limit.key AND r.shard = 0
+            FOR UPDATE;
+            -- The clock, read once the row is held.
+            override := pg_catalog.current_setting('rate_limiter.now_override', true);
+            IF override IS NULL OR pg_catalog.btrim(override) = '' THEN
+                now_ts := pg_catalog.clock_timestamp();
+                now_us := rate_limiter._micros(now_ts);
             ELSE
-                windows := greatest(now_us - found_.ts_us, 0) / found_.period::bigint;
-                new_value := least(found_.value + windows::float8 * found_.rate, capacity) - count;
+                now_us := rate_limiter._now();
+                now_ts := rate_limiter._timestamp(now_us);
             END IF;
-            IF new_value >= 0 THEN
-                IF found_.value IS NULL THEN
-                    INSERT INTO rate_limiter.rate_limits AS r (name, key, shard, value, ts)
-                    VALUES (rate_limit.name, rate_limit.key, 0, new_value, coalesce(now_ts, rate_limiter._timestamp(now_us)))
-                    ON CONFLICT ON CONSTRAINT rate_limits_name_key_shard_key DO NOTHING;
+            IF stored.value IS NULL THEN
+                new_value := limit_capacity - count;
+                INSERT INTO rate_limiter.rate_limits AS r (name, key, shard, value, ts)
+                SELECT rate_limit.name, rate_limit.key, 0, new_value,
+                       CASE WHEN defined.kind = 'token bucket' THEN now_ts
+                            ELSE rate_limiter._timestamp(rate_limiter._window_start(
+                                     rate_limiter._micros(defined.start), limit_period, now_us)) END
+                FROM rate_limiter.definitions AS d
+                WHERE d.name = rate_limit.name AND d.kind = defined.kind AND d.rate = defined.rate
+                  AND d.period = defined.period AND d.capacity IS NOT DISTINCT FROM defined.capacity
+                  AND d.shards = 1 AND d.start IS NOT DISTINCT FROM defined.start
+                ON CONFLICT ON CONSTRAINT rate_limits_name_key_shard_key DO NOTHING;
+            ELSIF stored.value >= -1e280 AND stored.value <= 1e280 THEN
+                IF defined.kind = 'token bucket' THEN
+                    new_value := least(stored.value + (greatest(now_us - stored.ts_us, 0)::float8 * defined.rate)
+                                                      / limit_period::float8, limit_capacity) - count;
                 ELSE
+                    windows := greatest(now_us - stored.ts_us, 0) / limit_period;
+                    new_value := least(stored.value + windows::float8 * defined.rate, limit_capacity) - count;
+                END IF;
+                IF new_value >= 0 THEN
                     UPDATE rate_limiter.rate_limits AS r
                     SET value = new_value,
-                        ts = CASE WHEN found_.kind = 'fixed window'
-                                  THEN rate_limiter._timestamp(found_.ts_us + windows * found_.period::bigint)
-                                  WHEN now_us <= found_.ts_us THEN found_.ts
-                                  ELSE coalesce(now_ts, rate_limiter._timestamp(now_us)) END
-                    WHERE r.name = rate_limit.name AND r.key = rate_limit.key AND r.shard = 0;
+                        ts = CASE WHEN defined.kind = 'fixed window'
+                                  THEN rate_limiter._timestamp(stored.ts_us + windows * limit_period)
+                                  WHEN now_us <= stored.ts_us THEN stored.ts
+                                  ELSE now_ts END
+                    -- The version just locked (a TID scan: no second index descent).
+                    WHERE r.ctid = stored.ctid;
                 END IF;
-                IF FOUND THEN
-                    ok := true;
-                    retry_after := NULL;
-                    remaining := new_value;
-                    RETURN NEXT;
-                    RETURN;
-                END IF;
+            END IF;
+            IF new_value >= 0 AND FOUND THEN
+                ok := true;
+                retry_after := NULL;
+                remaining := new_value;
+                RETURN NEXT;
+                RETURN;
             END IF;
         END IF;
     END IF;

@@ -26,40 +26,91 @@ BEGIN
 END
 $shard_order$;
 
--- A shard locked without waiting (FOR UPDATE SKIP LOCKED): 'locked' with
--- its state, 'new' when it has no row, 'busy' with its committed state
--- when another transaction holds it.
-CREATE FUNCTION rate_limiter._try_shard(name text, key text, shard int2,
-                                        OUT how text, OUT value float8, OUT ts bigint)
+-- A shard peeked at without a lock and without waiting (the native
+-- extension's peek with a dirty snapshot): 'row' with its state as the
+-- call's snapshot sees it, 'new' when it has no row, 'busy' when a
+-- transaction that was running when the snapshot was taken has written or
+-- locked that row (its xmax is one of the snapshot's running
+-- transactions: the row would make the call wait), with that state.
+CREATE FUNCTION rate_limiter._peek_shard(name text, key text, shard int2,
+                                         OUT how text, OUT value float8, OUT ts bigint)
 LANGUAGE plpgsql VOLATILE
-AS $try_shard$
+AS $peek_shard$
+DECLARE
+    held_by xid;
+    snapshot pg_catalog.pg_snapshot;
+    top numeric;
+    holder numeric;
+    own xid8;
+BEGIN
+    IF key IS NULL THEN
+        SELECT r.value, rate_limiter._micros(r.ts), r.xmax INTO value, ts, held_by FROM rate_limiter.rate_limits AS r
+        WHERE r.name = _peek_shard.name AND r.key IS NULL AND r.shard = _peek_shard.shard;
+    ELSE
+        SELECT r.value, rate_limiter._micros(r.ts), r.xmax INTO value, ts, held_by FROM rate_limiter.rate_limits AS r
+        WHERE r.name = _peek_shard.name AND r.key = _peek_shard.key AND r.shard = _peek_shard.shard;
+    END IF;
+    IF NOT FOUND THEN
+        how := 'new';
+        RETURN;
+    END IF;
+    how := 'row';
+    IF held_by::text = '0' THEN
+        RETURN;
+    END IF;
+    -- The row's xmax as a full transaction id (the epoch of the
+    -- snapshot's xmax, or the one before): running when the snapshot saw
+    -- it running or it started after the snapshot, and not this call's
+    -- own transaction.
+    snapshot := pg_catalog.pg_current_snapshot();
+    top := pg_catalog.pg_snapshot_xmax(snapshot)::text::numeric;
+    holder := pg_catalog.floor(top / 4294967296) * 4294967296 + held_by::text::numeric;
+    IF holder > top + 2147483648 THEN
+        holder := holder - 4294967296;
+    END IF;
+    own := pg_catalog.pg_current_xact_id_if_assigned();
+    IF (own IS NULL OR holder <> own::text::numeric)
+       AND holder >= pg_catalog.pg_snapshot_xmin(snapshot)::text::numeric
+       AND (holder >= top OR EXISTS (SELECT FROM pg_catalog.pg_snapshot_xip(snapshot) AS running
+                                    WHERE running::text::numeric = holder)) THEN
+        how := 'busy';
+    END IF;
+END
+$peek_shard$;
+
+-- A shard's row locked without waiting (FOR UPDATE SKIP LOCKED): its
+-- state as locked, or NULLs when another transaction holds it (or it is
+-- gone).
+CREATE FUNCTION rate_limiter._lock_shard(name text, key text, shard int2, OUT value float8, OUT ts bigint)
+LANGUAGE plpgsql VOLATILE
+AS $lock_shard$
 BEGIN
     IF key IS NULL THEN
         SELECT r.value, rate_limiter._micros(r.ts) INTO value, ts FROM rate_limiter.rate_limits AS r
-        WHERE r.name = _try_shard.name AND r.key IS NULL AND r.shard = _try_shard.shard FOR UPDATE SKIP LOCKED;
+        WHERE r.name = _lock_shard.name AND r.key IS NULL AND r.shard = _lock_shard.shard FOR UPDATE SKIP LOCKED;
     ELSE
         SELECT r.value, rate_limiter._micros(r.ts) INTO value, ts FROM rate_limiter.rate_limits AS r
-        WHERE r.name = _try_shard.name AND r.key = _try_shard.key AND r.shard = _try_shard.shard FOR UPDATE SKIP LOCKED;
+        WHERE r.name = _lock_shard.name AND r.key = _lock_shard.key AND r.shard = _lock_shard.shard
+        FOR UPDATE SKIP LOCKED;
     END IF;
-    IF FOUND THEN
-        how := 'locked';
-        RETURN;
-    END IF;
-    SELECT stored.value, stored.ts INTO value, ts FROM rate_limiter._row(name, key, shard, false) AS stored;
-    how := CASE WHEN value IS NULL THEN 'new' ELSE 'busy' END;
 END
-$try_shard$;
+$lock_shard$;
 
 -- A consuming call of a sharded limit (storage/shards.rs, with SQL's row
--- locks): the shards are looked at in a random order; the first two free
--- ones (locked without waiting, or new) are the pair the math decides
--- on. A shard another transaction holds is passed over (FOR UPDATE SKIP
--- LOCKED); when fewer than two are free, the first busy one stands in as
--- a read-only partner, and the call waits for it only if it is what
--- stands in the way. When every shard is busy, the call waits for the
--- first one drawn. It waits for a shard only while every shard it holds
--- has a lower number (no deadlock). restart: a new row lost a race, or
--- the definition changed: the caller starts again.
+-- locks). The shards are looked at in a random order, each peeked at
+-- (_peek_shard): a busy one is passed over, as SKIP LOCKED would; the
+-- first two free ones (with a row, or new) are the pair the math decides
+-- on. Only the shards the decision writes are locked, without waiting: a
+-- row someone locked meanwhile becomes busy and the next free shard takes
+-- its place; once locked, the call decides again on the locked states with
+-- the clock read after the locks. A refusal locks nothing (unless the
+-- decision on locked rows is the refusal: they stay locked, as PostgreSQL
+-- cannot give a row lock back). When fewer than two are free, the first
+-- busy one stands in as a read-only partner, and the call waits for it
+-- only if it is what stands in the way. When every shard is busy, the
+-- call waits for the first one drawn. It waits for a shard only while
+-- every shard it holds has a lower number (no deadlock). restart: a new
+-- row lost a race, or the definition changed: the caller starts again.
 CREATE FUNCTION rate_limiter._consume_sharded(name text, key text, count float8, reserve boolean,
                                               config rate_limiter.config, period bigint, start bigint,
                                               enforce boolean, inline_given boolean,
@@ -72,7 +123,8 @@ DECLARE
     next_ int := 1;
     -- The pair (free shards, at most two) and the busy ones seen, in order.
     free_shard int[] := ARRAY[]::int[];
-    free_how text[] := ARRAY[]::text[];
+    free_exists boolean[] := ARRAY[]::boolean[];
+    free_locked boolean[] := ARRAY[]::boolean[];
     free_value float8[] := ARRAY[]::float8[];
     free_ts bigint[] := ARRAY[]::bigint[];
     busy_shard int[] := ARRAY[]::int[];
@@ -87,26 +139,27 @@ DECLARE
     partner_busy boolean;
     p_value float8;
     p_ts bigint;
-    now_ bigint;
     index_ int;
+    lost int;
+    locked_now boolean;
     inserted int[] := ARRAY[]::int[];
+    new_value float8;
+    new_ts bigint;
 BEGIN
     restart := false;
-    LOOP
+    FOR round IN 1..4 * config.shards + 8 LOOP
         WHILE pg_catalog.cardinality(free_shard) < 2 AND next_ <= config.shards LOOP
-            looked := rate_limiter._try_shard(name, key, order_[next_]::int2);
+            looked := rate_limiter._peek_shard(name, key, order_[next_]::int2);
             IF looked.how = 'busy' THEN
                 busy_shard := busy_shard || order_[next_];
                 busy_value := busy_value || looked.value;
                 busy_ts := busy_ts || looked.ts;
             ELSE
                 free_shard := free_shard || order_[next_];
-                free_how := free_how || looked.how;
+                free_exists := free_exists || (looked.how = 'row');
+                free_locked := free_locked || false;
                 free_value := free_value || looked.value;
                 free_ts := free_ts || looked.ts;
-                IF looked.how = 'locked' THEN
-                    held := greatest(held, order_[next_]);
-                END IF;
             END IF;
             next_ := next_ + 1;
         END LOOP;
@@ -130,7 +183,8 @@ BEGIN
             END IF;
             looked := rate_limiter._row(name, key, busy_shard[waiting]::int2, true);
             free_shard := ARRAY[busy_shard[waiting]];
-            free_how := ARRAY[CASE WHEN looked.value IS NULL THEN 'new' ELSE 'locked' END];
+            free_exists := ARRAY[looked.value IS NOT NULL];
+            free_locked := ARRAY[looked.value IS NOT NULL];
             free_value := ARRAY[looked.value];
             free_ts := ARRAY[looked.ts];
             IF looked.value IS NOT NULL THEN
@@ -152,20 +206,20 @@ BEGIN
         ELSE
             p_value := free_value[2]; p_ts := free_ts[2];
         END IF;
-        now_ := rate_limiter._now();
         decision := rate_limiter._evaluate_pair(config.kind, config.rate, period, capacity, config.max_reserved,
             config.shards, start, name, key, free_value[1], free_ts[1], true,
-            p_value, p_ts, NOT partner_busy, now_, count, reserve);
+            p_value, p_ts, NOT partner_busy, rate_limiter._now(), count, reserve);
         IF NOT decision.ok AND partner_busy AND held < busy_shard[1] THEN
             -- Refused with a busy partner: if the partner is what stands in
             -- the way, wait for it and decide again.
             trial := rate_limiter._evaluate_pair(config.kind, config.rate, period, capacity, config.max_reserved,
                 config.shards, start, name, key, free_value[1], free_ts[1], true,
-                p_value, p_ts, true, now_, count, reserve);
+                p_value, p_ts, true, rate_limiter._now(), count, reserve);
             IF trial.ok THEN
                 looked := rate_limiter._row(name, key, busy_shard[1]::int2, true);
                 free_shard := free_shard || busy_shard[1];
-                free_how := free_how || CASE WHEN looked.value IS NULL THEN 'new' ELSE 'locked' END;
+                free_exists := free_exists || (looked.value IS NOT NULL);
+                free_locked := free_locked || (looked.value IS NOT NULL);
                 free_value := free_value || looked.value;
                 free_ts := free_ts || looked.ts;
                 IF looked.value IS NOT NULL THEN
@@ -177,43 +231,92 @@ BEGIN
                 CONTINUE;
             END IF;
         END IF;
-        IF decision.ok THEN
-            -- New rows first, so that a lost race leaves nothing written.
-            FOR i IN 1..pg_catalog.cardinality(free_shard) LOOP
-                IF free_how[i] = 'new' AND (CASE WHEN i = 1 THEN decision.new_value0 ELSE decision.new_value1 END) IS NOT NULL THEN
-                    IF rate_limiter._write(name, key, free_shard[i]::int2, false,
-                           CASE WHEN i = 1 THEN decision.new_value0 ELSE decision.new_value1 END,
-                           CASE WHEN i = 1 THEN decision.new_ts0 ELSE decision.new_ts1 END) THEN
-                        inserted := inserted || free_shard[i];
-                    ELSE
-                        -- Another transaction inserted it first: delete what
-                        -- this attempt inserted and start again.
-                        FOREACH index_ IN ARRAY inserted LOOP
-                            IF key IS NULL THEN
-                                DELETE FROM rate_limiter.rate_limits AS r
-                                WHERE r.name = _consume_sharded.name AND r.key IS NULL AND r.shard = index_;
-                            ELSE
-                                DELETE FROM rate_limiter.rate_limits AS r
-                                WHERE r.name = _consume_sharded.name AND r.key = _consume_sharded.key AND r.shard = index_;
-                            END IF;
-                        END LOOP;
-                        restart := true;
-                        RETURN;
-                    END IF;
-                END IF;
-            END LOOP;
-            FOR i IN 1..pg_catalog.cardinality(free_shard) LOOP
-                IF free_how[i] = 'locked' AND (CASE WHEN i = 1 THEN decision.new_value0 ELSE decision.new_value1 END) IS NOT NULL THEN
-                    PERFORM rate_limiter._write(name, key, free_shard[i]::int2, true,
-                        CASE WHEN i = 1 THEN decision.new_value0 ELSE decision.new_value1 END,
-                        CASE WHEN i = 1 THEN decision.new_ts0 ELSE decision.new_ts1 END);
-                END IF;
-            END LOOP;
+        IF NOT decision.ok THEN
+            ok := false;
+            retry_after := decision.retry_after;
+            remaining := decision.remaining;
+            RETURN;
         END IF;
+        -- Lock the existing rows the decision writes, without waiting;
+        -- then decide again (from the top) on the locked rows, the clock
+        -- read after the locks.
+        lost := NULL;
+        locked_now := false;
+        FOR i IN 1..pg_catalog.cardinality(free_shard) LOOP
+            new_value := CASE WHEN i = 1 THEN decision.new_value0 ELSE decision.new_value1 END;
+            IF new_value IS NOT NULL AND free_exists[i] AND NOT free_locked[i] THEN
+                looked := rate_limiter._lock_shard(name, key, free_shard[i]::int2);
+                IF looked.value IS NULL THEN
+                    lost := i;
+                    EXIT;
+                END IF;
+                free_locked[i] := true;
+                free_value[i] := looked.value;
+                free_ts[i] := looked.ts;
+                held := greatest(held, free_shard[i]);
+                locked_now := true;
+            END IF;
+        END LOOP;
+        IF lost IS NOT NULL THEN
+            -- Someone holds it now (busy, first in line as the partner), or
+            -- it is gone (new, free as before).
+            looked := rate_limiter._peek_shard(name, key, free_shard[lost]::int2);
+            IF looked.how = 'new' THEN
+                free_exists[lost] := false;
+                free_value[lost] := NULL;
+                free_ts[lost] := NULL;
+            ELSE
+                busy_shard := free_shard[lost] || busy_shard;
+                busy_value := looked.value || busy_value;
+                busy_ts := looked.ts || busy_ts;
+                free_shard := free_shard[1:lost - 1] || free_shard[lost + 1:];
+                free_exists := free_exists[1:lost - 1] || free_exists[lost + 1:];
+                free_locked := free_locked[1:lost - 1] || free_locked[lost + 1:];
+                free_value := free_value[1:lost - 1] || free_value[lost + 1:];
+                free_ts := free_ts[1:lost - 1] || free_ts[lost + 1:];
+            END IF;
+            CONTINUE;
+        END IF;
+        IF locked_now THEN
+            CONTINUE;
+        END IF;
+        -- New rows first, so that a lost race leaves nothing written.
+        FOR i IN 1..pg_catalog.cardinality(free_shard) LOOP
+            new_value := CASE WHEN i = 1 THEN decision.new_value0 ELSE decision.new_value1 END;
+            new_ts := CASE WHEN i = 1 THEN decision.new_ts0 ELSE decision.new_ts1 END;
+            IF NOT free_exists[i] AND new_value IS NOT NULL THEN
+                IF rate_limiter._write(name, key, free_shard[i]::int2, false, new_value, new_ts) THEN
+                    inserted := inserted || free_shard[i];
+                ELSE
+                    -- Another transaction inserted it first: delete what
+                    -- this attempt inserted and start again.
+                    FOREACH index_ IN ARRAY inserted LOOP
+                        IF key IS NULL THEN
+                            DELETE FROM rate_limiter.rate_limits AS r
+                            WHERE r.name = _consume_sharded.name AND r.key IS NULL AND r.shard = index_;
+                        ELSE
+                            DELETE FROM rate_limiter.rate_limits AS r
+                            WHERE r.name = _consume_sharded.name AND r.key = _consume_sharded.key AND r.shard = index_;
+                        END IF;
+                    END LOOP;
+                    restart := true;
+                    RETURN;
+                END IF;
+            END IF;
+        END LOOP;
+        FOR i IN 1..pg_catalog.cardinality(free_shard) LOOP
+            new_value := CASE WHEN i = 1 THEN decision.new_value0 ELSE decision.new_value1 END;
+            IF free_exists[i] AND new_value IS NOT NULL THEN
+                PERFORM rate_limiter._write(name, key, free_shard[i]::int2, true, new_value,
+                    CASE WHEN i = 1 THEN decision.new_ts0 ELSE decision.new_ts1 END);
+            END IF;
+        END LOOP;
         ok := decision.ok;
         retry_after := decision.retry_after;
         remaining := decision.remaining;
         RETURN;
     END LOOP;
+    RAISE EXCEPTION 'the shards of rate limit "%" kept changing during the call', rate_limiter._for_message(name)
+        USING ERRCODE = '40001', HINT = 'Retry the transaction.';
 END
 $consume_sharded$;

@@ -74,7 +74,9 @@ CREATE FUNCTION rate_limiter._stats()
 RETURNS TABLE (name text, calls bigint, admitted bigint, refused bigint, reserved bigint,
                tokens float8, credited float8, near_limit bigint, shadow_refused bigint,
                contended bigint, stats_reset timestamptz)
-LANGUAGE plpgsql VOLATILE
+-- SECURITY DEFINER: a role that may read the view (monitor) learns why it
+-- is empty (0A000), rather than meeting the internal function's 42501.
+LANGUAGE plpgsql VOLATILE SECURITY DEFINER
 SET search_path = pg_catalog, pg_temp
 AS $stats$
 BEGIN
@@ -87,7 +89,7 @@ CREATE VIEW rate_limiter.stats AS SELECT * FROM rate_limiter._stats();
 
 CREATE FUNCTION rate_limiter._stats_info()
 RETURNS TABLE (evicted bigint, uncounted bigint, since timestamptz)
-LANGUAGE plpgsql VOLATILE
+LANGUAGE plpgsql VOLATILE SECURITY DEFINER
 SET search_path = pg_catalog, pg_temp
 AS $stats_info$
 BEGIN

@@ -1,9 +1,10 @@
 #!/usr/bin/env bash
 # Runs the isolation specs (tests/isolation, the same specs and expected
-# files as the native extension's) against the portable edition (SPEC
-# section 12), installed from its plain SQL file in a database of its own
-# (the native schedule's first spec, setup, creates the extension there
-# instead: it is left out).
+# files as the native extension's, but for the portable edition's own
+# outputs in tests/portable/isolation/expected, each explained in the
+# README there) against the portable edition (SPEC section 12), installed
+# from its plain SQL file in a database of its own (the native schedule's
+# first spec, setup, creates the extension there instead: it is left out).
 #
 #   bash tests/portable/isolation.sh HOST PORT OUT
 #
@@ -20,19 +21,20 @@ psql_here -d postgres -c "DROP DATABASE IF EXISTS $database" -c "CREATE DATABASE
 psql_here -d "$database" -f dist/rate_limiter-portable.sql
 schedule=$(mktemp)
 trap 'rm -f "$schedule"' EXIT
-# Left out, besides setup: the specs where the portable edition does not
-# yet behave as the native one (issue 33 stays open for them):
-#   shards, shards_held  a sharded call locks both shards of its pair
-#                        (FOR UPDATE SKIP LOCKED on each) where the native
-#                        one holds only the shard it writes, so a second
-#                        call waits where the native one passes over;
-#   reset_race           under REPEATABLE READ, a call that waited for a
-#                        rate_reset() that deleted its row ends in 40001
-#                        where the native call starts a new row.
-grep -Ev '^test: (setup|shards|shards_held|reset_race)$' tests/isolation/schedule >"$schedule"
+grep -Ev '^test: setup$' tests/isolation/schedule >"$schedule"
+# The specs and expected files of the native extension, with the portable
+# edition's own outputs (tests/portable/isolation/expected, each explained
+# in tests/portable/isolation/README.md) in place of the native ones.
+inputs=$(mktemp -d /tmp/rate_limiter_portable_isolation.XXXXXX)
+trap 'rm -f "$schedule"; rm -rf "$inputs"' EXIT
+mkdir -p "$inputs/expected"
+ln -s "$PWD/tests/isolation/specs" "$inputs/specs"
+for file in tests/isolation/expected/* tests/portable/isolation/expected/*; do
+    ln -sfn "$PWD/$file" "$inputs/expected/$(basename "$file")"
+done
 mkdir -p "$out"
 chmod -R a+rwX "$out"
 "${drivers[@]}" "$PGXS_DIR/src/test/isolation/pg_isolation_regress" --bindir="$PG_BIN" \
-    --inputdir=tests/isolation --outputdir="$out" --use-existing \
+    --inputdir="$inputs" --outputdir="$out" --use-existing \
     --host="$host" --port="$port" --user=postgres --dbname="$database" \
     --schedule="$schedule"

