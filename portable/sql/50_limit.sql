@@ -267,10 +267,19 @@ DECLARE
     override text;
     now_us bigint;
     now_ts timestamptz;
-    defined record;
-    stored record;
+    limit_kind rate_limiter.kind;
+    limit_rate float8;
     limit_capacity float8;
+    limit_defined_capacity float8;
+    limit_shards int;
+    limit_start timestamptz;
+    limit_interval interval;
+    limit_period_us numeric;
     limit_period bigint;
+    row_ctid tid;
+    row_value float8;
+    row_ts timestamptz;
+    row_ts_us bigint;
     new_value float8;
     windows bigint;
 BEGIN
@@ -293,16 +302,16 @@ BEGIN
        AND name IS NOT NULL AND reserve IS NOT NULL AND throws IS NOT NULL
        AND NOT pg_catalog.current_setting('transaction_read_only')::boolean
        AND pg_catalog.current_setting('transaction_isolation') = 'read committed' THEN
-        SELECT d.kind, d.rate, d.capacity, d.shards, d.start, d.period,
-               EXTRACT(epoch FROM d.period) * 1000000 AS period_us
-        INTO defined
+        SELECT d.kind, d.rate, d.capacity, coalesce(d.capacity, d.rate), d.shards, d.start, d.period,
+               EXTRACT(epoch FROM d.period) * 1000000
+        INTO limit_kind, limit_rate, limit_defined_capacity, limit_capacity, limit_shards, limit_start,
+             limit_interval, limit_period_us
         FROM rate_limiter.definitions AS d WHERE d.name = rate_limit.name;
-        limit_capacity := coalesce(defined.capacity, defined.rate);
-        IF FOUND AND defined.shards = 1 AND defined.period_us >= 1 AND defined.period_us <= 9223372036854775807
-           AND defined.rate >= 1e-280 AND defined.rate <= 1e280 AND limit_capacity <= 1e280
-           AND count <= limit_capacity AND (defined.kind = 'token bucket' OR defined.start IS NOT NULL) THEN
-            limit_period := defined.period_us::bigint;
-            SELECT r.ctid, r.value, r.ts, rate_limiter._micros(r.ts) AS ts_us INTO stored
+        IF FOUND AND limit_shards = 1 AND limit_period_us >= 1 AND limit_period_us <= 9223372036854775807
+           AND limit_rate >= 1e-280 AND limit_rate <= 1e280 AND limit_capacity <= 1e280
+           AND count <= limit_capacity AND (limit_kind = 'token bucket' OR limit_start IS NOT NULL) THEN
+            limit_period := limit_period_us::bigint;
+            SELECT r.ctid, r.value, r.ts, rate_limiter._micros(r.ts) INTO row_ctid, row_value, row_ts, row_ts_us
             FROM rate_limiter.rate_limits AS r
             WHERE r.name = rate_limit.name AND r.key = rate_limit.key AND r.shard = 0
             FOR UPDATE;
@@ -315,35 +324,35 @@ BEGIN
                 now_us := rate_limiter._now();
                 now_ts := rate_limiter._timestamp(now_us);
             END IF;
-            IF stored.value IS NULL THEN
+            IF row_value IS NULL THEN
                 new_value := limit_capacity - count;
                 INSERT INTO rate_limiter.rate_limits AS r (name, key, shard, value, ts)
                 SELECT rate_limit.name, rate_limit.key, 0, new_value,
-                       CASE WHEN defined.kind = 'token bucket' THEN now_ts
+                       CASE WHEN limit_kind = 'token bucket' THEN now_ts
                             ELSE rate_limiter._timestamp(rate_limiter._window_start(
-                                     rate_limiter._micros(defined.start), limit_period, now_us)) END
+                                     rate_limiter._micros(limit_start), limit_period, now_us)) END
                 FROM rate_limiter.definitions AS d
-                WHERE d.name = rate_limit.name AND d.kind = defined.kind AND d.rate = defined.rate
-                  AND d.period = defined.period AND d.capacity IS NOT DISTINCT FROM defined.capacity
-                  AND d.shards = 1 AND d.start IS NOT DISTINCT FROM defined.start
+                WHERE d.name = rate_limit.name AND d.kind = limit_kind AND d.rate = limit_rate
+                  AND d.period = limit_interval AND d.capacity IS NOT DISTINCT FROM limit_defined_capacity
+                  AND d.shards = 1 AND d.start IS NOT DISTINCT FROM limit_start
                 ON CONFLICT ON CONSTRAINT rate_limits_name_key_shard_key DO NOTHING;
-            ELSIF stored.value >= -1e280 AND stored.value <= 1e280 THEN
-                IF defined.kind = 'token bucket' THEN
-                    new_value := least(stored.value + (greatest(now_us - stored.ts_us, 0)::float8 * defined.rate)
-                                                      / limit_period::float8, limit_capacity) - count;
+            ELSIF row_value >= -1e280 AND row_value <= 1e280 THEN
+                IF limit_kind = 'token bucket' THEN
+                    new_value := least(row_value + (greatest(now_us - row_ts_us, 0)::float8 * limit_rate)
+                                                   / limit_period::float8, limit_capacity) - count;
                 ELSE
-                    windows := greatest(now_us - stored.ts_us, 0) / limit_period;
-                    new_value := least(stored.value + windows::float8 * defined.rate, limit_capacity) - count;
+                    windows := greatest(now_us - row_ts_us, 0) / limit_period;
+                    new_value := least(row_value + windows::float8 * limit_rate, limit_capacity) - count;
                 END IF;
                 IF new_value >= 0 THEN
                     UPDATE rate_limiter.rate_limits AS r
                     SET value = new_value,
-                        ts = CASE WHEN defined.kind = 'fixed window'
-                                  THEN rate_limiter._timestamp(stored.ts_us + windows * limit_period)
-                                  WHEN now_us <= stored.ts_us THEN stored.ts
+                        ts = CASE WHEN limit_kind = 'fixed window'
+                                  THEN rate_limiter._timestamp(row_ts_us + windows * limit_period)
+                                  WHEN now_us <= row_ts_us THEN row_ts
                                   ELSE now_ts END
                     -- The version just locked (a TID scan: no second index descent).
-                    WHERE r.ctid = stored.ctid;
+                    WHERE r.ctid = row_ctid;
                 END IF;
             END IF;
             IF new_value >= 0 AND FOUND THEN

@@ -3,11 +3,12 @@
 # schedule (tests/portable/regress.sh): runs psql ("$@"), so that a test
 # written for the native extension runs unchanged on the portable edition:
 #
-# 1. In the test's input, "CREATE EXTENSION rate_limiter;" becomes an \i of
-#    $RATE_LIMITER_INSTALL (a script that installs the portable edition:
+# 1. In the test's input, and in the files it includes (\i tests/...,
+#    copied for the run), "CREATE EXTENSION rate_limiter;" becomes an \i
+#    of $RATE_LIMITER_INSTALL (a script that installs the portable edition:
 #    dist/rate_limiter-portable.sql, or the pg_tle registration and CREATE
 #    EXTENSION), and in the output the lines that echo it read as the
-#    statement again.
+#    statement again, and the copies' paths as the originals'.
 # 2. From each CONTEXT block of the output it removes the entries that
 #    belong to the portable edition's own functions, which are C functions
 #    in the native extension and add no context there: a line naming one
@@ -18,7 +19,18 @@
 #    so an error reads as the native one, line for line.
 set -o pipefail
 : "${RATE_LIMITER_INSTALL:?the install script}"
-sed "s|^CREATE EXTENSION rate_limiter;\$|\\\\i ${RATE_LIMITER_INSTALL}|" | "$@" -v "rate_limiter_install=${RATE_LIMITER_INSTALL}" 2>&1 | python3 -c '
+# The files a test includes (\i tests/pg_regress/sql/include/...), with
+# the same substitution,
+# in a directory of their own; the output names them as before.
+includes=$(mktemp -d /tmp/rate_limiter_portable_includes.XXXXXX)
+trap 'rm -rf "$includes"' EXIT
+for file in tests/pg_regress/sql/include/*.sql; do
+    mkdir -p "$includes/$(dirname "$file")"
+    sed "s|^CREATE EXTENSION rate_limiter;\$|\\\\i ${RATE_LIMITER_INSTALL}|" "$file" >"$includes/$file"
+done
+export RATE_LIMITER_INCLUDES=$includes
+sed -e "s|^CREATE EXTENSION rate_limiter;\$|\\\\i ${RATE_LIMITER_INSTALL}|" \
+    -e "s|^\\\\i tests/pg_regress/sql/include/|\\\\i ${includes}/tests/pg_regress/sql/include/|" | "$@" 2>&1 | python3 -c '
 import re, sys
 
 ENTRY = re.compile(r"^(PL/pgSQL function |SQL function |SQL statement |PL/pgSQL assignment |SQL expression |JSON data, )")
@@ -48,7 +60,7 @@ def entries(first, lines):
 
 import os
 install = "\\i " + os.environ["RATE_LIMITER_INSTALL"]
-lines = sys.stdin.read().split("\n")
+lines = sys.stdin.read().replace(os.environ["RATE_LIMITER_INCLUDES"] + "/", "").split("\n")
 out, i = [], 0
 while i < len(lines):
     line = lines[i]

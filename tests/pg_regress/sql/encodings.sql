@@ -54,27 +54,18 @@ EXCEPTION WHEN SQLSTATE 'RL429' THEN
 END
 $$;
 SELECT rate_limiter.http_headers('送信', 'ユーザー');
-SELECT name, calls, admitted, refused FROM rate_limiter.stats ORDER BY name;
--- A character of EUC_JP with no Unicode equivalent (0xA9A1) shows as
--- \xNN in statistics, so the view stays readable by a UTF8 client.
+-- A character of EUC_JP with no Unicode equivalent (0xA9A1) in a name.
 SELECT ok FROM rate_limiter.rate_limit('名' || convert_from('\xa9a1', 'EUC_JP'), config => rate_limiter.token_bucket(1, '1 hour'));
-SELECT name, calls FROM rate_limiter.stats WHERE name LIKE '名%';
-SELECT rate_limiter.stats_reset('名\xa9\xa1');
-SELECT name, calls FROM rate_limiter.stats WHERE name LIKE '名%';
 
 -- WIN1252: five bytes (0x81, 0x8D, 0x8F, 0x90, 0x9D) are characters of
--- the encoding with no Unicode equivalent. Limits named with them work;
--- statistics show them as \xNN to a UTF8 client.
+-- the encoding with no Unicode equivalent. Limits named with them work.
+-- (How statistics show all these names: encodings_stats.sql.)
 CREATE DATABASE rl_win1252 ENCODING 'WIN1252' LC_COLLATE 'C' LC_CTYPE 'C' TEMPLATE template0;
 \c rl_win1252
 CREATE EXTENSION rate_limiter;
 SET rate_limiter.now_override = '2026-01-01 00:00:00+00';
 SELECT ok, remaining FROM rate_limiter.rate_limit('w' || chr(129) || chr(233), config => rate_limiter.token_bucket(2, '1 hour'));
 SELECT ok, remaining FROM rate_limiter.rate_limit('w' || chr(144), config => rate_limiter.token_bucket(2, '1 hour'));
-\encoding UTF8
-SELECT name, calls FROM rate_limiter.stats ORDER BY name COLLATE "C";
-SELECT rate_limiter.stats_reset('w\x81é');
-SELECT name, calls FROM rate_limiter.stats ORDER BY name COLLATE "C";
 
 \c :regression_database
 DROP DATABASE rl_latin1;
