@@ -1,7 +1,9 @@
 #!/usr/bin/env bash
 # Runs the whole test suite on a fresh machine: installs what is missing,
 # builds and installs the extension, then runs
-#   1. unit and property tests of the pure math       (cargo test)
+#   1. unit and property tests of the pure math       (cargo test), and
+#      the layout rules of the code (no file over 600 lines, no module
+#      cycle, Citus behind one seam: scripts/check_layout.py)
 #   2. SQL golden-file tests                          (pg_regress)
 #   3. lock-behaviour specs with interleaved sessions (pg_isolation_regress)
 #   4. tests with many real concurrent connections, through pgbouncer, and
@@ -114,9 +116,11 @@ log "0. the portable edition's release files (scripts/portable.sh), the demo and
 bash scripts/portable.sh 2>&1 | tee "$results/portable_build.log" || broken+=("portable build")
 cargo build -q -p rate_limiter_demo -p rate_limiter_bench 2>&1 | tee "$results/clients.log" || broken+=("clients")
 
-log "1. unit and property tests of the pure math"
+log "1. unit and property tests of the pure math; the code's layout rules (scripts/check_layout.py)"
 cargo test --no-fail-fast -p rate_limiter_algorithm 2>&1 | tee "$results/unit.log" || broken+=("unit")
 count_cargo "$results/unit.log"
+python3 scripts/check_layout.py 2>&1 | tee "$results/layout.log" || true
+count_pg "$results/layout.log"
 
 cluster=$(mktemp -d /tmp/rate_limiter_test.XXXXXX)
 pooler=$(mktemp -d /tmp/rate_limiter_pooler.XXXXXX)

@@ -37,8 +37,8 @@ pub struct Objects {
     pub request_type: pg_sys::Oid,
     /// Whether Citus lists the state table or the definitions in
     /// `pg_catalog.pg_dist_partition`, or the table carries
-    /// [`DISTRIBUTED_MARKER`]: then calls go where `crate::citus` says, or
-    /// fail closed.
+    /// [`DISTRIBUTED_MARKER`]: then calls go where the cluster installed in
+    /// `crate::placement` says, or fail closed.
     pub distributed: bool,
     /// Whether the table carries [`DISTRIBUTED_MARKER`].
     pub marked: bool,
@@ -60,7 +60,6 @@ thread_local! {
 /// Forgets the looked-up objects; called on every relcache invalidation.
 pub fn forget() {
     OBJECTS.with(|objects| objects.set(None));
-    crate::citus::forget();
     GENERATION.with(|generation| generation.set(generation.get().wrapping_add(1)));
 }
 

@@ -6,6 +6,11 @@
 //!   pure Rust with no PostgreSQL dependency;
 //! - [`storage`]: locking, reading and writing the state rows (directly on
 //!   the heap and index);
+//! - [`local`]: each call on this node's rows (the single-server path);
+//! - [`placement`]: the seam that sends a call to [`local`] or, when the
+//!   state table is distributed, to the cluster installed at load;
+//! - [`call`]: the checked arguments every layer below the SQL functions
+//!   takes;
 //! - [`result_row`]: returning the result row of `rate_limit` / `rate_check`;
 //! - [`plans`]: SPI statements prepared once and kept;
 //! - [`definitions`]: named limits (`define`, `undefine`, lookup);
@@ -24,7 +29,8 @@
 //! - [`shard_choice`]: the random numbers behind the choice of shards;
 //! - [`clock`]: the current time (real or overridden);
 //! - [`security`]: running statements as the extension's owner with a pinned search path;
-//! - [`citus`]: where a row lives on a Citus cluster, and calls run on that node;
+//! - [`citus`]: the cluster behind [`placement`] on Citus: where a row lives,
+//!   and calls run on that node (it installs itself from `_PG_init`);
 //! - [`catalog`]: the OIDs of the extension's schema, table, index and owner;
 //! - [`errors`]: turning errors and refusals into PostgreSQL errors;
 //! - [`compat`]: what differs between PostgreSQL 15, 16, 17 and 18.
@@ -38,6 +44,7 @@
 use pgrx::prelude::*;
 
 pub mod all_or_nothing;
+pub mod call;
 pub mod catalog;
 pub mod citus;
 pub mod clock;
@@ -48,7 +55,9 @@ pub mod definitions;
 pub mod errors;
 pub mod http;
 pub mod limit;
+pub mod local;
 pub mod names;
+pub mod placement;
 pub mod plans;
 pub mod prune;
 pub mod result_row;

@@ -7,7 +7,8 @@ use crate::clock;
 use crate::config::{inline_config, required};
 use crate::definitions;
 use crate::errors::{report, CallError};
-use crate::storage::{self, RowId};
+use crate::placement;
+use crate::storage;
 use pgrx::heap_tuple::PgHeapTuple;
 use pgrx::prelude::*;
 use pgrx::AllocatedByRust;
@@ -20,19 +21,7 @@ pub fn current(
     key: Option<&[u8]>,
     config: &Config,
 ) -> Result<(Status, Micros), CallError> {
-    let stored = if crate::catalog::objects().distributed {
-        // Read where the rows live (a global limit with several shards:
-        // 0A000).
-        crate::citus::read_states(name, key, config.shards.max(1) as i16)?
-    } else if config.shards > 1 {
-        storage::read_shards(name, key, config.shards as i16)
-    } else {
-        vec![storage::read(RowId {
-            name,
-            key,
-            shard: 0,
-        })]
-    };
+    let stored = placement::read_states(name, key, config)?;
     let now = clock::now();
     let status = rate_limiter_algorithm::status(config, LimitId { name, key }, &stored, now)?;
     Ok((status, now))
@@ -46,9 +35,7 @@ pub fn arguments<'a>(
 ) -> Result<(&'a [u8], Config), CallError> {
     let name = required(name, "name")?;
     let inline = inline_config(config)?;
-    if crate::catalog::objects().distributed {
-        crate::citus::usable()?;
-    }
+    placement::before_read()?;
     Ok((name, definitions::resolve(name, inline)?.config))
 }
 

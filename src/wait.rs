@@ -15,8 +15,9 @@
 //! timeout`, as `pg_sleep` sleeps), can be cancelled (57014), and
 //! `statement_timeout` applies.
 
+use crate::call::{config_argument, Call};
 use crate::errors::{report, CallError};
-use crate::limit::{self, Call};
+use crate::placement;
 use crate::result_row::{self, ResultRow};
 use crate::stats::{self, Counted};
 use pgrx::fcinfo::pg_getarg;
@@ -69,7 +70,7 @@ unsafe fn sleep(micros: Micros) {
 /// otherwise, also when the try fails with an error (which is then raised
 /// again), as a PL/pgSQL `BEGIN ... EXCEPTION` block does.
 fn try_consume(call: &Call<'_>) -> Result<(Decision, Counted), CallError> {
-    crate::subtransaction::kept_if(|| limit::consume(call), |(decision, _)| decision.ok)
+    crate::subtransaction::kept_if(|| placement::consume(call), |(decision, _)| decision.ok)
 }
 
 /// What one look-and-try ended with.
@@ -82,7 +83,7 @@ enum Try {
 
 /// Looks, and tries when the look says the limit would admit.
 unsafe fn look_and_try(call: &Call<'_>) -> Result<Try, CallError> {
-    let probe = limit::check(call)?;
+    let probe = placement::check(call)?;
     if !probe.ok {
         return Ok(Try::Refused {
             retry: probe.retry_after.unwrap_or(MIN_RETRY),
@@ -175,8 +176,8 @@ pub unsafe extern "C-unwind" fn rate_wait_wrapper(
         Some(false),
         pg_getarg::<PgHeapTuple<'_, AllocatedByRust>>(fcinfo, 4),
     ) {
-        Ok(call) => limit::Call {
-            config_argument: limit::config_argument(fcinfo, 4),
+        Ok(call) => Call {
+            config_argument: config_argument(fcinfo, 4),
             ..call
         },
         Err(error) => report(CallError::Limit(error)),

@@ -14,9 +14,10 @@
 //! admitted, and the other requests go on as if it had not been named.
 
 use crate::config::Config;
-use crate::decision::{evaluate, LimitId, Request, State};
+use crate::decision::evaluate;
 use crate::error::LimitError;
 use crate::shards::evaluate_fullest;
+use crate::state::{LimitId, Request, State};
 use crate::time::Micros;
 use crate::verdict::{shadow, Verdict};
 

@@ -4,8 +4,9 @@
 //! into its emptiest shards first, each up to its own capacity.
 
 use crate::config::Config;
-use crate::decision::{refill, State};
+use crate::decision::refill;
 use crate::error::{show, LimitError};
+use crate::state::State;
 use crate::time::Micros;
 
 /// Checks a credit's `count`: finite and >= 0.

@@ -2,37 +2,9 @@
 
 use crate::config::{Config, Kind};
 use crate::error::LimitError;
+use crate::state::{LimitId, Request, State};
 use crate::time::Micros;
 use crate::{fixed_window, token_bucket};
-
-/// The two numbers stored per limit (one row of `rate_limiter.rate_limits`).
-#[derive(Debug, Clone, Copy, PartialEq)]
-pub struct State {
-    /// Tokens available at `ts`; negative while a reservation is owed.
-    pub value: f64,
-    /// Token bucket: when `value` was computed. Fixed window: the start of
-    /// the window `value` belongs to. Microseconds since 2000-01-01 UTC.
-    pub ts: Micros,
-}
-
-/// Which limit a call is about: used only to derive a fixed window's phase.
-/// Names and keys are opaque bytes (in the database's encoding).
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
-pub struct LimitId<'a> {
-    /// The limit's name.
-    pub name: &'a [u8],
-    /// The key; `None` is the global limit of that name.
-    pub key: Option<&'a [u8]>,
-}
-
-/// What a caller asks for.
-#[derive(Debug, Clone, Copy, PartialEq)]
-pub struct Request {
-    /// Tokens to consume; finite and >= 0.
-    pub count: f64,
-    /// Whether the call may go into debt (a reservation) when tokens are short.
-    pub reserve: bool,
-}
 
 /// The outcome of one call.
 #[derive(Debug, Clone, Copy, PartialEq)]

@@ -2,7 +2,7 @@
 //! to `capacity`. Windows start at `anchor + k * period` for integer `k`.
 
 use crate::config::Config;
-use crate::decision::{LimitId, State};
+use crate::state::{LimitId, State};
 use crate::time::Micros;
 use xxhash_rust::xxh3::Xxh3;
 

@@ -23,6 +23,7 @@ pub mod eviction;
 pub mod fixed_window;
 mod prune;
 pub mod shards;
+mod state;
 mod status;
 mod time;
 pub mod token_bucket;
@@ -31,13 +32,14 @@ pub mod verdict;
 pub use all_or_nothing::{evaluate_all_or_nothing, Answer, Limit, Member, Outcome};
 pub use config::{Config, Kind, MAX_SHARDS};
 pub use credit::{credit, validate_credit};
-pub use decision::{evaluate, Decision, LimitId, Request, State};
+pub use decision::{evaluate, Decision};
 pub use error::{ErrorKind, LimitError};
 pub use prune::prunable;
 pub use shards::{
     evaluate_all, evaluate_fullest, evaluate_looked_at, evaluate_pair, evaluate_single,
     shard_order, Candidate, ShardedDecision,
 };
+pub use state::{LimitId, Request, State};
 pub use status::{status, Status};
 pub use time::{period_micros, Micros, MICROS_PER_MILLISECOND};
 pub use verdict::{near_limit, Verdict};

@@ -11,7 +11,8 @@
 //! covered: a missing row is full at any time, the row may not have been.)
 
 use crate::config::Config;
-use crate::decision::{initial_state, refill, LimitId, State};
+use crate::decision::{initial_state, refill};
+use crate::state::{LimitId, State};
 use crate::time::Micros;
 
 /// Whether the state `stored` of one shard of limit `id` (with the shard's

@@ -2,8 +2,9 @@
 //! `rate_limiter.status`) and what the `RateLimit` HTTP header reports.
 
 use crate::config::Config;
-use crate::decision::{initial_state, refill, retry_after, LimitId, State};
+use crate::decision::{initial_state, refill, retry_after};
 use crate::error::LimitError;
+use crate::state::{LimitId, State};
 use crate::time::Micros;
 
 /// A limit as it stands at some instant.

@@ -2,7 +2,7 @@
 //! microsecond, up to `capacity`.
 
 use crate::config::Config;
-use crate::decision::State;
+use crate::state::State;
 use crate::time::Micros;
 
 /// The state of a limit that has no row yet: a full bucket at `now`.

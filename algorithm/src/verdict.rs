@@ -70,7 +70,7 @@ pub fn near_limit(config: &Config, remaining: f64) -> bool {
 mod tests {
     use super::*;
     use crate::config::Kind;
-    use crate::decision::State;
+    use crate::state::State;
 
     fn decision(ok: bool, retry_after: Option<Micros>) -> Decision {
         Decision {

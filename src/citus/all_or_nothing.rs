@@ -34,12 +34,18 @@
 //!   the call was made on.
 
 use super::internal_functions::delegated_entry_points;
-use super::{checks, current_distribution, distribution_value, here, not_here, wrong_dkey, wrote};
-use super::{DistributionValue, CALLING_CONVENTION};
-use crate::all_or_nothing::{self as local, Answers, RequestArgument};
+use super::internal_functions::CALLING_CONVENTION;
+use super::internal_functions::{checks, not_here, wrong_dkey};
+use super::metadata::current_distribution;
+use super::metadata::distribution_value;
+use super::routing::here;
+use super::two_phase_commit::wrote;
+use super::value::DistributionValue;
+use crate::call::Call;
+use crate::call::{read_requests, Answers, RequestArgument};
 use crate::config::required;
 use crate::errors::{report, CallError};
-use crate::limit::Call;
+use crate::local::all_or_nothing as local;
 use crate::result_row;
 use crate::subtransaction;
 use pgrx::datum::DatumWithOid;
@@ -212,7 +218,7 @@ fn consume_spread_member(
         function: None,
     };
     let shards = i16::try_from(request.config.shards).unwrap_or(i16::MAX);
-    let (decision, counted) = super::consume_spread(&call, shards)?;
+    let (decision, counted) = super::consume::consume_spread(&call, shards)?;
     Ok((
         Answer {
             ok: decision.ok,
@@ -314,7 +320,7 @@ fn elsewhere(
             ok,
             retry_after,
             remaining,
-            verdict: super::verdict_of(verdict),
+            verdict: super::elsewhere::verdict_of(verdict),
         });
         contended.push(waited.unwrap_or(false));
     }
@@ -335,7 +341,7 @@ fn at(
     checks("_rate_limit_all_at", HINT, true)?;
     let requests = required(requests, "requests")?;
     let reserve = required(reserve, "reserve")?;
-    let mut requests = local::read_requests(requests)?;
+    let mut requests = read_requests(requests)?;
     let first = requests
         .first()
         .map(|request| distribution_value(&request.name, request.key.as_deref(), 0))
@@ -384,7 +390,9 @@ unsafe fn rate_limit_all_at(
             Some(pg_sys::Datum::from(answer.ok)),
             answer.retry_after.and_then(IntoDatum::into_datum),
             answer.remaining.into_datum(),
-            Some(pg_sys::Datum::from(super::verdict_number(answer.verdict))),
+            Some(pg_sys::Datum::from(super::elsewhere::verdict_number(
+                answer.verdict,
+            ))),
             Some(pg_sys::Datum::from(waited)),
         ]
     });

@@ -3,13 +3,17 @@
 //! `_rate_state_at`, `_rate_credit_at`), and the checks every one of them
 //! makes before it reads or writes (fail closed: 55000, 22023).
 
-use super::{
-    credit_local_shards, distribution_value, here, read_local_shards, spread, verdict_number,
-    wrote, DistributionValue, Spread,
-};
+use super::credit::credit_local_shards;
+use super::elsewhere::verdict_number;
+use super::metadata::distribution_value;
+use super::read::read_local_shards;
+use super::routing::{here, spread, Spread};
+use super::two_phase_commit::wrote;
+use super::value::DistributionValue;
+use crate::call::{config_argument, Call};
 use crate::catalog;
 use crate::errors::{report, CallError};
-use crate::limit::{self, Call};
+use crate::local;
 use crate::result_row;
 use crate::stats::Counted;
 use pgrx::fcinfo::pg_getarg;
@@ -43,7 +47,8 @@ pub(super) fn spread_at(
         call.name,
         shards,
     )?;
-    let (decision, counted) = limit::consume_with(call, spread.placed(shards, Some(i16::MAX)))?;
+    let (decision, counted) =
+        local::limit::consume_with(call, spread.placed(shards, Some(i16::MAX)))?;
     wrote(Some(&dkey))?;
     Ok((decision, Some(counted)))
 }
@@ -187,9 +192,9 @@ pub(super) fn at(
     )?;
     let answer = here(&expected, consume, || {
         if consume {
-            limit::consume_here(call).map(|(decision, counted)| (decision, Some(counted)))
+            local::limit::consume_here(call).map(|(decision, counted)| (decision, Some(counted)))
         } else {
-            limit::check_here(call).map(|decision| (decision, None))
+            local::limit::check_here(call).map(|decision| (decision, None))
         }
     })?;
     answer.ok_or_else(not_here)
@@ -240,7 +245,7 @@ macro_rules! delegated_entry_points {
         pub unsafe extern "C-unwind" fn $text(fcinfo: pg_sys::FunctionCallInfo) -> pg_sys::Datum {
             let dkey = pg_getarg::<&[u8]>(fcinfo, 0)
                 .map(|bytes| DistributionValue::Text(bytes.to_vec()));
-            $crate::citus::with_callers_clock(fcinfo, $clock, || $body(fcinfo, dkey))
+            $crate::citus::internal_functions::with_callers_clock(fcinfo, $clock, || $body(fcinfo, dkey))
         }
 
         #[doc = concat!("`rate_limiter.", $function, "(dkey bigint, ...)`: the same, on a state table distributed by a bigint column.")]
@@ -251,7 +256,7 @@ macro_rules! delegated_entry_points {
         #[pg_guard]
         pub unsafe extern "C-unwind" fn $bigint(fcinfo: pg_sys::FunctionCallInfo) -> pg_sys::Datum {
             let dkey = pg_getarg::<i64>(fcinfo, 0).map(DistributionValue::BigInt);
-            $crate::citus::with_callers_clock(fcinfo, $clock, || $body(fcinfo, dkey))
+            $crate::citus::internal_functions::with_callers_clock(fcinfo, $clock, || $body(fcinfo, dkey))
         }
 
         #[doc = concat!("`rate_limiter.", $function, "(dkey uuid, ...)`: the same, on a state table distributed by a uuid column.")]
@@ -263,7 +268,7 @@ macro_rules! delegated_entry_points {
         pub unsafe extern "C-unwind" fn $uuid(fcinfo: pg_sys::FunctionCallInfo) -> pg_sys::Datum {
             let dkey = pg_getarg::<pgrx::datum::Uuid>(fcinfo, 0)
                 .map(|uuid| DistributionValue::Uuid(*uuid.as_bytes()));
-            $crate::citus::with_callers_clock(fcinfo, $clock, || $body(fcinfo, dkey))
+            $crate::citus::internal_functions::with_callers_clock(fcinfo, $clock, || $body(fcinfo, dkey))
         }
 
         #[doc = concat!("`rate_limiter.", $function, "(dkey integer, ...)`: the same, on a state table distributed by an integer column.")]
@@ -274,7 +279,7 @@ macro_rules! delegated_entry_points {
         #[pg_guard]
         pub unsafe extern "C-unwind" fn $integer(fcinfo: pg_sys::FunctionCallInfo) -> pg_sys::Datum {
             let dkey = pg_getarg::<i32>(fcinfo, 0).map(DistributionValue::Integer);
-            $crate::citus::with_callers_clock(fcinfo, $clock, || $body(fcinfo, dkey))
+            $crate::citus::internal_functions::with_callers_clock(fcinfo, $clock, || $body(fcinfo, dkey))
         }
 
         #[no_mangle]
@@ -362,7 +367,7 @@ pub(super) unsafe fn rate_limit_at(
         pg_getarg::<PgHeapTuple<'_, AllocatedByRust>>(fcinfo, 5),
     ) {
         Ok(call) => Call {
-            config_argument: limit::config_argument(fcinfo, 5),
+            config_argument: config_argument(fcinfo, 5),
             ..call
         },
         Err(error) => report(CallError::Limit(error)),
@@ -480,7 +485,7 @@ pub(super) fn credit_at(
     }
     let expected = delegated("_rate_credit_at", HINT, true, dkey, name, key)?;
     here(&expected, true, || {
-        crate::credit::credit_here(name, key, count, inline)
+        local::credit::credit_here(name, key, count, inline)
     })?
     .ok_or_else(not_here)
 }

@@ -3,7 +3,7 @@
 //! Citus's writes take on a shard's metadata, and the shards placed on
 //! this node.
 
-use super::DistributionValue;
+use super::value::{value_for, DistributionValue};
 use crate::catalog;
 use crate::errors::CallError;
 use pgrx::pg_sys;
@@ -43,12 +43,11 @@ pub struct Distribution {
 }
 
 thread_local! {
-    static DISTRIBUTION: RefCell<Option<Rc<Distribution>>> = const { RefCell::new(None) };
-}
-
-/// Forgets the metadata read; called on every relcache invalidation.
-pub fn forget() {
-    DISTRIBUTION.with(|cell| cell.replace(None));
+    /// The distribution last read, and the catalog generation
+    /// (`catalog::generation`) it was read at: it is used only while that
+    /// generation lasts (a relcache invalidation, which Citus sends when a
+    /// shard moves or splits, starts a new one).
+    static DISTRIBUTION: RefCell<Option<(u64, Rc<Distribution>)>> = const { RefCell::new(None) };
 }
 
 /// Calls `visit` with a column reader for each row of the catalog
@@ -240,16 +239,20 @@ pub(super) unsafe fn read(table: pg_sys::Oid, definitions: pg_sys::Oid) -> Optio
 /// How Citus distributes the tables, read once per invalidation; `None`
 /// when they are local.
 pub fn distribution() -> Option<Rc<Distribution>> {
-    if let Some(distribution) = DISTRIBUTION.with(|cell| cell.borrow().clone()) {
-        return Some(distribution);
-    }
     let objects = catalog::objects();
+    let generation = catalog::generation();
+    let cached = DISTRIBUTION.with(|cell| cell.borrow().clone());
+    if let Some((read_at, distribution)) = cached {
+        if read_at == generation {
+            return Some(distribution);
+        }
+    }
     if !objects.distributed {
         return None;
     }
     // SAFETY: catalog reads in a transaction.
     let distribution = Rc::new(unsafe { read(objects.table, objects.definitions) }?);
-    DISTRIBUTION.with(|cell| cell.replace(Some(distribution.clone())));
+    DISTRIBUTION.with(|cell| cell.replace(Some((generation, distribution.clone()))));
     Some(distribution)
 }
 
@@ -262,29 +265,6 @@ pub(super) fn current_distribution() -> Result<Rc<Distribution>, CallError> {
             "Retry the call.",
         )
     })
-}
-
-/// For a call on a distributed install, before it reads anything (a
-/// definition read on a node without Citus's metadata would be this
-/// node's own, empty table): 55000 unless the tables are distributed as
-/// `distribute()` distributes them and this node can route (its metadata
-/// there, the library preloaded).
-///
-/// With `citus.enable_local_execution = off` (outside the limiter's
-/// delegated functions) also 55000: Citus then does the transaction's
-/// work on this node's shards through a connection of its own, whose
-/// locks and uncommitted writes a call writing those shards directly
-/// would wait for, or not see (before: a distributed deadlock after about
-/// 1.6 s); the call fails at once instead, with the setting in the hint.
-pub fn usable() -> Result<(), CallError> {
-    current_distribution()?.check()?;
-    if !super::shard_query::local_execution() {
-        return Err(CallError::Cluster(
-            "rate_limiter cannot run with citus.enable_local_execution = off: Citus would run this transaction's work on this node's shards through a connection of its own, which the limiter's direct reads and writes of those shards would wait for or not see".into(),
-            "SET citus.enable_local_execution = on (the default) for the transactions that call the limiter.",
-        ));
-    }
-    Ok(())
 }
 
 /// The error of a call that storage was asked to make on a distributed
@@ -312,7 +292,7 @@ impl Distribution {
     /// The group (node) whose shards a call reads and writes directly:
     /// this node's (`pg_dist_local_group.groupid`, 0 on the coordinator).
     /// (A call with `citus.enable_local_execution = off` fails before it
-    /// gets here: see [`usable`].)
+    /// gets here: see `shard_query::usable`.)
     pub(super) fn local_group(&self) -> i32 {
         self.this_group
     }
@@ -448,4 +428,18 @@ pub fn local_shards() -> Result<Vec<String>, CallError> {
         ));
     }
     Ok(tables)
+}
+
+/// The value of the distribution column `dkey` of the row (name, key,
+/// shard), for the column's type as Citus distributes the table now (text
+/// when it is not distributed): see [`value_for`].
+///
+/// Errors: 22P02 for a key the column's type cannot hold.
+pub fn distribution_value(
+    name: &[u8],
+    key: Option<&[u8]>,
+    shard: i16,
+) -> Result<DistributionValue, CallError> {
+    let column_type = distribution().map_or(pg_sys::TEXTOID, |d| d.column_type);
+    value_for(column_type, name, key, shard)
 }

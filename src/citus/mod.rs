@@ -29,28 +29,22 @@
 //!   call that is its transaction's only work goes as a statement of its
 //!   own instead, in one round trip ([`single_statement`]).
 
-mod calls;
+mod all_or_nothing;
+mod cluster;
+mod consume;
+mod credit;
+mod elsewhere;
 mod internal_functions;
 mod metadata;
 mod null_distribution_argument;
 mod prune;
+mod read;
 mod routing;
 mod shard_query;
 mod shard_split;
 mod single_statement;
 mod two_phase_commit;
 mod value;
-
-pub use calls::*;
-pub use internal_functions::*;
-pub use metadata::*;
-pub use prune::prune_everywhere;
-pub use routing::*;
-pub use shard_query::{before_call, refuse_inside_shard_query};
-pub use two_phase_commit::*;
-pub use value::*;
-
-pub mod all_or_nothing;
 
 use pgrx::pg_sys;
 
@@ -65,6 +59,8 @@ pub fn register() {
     two_phase_commit::register();
     null_distribution_argument::register();
     shard_split::register();
+    crate::placement::install(&cluster::Citus);
+    crate::storage::route::explain_unrouted_with(metadata::unsupported);
 }
 
 thread_local! {

@@ -12,12 +12,14 @@
 //! node's clock (a superuser's `rate_limiter.now_override` travels, as
 //! with the other delegated calls).
 
+use super::elsewhere::one_value_elsewhere;
 use super::internal_functions::delegated_entry_points;
-use super::{
-    checks, current_distribution, distribution, not_here, one_value_elsewhere, wrong_dkey, wrote,
-    DistributionValue, CALLING_CONVENTION,
-};
+use super::internal_functions::{checks, not_here, wrong_dkey, CALLING_CONVENTION};
+use super::metadata::{current_distribution, distribution};
+use super::two_phase_commit::wrote;
+use super::value::DistributionValue;
 use crate::errors::CallError;
+use crate::local;
 use pgrx::datum::DatumWithOid;
 use pgrx::fcinfo::pg_getarg;
 use pgrx::pg_sys;
@@ -104,20 +106,17 @@ fn nodes() -> Result<(Option<DistributionValue>, Vec<DistributionValue>), CallEr
     Ok((here, others))
 }
 
-/// `prune()` on a distributed install: `here` prunes this node's shards
-/// (as the extension's owner), then every other node holding shards
+/// `prune()` on a distributed install: this node prunes its own shards
+/// (as the extension's owner, [`prune_local_shards`]), then every other node holding shards
 /// prunes its own through `_prune_at`, as the calling role, inside this
 /// transaction, in ascending group order. Once rows were deleted on more
 /// than one node, Citus is told, so the commit uses 2PC (as for a call
 /// that consumed on several nodes). How many rows were deleted in all.
 ///
 /// Errors: 55000 as [`nodes`]; those of `prune` on any node.
-pub fn prune_everywhere(
-    older_than: Option<Interval>,
-    here: impl FnOnce() -> Result<i64, CallError>,
-) -> Result<i64, CallError> {
-    super::metadata::usable()?;
-    let mut deleted = here()?;
+pub(super) fn prune_everywhere(older_than: Option<Interval>) -> Result<i64, CallError> {
+    super::shard_query::usable()?;
+    let mut deleted = prune_local_shards(older_than)?;
     let (this_node, others) = nodes()?;
     if deleted > 0 {
         if let Some(dkey) = this_node.as_ref() {
@@ -152,7 +151,7 @@ fn prune_elsewhere(
 }
 
 /// The body of `_prune_at`: prunes this node's shards (see
-/// [`crate::prune`]), which must hold the shard of `dkey`, inside a
+/// [`prune_local_shards`]), which must hold the shard of `dkey`, inside a
 /// transaction block, for a role that may call `prune()`.
 ///
 /// Errors: 55000 (not distributed, outside a transaction block, `dkey`'s
@@ -174,7 +173,19 @@ fn prune_at(
     if distribution.place(&dkey)?.group != distribution.local_group() {
         return Err(not_here());
     }
-    crate::prune::prune_local_shards(older_than)
+    prune_local_shards(older_than)
+}
+
+/// Prunes the shards of the state table placed on this node, each through
+/// its own relation, where a ctid means something (`local::prune`),
+/// holding Citus's metadata lock for a write to each until the transaction
+/// ends ([`local_shards`]): how many rows were deleted.
+///
+/// Errors: 22023 a bad `older_than`; 25006 in a read-only transaction
+/// (also with no shard here); 55000 as `local_shards`.
+pub(super) fn prune_local_shards(older_than: Option<Interval>) -> Result<i64, CallError> {
+    let older_than = local::prune::older_than_micros(older_than)?;
+    local::prune::prune_tables(&super::metadata::local_shards()?, older_than)
 }
 
 delegated_entry_points!(

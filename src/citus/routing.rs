@@ -1,48 +1,17 @@
 //! Where a call runs: the shard relation on this node that storage reads
-//! and writes instead of the state table ([`Route`], [`on_shard`]), or
+//! and writes instead of the state table (a `storage::route::Route`), or
 //! another node ([`site`], [`spread`], [`here`]).
 
-use super::{
-    current_distribution, distribution_value, lock_shard_metadata, wrote, DistributionValue, Place,
-};
+use super::metadata::distribution_value;
+use super::metadata::{current_distribution, lock_shard_metadata, Place};
+use super::two_phase_commit::wrote;
+use super::value::DistributionValue;
 use crate::catalog;
 use crate::errors::CallError;
-use crate::limit;
+use crate::storage::route::{on_shard, Route};
+use crate::storage::ShardPlaces;
 use pgrx::pg_sys;
-use std::cell::Cell;
 use std::ffi::CString;
-
-thread_local! {
-    /// The route set by [`on_shard`].
-    static ROUTE: Cell<Option<Route>> = const { Cell::new(None) };
-}
-
-/// The relation a storage call reads and writes instead of the state
-/// table: a shard of it on this node, and the row's distribution value.
-#[derive(Debug, Clone, Copy)]
-pub struct Route {
-    pub table: pg_sys::Oid,
-    pub index: pg_sys::Oid,
-    /// The `dkey` datum (of the column's type) of the rows written.
-    pub dkey: pg_sys::Datum,
-}
-
-/// The route set by [`on_shard`] for the storage calls it runs, if any.
-pub fn route() -> Option<Route> {
-    ROUTE.with(Cell::get)
-}
-
-/// Runs `body` with storage reading and writing `route`'s shard.
-pub fn on_shard<R>(route: Route, body: impl FnOnce() -> R) -> R {
-    struct Restore(Option<Route>);
-    impl Drop for Restore {
-        fn drop(&mut self) {
-            ROUTE.with(|cell| cell.set(self.0));
-        }
-    }
-    let _restore = Restore(ROUTE.with(|cell| cell.replace(Some(route))));
-    body()
-}
 
 /// Where a call for (name, key) runs.
 pub enum Site {
@@ -169,21 +138,15 @@ pub struct Other {
 }
 
 impl Spread {
-    /// The local shards with their routes, and the limit's number of
-    /// shards `count`.
-    pub(super) fn placed_shards(&self, count: i16) -> (Vec<(i16, Route)>, i16) {
+    /// The local shards as storage takes them, for a limit of `count`
+    /// shards; `held` as `storage::consume_sharded` takes it.
+    pub(super) fn placed(&self, count: i16, held: Option<i16>) -> ShardPlaces {
         let shards = self
             .local
             .iter()
             .map(|(number, route, _)| (*number, *route))
             .collect();
-        (shards, count)
-    }
-
-    /// The local shards as `limit::Shards::Placed` takes them.
-    pub(super) fn placed(&self, count: i16, held: Option<i16>) -> limit::Shards {
-        let (shards, count) = self.placed_shards(count);
-        limit::Shards::Placed {
+        ShardPlaces::Routed {
             shards,
             count,
             held,

@@ -68,7 +68,7 @@ pub fn refuse_inside_shard_query(function: &'static str) -> Result<(), CallError
 /// and this node can route (55000 otherwise: no metadata, not preloaded).
 pub fn before_call(function: &'static str) -> Result<(), CallError> {
     refuse_inside_shard_query(function)?;
-    super::metadata::usable()
+    usable()
 }
 
 /// Whether a call may read and write this node's shards directly: unless
@@ -84,4 +84,27 @@ pub(super) fn local_execution() -> bool {
         let value = pg_sys::GetConfigOption(c"citus.enable_local_execution".as_ptr(), true, false);
         value.is_null() || CStr::from_ptr(value).to_bytes() != b"off"
     }
+}
+
+/// For a call on a distributed install, before it reads anything (a
+/// definition read on a node without Citus's metadata would be this
+/// node's own, empty table): 55000 unless the tables are distributed as
+/// `distribute()` distributes them and this node can route (its metadata
+/// there, the library preloaded).
+///
+/// With `citus.enable_local_execution = off` (outside the limiter's
+/// delegated functions) also 55000: Citus then does the transaction's
+/// work on this node's shards through a connection of its own, whose
+/// locks and uncommitted writes a call writing those shards directly
+/// would wait for, or not see (before: a distributed deadlock after about
+/// 1.6 s); the call fails at once instead, with the setting in the hint.
+pub(super) fn usable() -> Result<(), CallError> {
+    super::metadata::current_distribution()?.check()?;
+    if !local_execution() {
+        return Err(CallError::Cluster(
+            "rate_limiter cannot run with citus.enable_local_execution = off: Citus would run this transaction's work on this node's shards through a connection of its own, which the limiter's direct reads and writes of those shards would wait for or not see".into(),
+            "SET citus.enable_local_execution = on (the default) for the transactions that call the limiter.",
+        ));
+    }
+    Ok(())
 }

@@ -19,7 +19,7 @@
 //! constants once planned), for a shard or a table of the state table's
 //! colocation group, in a mode other than `'block_writes'`. A call it
 //! cannot see through (inside a function, with arguments it cannot fold)
-//! is not refused: the README says to use `'block_writes'`.
+//! is not refused: docs/citus.md says to use `'block_writes'`.
 
 use super::metadata::each_row;
 use pgrx::pg_sys;

@@ -3,7 +3,7 @@
 //! has written directly here and consumed on another node, it runs one
 //! statement that tells Citus ([`wrote`]).
 
-use super::DistributionValue;
+use super::value::DistributionValue;
 use crate::errors::CallError;
 use pgrx::pg_sys;
 use pgrx::prelude::*;

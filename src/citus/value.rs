@@ -2,7 +2,6 @@
 //! for a global limit; text, or bigint, integer or uuid when colocated with
 //! a table distributed by a column of that type.
 
-use super::distribution;
 use crate::errors::CallError;
 use pgrx::datum::DatumWithOid;
 use pgrx::pg_sys;
@@ -163,14 +162,15 @@ pub(super) fn hash_text_extended(value: &[u8]) -> i64 {
     }
 }
 
-/// The value of the distribution column `dkey` of the row (name, key,
-/// shard): the key, or `name/shard` for a global limit (so the shards of a
+/// The value of a distribution column `dkey` of type `column_type` of the
+/// row (name, key, shard): the key, or `name/shard` for a global limit (so the shards of a
 /// global limit spread over the nodes). For a bigint column, the key read
 /// as a decimal integer (a tenant id: 22P02 otherwise), or
 /// `hashtextextended(name/shard, 0)`; for an integer column, the same in
 /// the range of integer, or `hashtext(name/shard)`; for a uuid column, the
 /// key read as a uuid (22P02 otherwise), or `md5(name/shard)::uuid`.
-pub fn distribution_value(
+pub fn value_for(
+    column_type: pg_sys::Oid,
     name: &[u8],
     key: Option<&[u8]>,
     shard: i16,
@@ -183,7 +183,6 @@ pub fn distribution_value(
             value
         }
     };
-    let column_type = distribution().map_or(pg_sys::TEXTOID, |d| d.column_type);
     if column_type == pg_sys::UUIDOID {
         return match key {
             Some(key) => parse_uuid(key)

@@ -41,11 +41,11 @@
 //!    is never seen with its placeholder state: other transactions see it
 //!    only once committed, and by then it is updated or deleted.
 
-use super::consume::{
-    acquire, begin_write, confirm_unwritten, delete_inserted, end_write, insert_one, write_locked,
-    Acquired, LockedRow,
-};
+use super::consume::{begin_write, end_write};
 use super::relations::Relations;
+use super::rows::{
+    acquire, confirm_unwritten, delete_inserted, insert_one, write_locked, Acquired, LockedRow,
+};
 use super::{timestamp, Datums, RowId};
 use crate::errors::CallError;
 use pgrx::pg_sys;

@@ -6,8 +6,9 @@
 //! A shard without a row is full: a credit writes nothing there. `apply`
 //! runs once every row is locked; if it fails, nothing is written.
 
-use super::consume::{acquire, confirm_unwritten, end_write, write_locked, Acquired, LockedRow};
+use super::consume::end_write;
 use super::places::{Places, ShardPlaces};
+use super::rows::{acquire, confirm_unwritten, write_locked, Acquired, LockedRow};
 use super::RowId;
 use crate::errors::CallError;
 use pgrx::pg_sys;

@@ -15,7 +15,10 @@
 //!   has `SET enable_seqscan = off` (sql/functions.sql), so a plan made
 //!   while the table was empty still uses the index later.
 //!
-//! `relations.rs` opens the table and its indexes and looks rows up;
+//! `rows.rs` holds the row primitives these compose (peek, lock, update,
+//! speculative insert); `relations.rs` opens the table and its indexes and
+//! looks rows up; `route.rs` says which relation a call uses instead of
+//! the table (a cluster's shard);
 //! `crate::compat` holds what differs between PostgreSQL 15, 16, 17 and 18.
 
 mod all_or_nothing;
@@ -23,13 +26,15 @@ mod consume;
 mod credit;
 mod places;
 mod relations;
+pub mod route;
+mod rows;
 mod shards;
 
 pub use all_or_nothing::{consume_all_or_nothing, sort_rows};
 pub use consume::consume;
 pub use credit::credit;
 pub use places::ShardPlaces;
-pub use shards::{consume_sharded, LimitRows};
+pub use shards::consume_sharded;
 
 use crate::errors::CallError;
 use crate::plans::kept_plan;
@@ -52,6 +57,27 @@ pub struct RowId<'a> {
     pub shard: i16,
 }
 
+/// The rows of a sharded limit: its name and key (`None`: the global
+/// limit) and its number of shards.
+#[derive(Debug, Clone, Copy)]
+pub struct LimitRows<'a> {
+    pub name: &'a [u8],
+    pub key: Option<&'a [u8]>,
+    /// Number of shards, >= 2.
+    pub shards: i16,
+}
+
+impl<'a> LimitRows<'a> {
+    /// The row of shard `shard`.
+    pub fn row(&self, shard: i16) -> RowId<'a> {
+        RowId {
+            name: self.name,
+            key: self.key,
+            shard,
+        }
+    }
+}
+
 /// Columns of `rate_limiter.rate_limits`, in table order (1-based numbers
 /// are these plus one).
 const NAME: usize = 0;
@@ -60,7 +86,7 @@ const SHARD: usize = 2;
 const VALUE: usize = 3;
 const TS: usize = 4;
 /// Citus's distribution column (0.5.0 and later): NULL on a single server;
-/// on a distributed install, the value `crate::citus` routed the call by.
+/// on a distributed install, the value the call was routed by (`route.rs`).
 const DKEY: usize = 5;
 /// Columns of the current version's table; before 0.5.0 the table has
 /// the first `COLUMNS - 1` (no `dkey`).
@@ -95,7 +121,7 @@ impl Datums {
         values[KEY] = key.unwrap_or(pg_sys::Datum::from(0));
         nulls[KEY] = key.is_none();
         values[SHARD] = pg_sys::Datum::from(row.shard);
-        match crate::citus::route() {
+        match route::route() {
             Some(route) => values[DKEY] = route.dkey,
             None => nulls[DKEY] = true,
         }

@@ -1,30 +1,59 @@
 //! Where the shards a call may use are stored: on one server (and for a
 //! keyed limit on a distributed install) every shard of the limit in one
 //! relation; for a global limit on a distributed install, the shards
-//! placed on this node, each in the Citus shard relation that holds it
-//! (`crate::citus` finds them). `shards.rs` and `credit.rs` read and write
+//! placed on this node, each in the shard relation that holds it (the
+//! cluster layer finds them and gives their [`Route`]s). `shards.rs` and `credit.rs` read and write
 //! each shard through [`Places::at`].
 
 use super::consume::begin_write;
 use super::relations::Relations;
-use super::shards::LimitRows;
-use crate::citus::Route;
+use super::route::{on_shard, Route};
+use super::LimitRows;
 use pgrx::pg_sys;
 use pgrx::prelude::*;
 use rate_limiter_algorithm::shard_order;
 use std::ffi::CStr;
 
 /// Which of a limit's shards a call may use, and where each is stored.
+#[derive(Debug, Clone)]
 pub enum ShardPlaces {
     /// Every shard `0..shards`, in the state table (or, on a distributed
     /// install, in the shard relation the caller routed the call to: a
     /// keyed limit's shards all live with its key).
     All,
-    /// Only these shards (at least one, each once), each in the shard
-    /// relation of this node that holds it (`Route`): a global limit's
-    /// shards on a distributed install, where they spread over the nodes
-    /// (`crate::citus`).
-    Routed(Vec<(i16, Route)>),
+    /// Only `shards` (at least one, each once), each in the shard relation
+    /// of this node that holds it (its [`Route`]): a global limit's shards
+    /// on a distributed install, where they spread over the nodes.
+    Routed {
+        /// Shard number and route, each shard once.
+        shards: Vec<(i16, Route)>,
+        /// The limit's number of shards when they were placed: a call
+        /// whose definition now says otherwise must not use them.
+        count: i16,
+        /// The highest shard the call already holds (`Some(i16::MAX)`:
+        /// the call must not wait for any; see `shards.rs`).
+        held: Option<i16>,
+    },
+}
+
+impl ShardPlaces {
+    /// The highest shard the call already holds, if any.
+    pub fn held(&self) -> Option<i16> {
+        match self {
+            ShardPlaces::All => None,
+            ShardPlaces::Routed { held, .. } => *held,
+        }
+    }
+
+    /// Whether these places belong to a limit of `shards` shards: always
+    /// for [`ShardPlaces::All`]; for routed shards, whether the limit had
+    /// that many when they were placed.
+    pub fn fit(&self, shards: i32) -> bool {
+        match self {
+            ShardPlaces::All => true,
+            ShardPlaces::Routed { count, .. } => i32::from(*count) == shards,
+        }
+    }
 }
 
 /// The relations a call reads and writes its shards in.
@@ -50,10 +79,10 @@ impl Places {
                 relations: vec![begin_write(function).0],
                 routed: Vec::new(),
             },
-            ShardPlaces::Routed(shards) if shards.is_empty() => {
+            ShardPlaces::Routed { shards, .. } if shards.is_empty() => {
                 error!("rate_limiter: a sharded call was given no shard to use")
             }
-            ShardPlaces::Routed(shards) => {
+            ShardPlaces::Routed { shards, .. } => {
                 let mut relations: Vec<Relations> = Vec::new();
                 let mut tables: Vec<pg_sys::Oid> = Vec::new();
                 let mut routed = Vec::with_capacity(shards.len());
@@ -62,7 +91,7 @@ impl Places {
                         Some(index) => index,
                         None => {
                             let first = relations.is_empty();
-                            relations.push(crate::citus::on_shard(route, || {
+                            relations.push(on_shard(route, || {
                                 if first {
                                     begin_write(function).0
                                 } else {
@@ -123,9 +152,7 @@ impl Places {
             return body(&self.relations[0]);
         }
         match self.routed.iter().find(|(shard, ..)| *shard == number) {
-            Some((_, index, route)) => {
-                crate::citus::on_shard(*route, || body(&self.relations[*index]))
-            }
+            Some((_, index, route)) => on_shard(*route, || body(&self.relations[*index])),
             None => error!("rate_limiter: shard {number} is not among the shards of this call"),
         }
     }

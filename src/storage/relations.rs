@@ -54,9 +54,9 @@ fn altered(what: &str) -> ! {
 }
 
 /// Fails closed: the state table is distributed by Citus, and this call
-/// was not routed to a shard on this node (`crate::citus`).
+/// was not routed to a shard on this node (`route.rs`).
 fn not_routed() -> ! {
-    if let Some(problem) = crate::citus::unsupported() {
+    if let Some(problem) = super::route::unrouted() {
         crate::errors::report(problem);
     }
     ErrorReport::new(
@@ -149,9 +149,9 @@ impl Relations {
                 let objects = crate::catalog::objects();
                 let generation = crate::catalog::generation();
                 // On a distributed install: the shard on this node that
-                // `crate::citus` routed the call to (the state table itself
+                // the cluster layer routed the call to (the state table itself
                 // is locked as a query on it would lock it).
-                let route = crate::citus::route();
+                let route = super::route::route();
                 let (table, index) = match route {
                     Some(route) => (route.table, route.index),
                     None => (objects.table, objects.index),
@@ -191,7 +191,7 @@ impl Relations {
                 drop(relations);
                 crate::catalog::forget();
             };
-            if objects.distributed && crate::citus::route().is_none() {
+            if objects.distributed && super::route::route().is_none() {
                 not_routed();
             }
             relations
@@ -236,7 +236,7 @@ impl Relations {
                 altered("key is NOT NULL, but the global limit's key is NULL");
             }
             if columns == COLUMNS
-                && crate::citus::route().is_none()
+                && super::route::route().is_none()
                 && (*compat::attribute(descriptor, DKEY)).attnotnull
             {
                 altered("dkey is NOT NULL, but it is NULL unless Citus distributes the table");

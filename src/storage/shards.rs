@@ -44,7 +44,7 @@
 //! **Which shards.** On one server, and for a keyed limit on a distributed
 //! install, every shard of the limit, in one relation. For a global limit
 //! on a distributed install, only the shards placed on this node, each in
-//! its own shard relation ([`ShardPlaces::Routed`]; `crate::citus` decides
+//! its own shard relation ([`ShardPlaces::Routed`]; the cluster layer decides
 //! which and goes to other nodes when these cannot serve the call); with a
 //! single such shard, the math decides on that one alone
 //! (`evaluate_looked_at`). A call that must not wait at all (one sent on
@@ -56,35 +56,17 @@
 //! before it are deleted again (other transactions still wait for them
 //! until this one ends: they count as held), and the call starts again.
 
-use super::consume::{
-    acquire, confirm_unwritten, delete_inserted, end_write, insert_one, lock, peek, write_locked,
-    Acquired, Lock, LockedRow, Peek,
-};
+use super::consume::end_write;
 use super::places::{Places, ShardPlaces};
-use super::{timestamp, Datums, RowId};
+use super::rows::{
+    acquire, confirm_unwritten, delete_inserted, insert_one, lock, peek, write_locked, Acquired,
+    Lock, LockedRow, Peek,
+};
+use super::{timestamp, Datums, LimitRows};
 use crate::errors::CallError;
 use pgrx::pg_sys;
 use pgrx::prelude::*;
 use rate_limiter_algorithm::{Candidate, ShardedDecision, State};
-
-/// Which limit: its name and key (`None`: the global limit).
-#[derive(Debug, Clone, Copy)]
-pub struct LimitRows<'a> {
-    pub name: &'a [u8],
-    pub key: Option<&'a [u8]>,
-    /// Number of shards, >= 2.
-    pub shards: i16,
-}
-
-impl<'a> LimitRows<'a> {
-    fn row(&self, shard: i16) -> RowId<'a> {
-        RowId {
-            name: self.name,
-            key: self.key,
-            shard,
-        }
-    }
-}
 
 /// What this call knows of one shard.
 enum Slot {
@@ -128,9 +110,8 @@ impl Shard {
 }
 
 /// Consumes from a sharded limit (see the module documentation), using
-/// the shards `places` allows. `held` is the highest shard the call
-/// already holds, if any (`Some(i16::MAX)`: the call must not wait for
-/// any shard). `random` gives the three random numbers of each attempt's
+/// the shards `places` allows, starting with what they say the call
+/// already holds ([`ShardPlaces::held`]). `random` gives the three random numbers of each attempt's
 /// shard order; `decide` runs the math on the shards looked at (two, or
 /// one when the call may use only one shard), reading the clock itself,
 /// and may be called more than once; only its last decision is written
@@ -143,13 +124,13 @@ impl Shard {
 pub fn consume_sharded(
     limit: LimitRows<'_>,
     places: ShardPlaces,
-    mut held: Option<i16>,
     mut random: impl FnMut() -> [u32; 3],
     mut decide: impl FnMut(&[Candidate]) -> Result<ShardedDecision, CallError>,
 ) -> Result<(ShardedDecision, bool), CallError> {
     // SAFETY: every step gets the relations opened here and this
     // transaction's command id.
     unsafe {
+        let mut held = places.held();
         let places = Places::open(places, c"rate_limit()");
         let mut contended = false;
         let decision = loop {

@@ -1,0 +1,96 @@
+//! Citus as the cluster of `crate::placement`: each call on a distributed
+//! install finds the node holding its rows, and runs the single-server
+//! path (`crate::local`) there with storage routed to the shard relation
+//! ([`here`]), or passes the call on to that node ([`elsewhere`] and the
+//! other `_at` calls); a global limit with several shards spreads over
+//! the nodes ([`consume_spread`]).
+
+use super::all_or_nothing;
+use super::consume::{alone, consume_elsewhere, consume_spread, elsewhere};
+use super::credit::credit;
+use super::metadata::distribution_value;
+use super::prune::prune_everywhere;
+use super::read::read_states;
+use super::routing::here;
+use super::shard_query::before_call;
+use super::shard_query::usable;
+use crate::call::{Answers, Call, RequestArgument};
+use crate::errors::CallError;
+use crate::local;
+use crate::placement::Cluster;
+use crate::stats::Counted;
+use pgrx::pg_sys;
+use pgrx::prelude::*;
+use rate_limiter_algorithm::{Config, Decision, State};
+
+/// The cluster `crate::citus::register` installs.
+pub(super) struct Citus;
+
+impl Cluster for Citus {
+    fn before_call(&self, function: &'static str) -> Result<(), CallError> {
+        before_call(function)
+    }
+
+    fn usable(&self) -> Result<(), CallError> {
+        usable()
+    }
+
+    fn consume(&self, call: &Call<'_>) -> Result<(Decision, Counted), CallError> {
+        if let Some(shards) = call.spread_shards()? {
+            return consume_spread(call, shards);
+        }
+        let dkey = distribution_value(call.name, call.key, 0)?;
+        match here(&dkey, true, || local::limit::consume_here(call))? {
+            Some(answer) => Ok(answer),
+            None => consume_elsewhere(call, &dkey, alone(call)),
+        }
+    }
+
+    fn check(&self, call: &Call<'_>) -> Result<Decision, CallError> {
+        if let Some(shards) = call.spread_shards()? {
+            // Its shards spread over the nodes: read them where they live.
+            let definition = call.definition()?;
+            let stored = read_states(call.name, None, shards)?;
+            return local::limit::check_shards(call, &definition, &stored);
+        }
+        let dkey = distribution_value(call.name, call.key, 0)?;
+        match here(&dkey, false, || local::limit::check_here(call))? {
+            Some(answer) => Ok(answer),
+            None => elsewhere(call, &dkey, false, alone(call)).map(|(decision, _)| decision),
+        }
+    }
+
+    fn credit(
+        &self,
+        name: &[u8],
+        key: Option<&[u8]>,
+        count: f64,
+        inline: Option<Config>,
+        config_argument: Option<pg_sys::Datum>,
+    ) -> Result<f64, CallError> {
+        credit(name, key, count, inline, config_argument)
+    }
+
+    fn read_states(
+        &self,
+        name: &[u8],
+        key: Option<&[u8]>,
+        config: &Config,
+    ) -> Result<Vec<Option<State>>, CallError> {
+        // A global limit with several shards is read on every node
+        // holding some.
+        read_states(name, key, config.shards.max(1) as i16)
+    }
+
+    fn consume_all(
+        &self,
+        requests: &[&RequestArgument],
+        reserve: bool,
+    ) -> Result<Answers, CallError> {
+        all_or_nothing::consume(requests, reserve)
+    }
+
+    fn prune(&self, older_than: Option<Interval>) -> Result<i64, CallError> {
+        prune_everywhere(older_than)
+    }
+}

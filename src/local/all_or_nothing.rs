@@ -1,0 +1,185 @@
+//! `rate_limit_all` on this node's rows: every row of every limit locked
+//! in one fixed order (`storage::consume_all_or_nothing`), the clock read
+//! once, the math (`rate_limiter_algorithm::evaluate_all_or_nothing`: the
+//! requests in the order given, a limit named twice charged twice), and
+//! every new state written or none. On a distributed install the cluster
+//! layer runs [`consume`] once per node, inside the shard relation there.
+
+use crate::call::{Answers, RequestArgument};
+use crate::clock;
+use crate::definitions::{self, Definition};
+use crate::errors::CallError;
+use crate::storage::{self, RowId};
+use rate_limiter_algorithm::{
+    evaluate_all_or_nothing, Limit, LimitError, LimitId, Member, Request, State,
+};
+use std::collections::HashMap;
+
+/// The limits the requests name, each once (a limit named twice must have
+/// the same config both times), and each request as a member of them.
+fn group<'a>(
+    requests: &[&'a RequestArgument],
+    reserve: bool,
+) -> Result<(Vec<Limit<'a>>, Vec<Member>), CallError> {
+    let mut limits: Vec<Limit<'a>> = Vec::new();
+    // Where each limit is in `limits`.
+    let mut seen: HashMap<LimitId<'a>, usize> = HashMap::with_capacity(requests.len());
+    let mut members = Vec::with_capacity(requests.len());
+    for (index, request) in requests.iter().enumerate() {
+        request.config.validate_count(request.count, reserve)?;
+        let id = LimitId {
+            name: &request.name,
+            key: request.key.as_deref(),
+        };
+        let limit = match seen.get(&id).copied() {
+            Some(limit)
+                if limits[limit].config != request.config
+                    || limits[limit].enforce != request.enforce =>
+            {
+                return Err(CallError::Limit(LimitError::invalid(
+                    "requests",
+                    format!(
+                        "requests[{}] names the same limit as an earlier request with a different config",
+                        index + 1
+                    ),
+                )));
+            }
+            Some(limit) => limit,
+            None => {
+                limits.push(Limit {
+                    id,
+                    config: request.config,
+                    stored: vec![None; request.config.shards.max(1) as usize],
+                    enforce: request.enforce,
+                });
+                seen.insert(id, limits.len() - 1);
+                limits.len() - 1
+            }
+        };
+        members.push(Member {
+            limit,
+            request: Request {
+                count: request.count,
+                reserve,
+            },
+        });
+    }
+    Ok((limits, members))
+}
+
+/// Locks, decides and writes (see the module documentation), on the state
+/// table or, on a distributed install, in the shard relation the cluster
+/// layer routes storage to (every request's rows are in it); the answers in
+/// request order, and for each request whether it was *contended*: its
+/// limit is sharded and the call waited for another transaction to get
+/// one of its shards (`rate_limit_all` holds every shard it may use, so it
+/// waits for busy ones rather than passing over them).
+pub fn consume(requests: &[&RequestArgument], reserve: bool) -> Result<Answers, CallError> {
+    let (mut limits, members) = group(requests, reserve)?;
+    let mut rows: Vec<RowId<'_>> = limits
+        .iter()
+        .flat_map(|limit| {
+            (0..limit.stored.len()).map(move |shard| RowId {
+                name: limit.id.name,
+                key: limit.id.key,
+                shard: shard as i16,
+            })
+        })
+        .collect();
+    storage::sort_rows(&mut rows);
+    // Where each (limit, shard) is in the sorted rows.
+    let position = |name: &[u8], key: Option<&[u8]>, shard: usize| {
+        rows.binary_search_by(|row| (row.name, row.key, row.shard).cmp(&(name, key, shard as i16)))
+            .ok()
+    };
+    let positions: Vec<Vec<Option<usize>>> = limits
+        .iter()
+        .map(|limit| {
+            (0..limit.stored.len())
+                .map(|shard| position(limit.id.name, limit.id.key, shard))
+                .collect()
+        })
+        .collect();
+    // Missing shards each limit may consume from (see
+    // storage::consume_all_or_nothing): two per request naming it.
+    let mut missing_held: HashMap<LimitId<'_>, usize> = HashMap::with_capacity(limits.len());
+    for member in &members {
+        let limit = &limits[member.limit];
+        let held = missing_held.entry(limit.id).or_insert(0);
+        *held = (*held + 2).min(limit.stored.len());
+    }
+    let missing_held = |row: RowId<'_>| {
+        missing_held
+            .get(&LimitId {
+                name: row.name,
+                key: row.key,
+            })
+            .copied()
+            .unwrap_or(0)
+    };
+    storage::consume_all_or_nothing(
+        &rows,
+        missing_held,
+        |stored: &[Option<State>], waited: &[bool]| {
+            let contended: Vec<bool> = members
+                .iter()
+                .map(|member| {
+                    limits[member.limit].stored.len() > 1
+                        && positions[member.limit]
+                            .iter()
+                            .flatten()
+                            .any(|&position| waited.get(position).copied().unwrap_or(false))
+                })
+                .collect();
+            // Every definition used is still the one in force (a define may
+            // have committed while the call waited for a row).
+            for request in requests {
+                let used = Definition {
+                    config: request.config,
+                    enforce: request.enforce,
+                };
+                definitions::recheck(&request.name, request.inline, &used)?;
+            }
+            for (limit, positions) in limits.iter_mut().zip(&positions) {
+                for (slot, position) in limit.stored.iter_mut().zip(positions) {
+                    *slot = position.and_then(|p| stored.get(p).copied().flatten());
+                }
+            }
+            let outcome = evaluate_all_or_nothing(&limits, &members, clock::now())?;
+            let writes = outcome.new_states.map(|new_states| {
+                let mut writes = vec![None; stored.len()];
+                for (states, positions) in new_states.iter().zip(&positions) {
+                    for (state, position) in states.iter().zip(positions) {
+                        if let (Some(state), Some(position)) = (state, position) {
+                            writes[*position] = Some(*state);
+                        }
+                    }
+                }
+                writes
+            });
+            Ok(((outcome.answers, contended), writes))
+        },
+    )
+}
+
+/// Runs `consume` on the requests, and again, every definition resolved
+/// again, when a definition changed under it
+/// (`definitions::restarting`).
+pub fn restarting(
+    requests: &mut [RequestArgument],
+    consume: impl Fn(&[&RequestArgument]) -> Result<Answers, CallError>,
+) -> Result<Answers, CallError> {
+    let mut first = true;
+    definitions::restarting(|| {
+        // A restart resolves every definition again.
+        if !std::mem::take(&mut first) {
+            for request in requests.iter_mut() {
+                let definition = definitions::resolve(&request.name, request.inline)?;
+                request.config = definition.config;
+                request.enforce = definition.enforce;
+            }
+        }
+        let requests: Vec<&RequestArgument> = requests.iter().collect();
+        consume(&requests)
+    })
+}

@@ -1,0 +1,181 @@
+//! `rate_limit` and `rate_check` on this node's rows: lock, decide with the
+//! clock read after the lock, write (`storage`); or read and decide
+//! without a lock. On a distributed install the cluster layer runs these
+//! inside the shard relation of this node that holds the call's rows.
+
+use crate::call::Call;
+use crate::clock;
+use crate::definitions::{self, Definition};
+use crate::errors::CallError;
+use crate::shard_choice;
+use crate::stats::Counted;
+use crate::storage::{self, route, ShardPlaces};
+use rate_limiter_algorithm::{
+    evaluate, evaluate_all, evaluate_looked_at, near_limit, verdict, Decision, ShardedDecision,
+    State, Verdict,
+};
+
+/// The answer of a sharded limit, as the result row reports it.
+pub fn answer(decision: ShardedDecision) -> Decision {
+    Decision {
+        ok: decision.ok,
+        retry_after: decision.retry_after,
+        remaining: decision.remaining,
+        new_state: None,
+    }
+}
+
+/// What a consuming call of `definition` answers for `decision` (shadow
+/// mode answers a refusal as admitted), and how it is counted in
+/// `rate_limiter.stats`. `count` is the tokens asked for; `contended`
+/// whether a sharded call passed over or waited for a locked shard.
+pub fn answered(
+    definition: &Definition,
+    count: f64,
+    decision: Decision,
+    contended: bool,
+) -> (Decision, Counted) {
+    let (decision, verdict) = verdict::answer(decision, definition.enforce);
+    let admitted = verdict == Verdict::Admitted;
+    let counted = Counted {
+        verdict,
+        count,
+        reserved: admitted && decision.retry_after.is_some_and(|micros| micros > 0),
+        near_limit: admitted && near_limit(&definition.config, decision.remaining),
+        contended,
+    };
+    (decision, counted)
+}
+
+/// Locks the row, evaluates with the clock read after the lock, and records
+/// the consumption (see `storage`). A sharded limit picks its shards as
+/// `storage/shards.rs` describes. The decision as the call answers it,
+/// and as it is counted (by the caller: `rate_wait` counts only its last
+/// try).
+pub fn consume_here(call: &Call<'_>) -> Result<(Decision, Counted), CallError> {
+    consume_with(call, ShardPlaces::All)
+}
+
+/// [`consume_here`] using the shards `places` allows.
+///
+/// Errors: as `rate_limit`; 55000 when the limit's number of shards is no
+/// longer the one `places` were found for.
+pub fn consume_with(
+    call: &Call<'_>,
+    places: ShardPlaces,
+) -> Result<(Decision, Counted), CallError> {
+    let (decision, definition, contended) =
+        definitions::restarting(|| consume_once(call, places.clone()))?;
+    Ok(answered(
+        &definition,
+        call.request.count,
+        decision,
+        contended,
+    ))
+}
+
+/// Whether a global limit of `shards` shards, asked for on this node
+/// without its places, has them on several nodes: storage was routed to
+/// one relation (a distributed install), and a global limit's shards do
+/// not all live in it.
+fn spread_elsewhere(call: &Call<'_>, shards: i32, places: &ShardPlaces) -> bool {
+    matches!(places, ShardPlaces::All)
+        && shards > 1
+        && call.key.is_none()
+        && route::route().is_some()
+}
+
+/// One try of [`consume_here`]: fails with `DefinitionChanged` when the
+/// definition changed while the call waited for its rows. The decision as
+/// made, the definition it was made under, and whether a sharded call met
+/// a locked shard.
+fn consume_once(
+    call: &Call<'_>,
+    places: ShardPlaces,
+) -> Result<(Decision, Definition, bool), CallError> {
+    let definition = call.definition()?;
+    let config = definition.config;
+    // Check the count against the config before touching the row.
+    config.validate_count(call.request.count, call.request.reserve)?;
+    let current = || definitions::recheck(call.name, call.config, &definition);
+    if spread_elsewhere(call, config.shards, &places) || !places.fit(config.shards) {
+        return Err(definition_changed());
+    }
+    if config.shards > 1 {
+        let (decision, contended) = storage::consume_sharded(
+            call.shards(&config),
+            places,
+            shard_choice::draw,
+            |candidates| {
+                current()?;
+                Ok(evaluate_looked_at(
+                    &config,
+                    call.id(),
+                    candidates,
+                    clock::now(),
+                    call.request,
+                )?)
+            },
+        )?;
+        return Ok((answer(decision), definition, contended));
+    }
+    let decision = storage::consume(call.row(), |stored| {
+        current()?;
+        Ok(evaluate(
+            &config,
+            call.id(),
+            stored,
+            clock::now(),
+            call.request,
+        )?)
+    })?;
+    Ok((decision, definition, false))
+}
+
+/// Evaluates without locking or writing, and answers as `rate_limit` would
+/// (shadow mode included). A sharded limit reads every shard and answers
+/// for the two fullest (see `evaluate_all`).
+pub fn check_here(call: &Call<'_>) -> Result<Decision, CallError> {
+    let definition = call.definition()?;
+    let config = definition.config;
+    if spread_elsewhere(call, config.shards, &ShardPlaces::All) {
+        // Its shards live on several nodes: the cluster reads them there.
+        return Err(definition_changed());
+    }
+    if config.shards > 1 {
+        let limit = call.shards(&config);
+        let stored = storage::read_shards(limit.name, limit.key, limit.shards);
+        return check_shards(call, &definition, &stored);
+    }
+    let stored = storage::read(call.row());
+    let decision = evaluate(&config, call.id(), stored, clock::now(), call.request)?;
+    // Answer as rate_limit would: a state it could not store is an error.
+    if let Some(state) = decision.new_state {
+        storage::timestamp(state.ts)?;
+    }
+    Ok(verdict::answer(decision, definition.enforce).0)
+}
+
+/// The error of a call whose limit's definition changed between finding
+/// where its shards live and deciding (55000).
+pub fn definition_changed() -> CallError {
+    CallError::Cluster(
+        "the definition of this limit changed during the call".into(),
+        "Retry the transaction.",
+    )
+}
+
+/// [`check_here`] of a sharded limit, given the stored state of every
+/// shard (`stored[i]` is shard `i`): the answer for the two fullest.
+pub fn check_shards(
+    call: &Call<'_>,
+    definition: &Definition,
+    stored: &[Option<State>],
+) -> Result<Decision, CallError> {
+    let config = definition.config;
+    let decision = evaluate_all(&config, call.id(), stored, clock::now(), call.request)?;
+    for state in decision.new_states.iter().flatten() {
+        storage::timestamp(state.ts)?;
+    }
+    Ok(verdict::answer(answer(decision), definition.enforce).0)
+}

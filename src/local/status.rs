@@ -1,0 +1,20 @@
+//! Reading a limit's state on this node, taking no lock (`status`,
+//! `http_headers`).
+
+use crate::storage::{self, RowId};
+use rate_limiter_algorithm::{Config, State};
+
+/// The stored state of every shard of (name, key) under `config`
+/// (`stored[i]` is shard `i`; one entry for an unsharded limit), read with
+/// the active snapshot.
+pub fn read_states(name: &[u8], key: Option<&[u8]>, config: &Config) -> Vec<Option<State>> {
+    if config.shards > 1 {
+        storage::read_shards(name, key, config.shards as i16)
+    } else {
+        vec![storage::read(RowId {
+            name,
+            key,
+            shard: 0,
+        })]
+    }
+}

@@ -1,0 +1,227 @@
+//! The placement seam: where a call's rows live, decided once per call.
+//!
+//! Every SQL function that reads or writes state asks this module, and
+//! nothing else, where to go. On one server (the state table is not
+//! distributed) every call goes to the single-server path, [`crate::local`],
+//! and nothing here or below it knows about clusters. When
+//! `rate_limiter.distribute()` has made the state table a distributed one
+//! ([`crate::catalog::Objects::distributed`]), the call goes to the
+//! [`Cluster`] installed at load (`crate::citus` installs itself from
+//! `_PG_init`, as statistics and the planner checks install their hooks):
+//! it finds the node holding the rows and either runs the same
+//! single-server functions there, with storage routed to the shard
+//! relation (`storage::route`), or passes the call on to that node.
+//!
+//! The order of checks a consuming call makes on a cluster is kept in one
+//! place ([`writing`]): first what the cluster refuses before anything is
+//! read (inside one of Citus's shard queries nothing else may run first),
+//! then 42704 for an undefined limit, then 25006 in a read-only
+//! transaction, before the call goes anywhere (another node's part of the
+//! transaction would not be read-only: SPEC §8).
+
+use crate::call::{Answers, Call, RequestArgument};
+use crate::catalog;
+use crate::definitions;
+use crate::errors::CallError;
+use crate::local;
+use crate::stats::Counted;
+use pgrx::pg_sys;
+use pgrx::prelude::*;
+use rate_limiter_algorithm::{Config, Decision, State};
+use std::cell::Cell;
+use std::ffi::CStr;
+
+/// A cluster the state table can be distributed over: what each call does
+/// when the rows may live on other nodes. The calls get their arguments
+/// checked and, for consuming calls, the checks of [`writing`] made.
+pub trait Cluster {
+    /// Fails when a call named `function` cannot run at this point at all
+    /// (before it reads anything, even a definition).
+    fn before_call(&self, function: &'static str) -> Result<(), CallError>;
+    /// Fails when the cluster cannot serve calls now (before a read-only
+    /// call reads anything).
+    fn usable(&self) -> Result<(), CallError>;
+    /// `rate_limit`: the decision as answered and as counted.
+    fn consume(&self, call: &Call<'_>) -> Result<(Decision, Counted), CallError>;
+    /// `rate_check`: the decision as answered.
+    fn check(&self, call: &Call<'_>) -> Result<Decision, CallError>;
+    /// `rate_credit`: the limit's value afterwards. `config_argument` is
+    /// the inline config as its SQL value (a `rate_limiter.config`
+    /// datum), to pass on.
+    fn credit(
+        &self,
+        name: &[u8],
+        key: Option<&[u8]>,
+        count: f64,
+        inline: Option<Config>,
+        config_argument: Option<pg_sys::Datum>,
+    ) -> Result<f64, CallError>;
+    /// The stored state of every shard of (name, key) (`status`).
+    fn read_states(
+        &self,
+        name: &[u8],
+        key: Option<&[u8]>,
+        config: &Config,
+    ) -> Result<Vec<Option<State>>, CallError>;
+    /// One try of `rate_limit_all` (see [`consume_all`]).
+    fn consume_all(
+        &self,
+        requests: &[&RequestArgument],
+        reserve: bool,
+    ) -> Result<Answers, CallError>;
+    /// `prune`: how many rows were deleted on every node.
+    fn prune(&self, older_than: Option<Interval>) -> Result<i64, CallError>;
+}
+
+thread_local! {
+    /// The cluster installed at load, if any.
+    static CLUSTER: Cell<Option<&'static dyn Cluster>> = const { Cell::new(None) };
+}
+
+/// Installs `cluster` (once, when the library is loaded).
+pub fn install(cluster: &'static dyn Cluster) {
+    CLUSTER.with(|cell| cell.set(Some(cluster)));
+}
+
+/// The cluster a call goes through: `None` on one server (the state table
+/// is not distributed).
+///
+/// Errors: 55000 when the table is distributed but no cluster is installed.
+fn cluster() -> Result<Option<&'static dyn Cluster>, CallError> {
+    if !catalog::objects().distributed {
+        return Ok(None);
+    }
+    match CLUSTER.with(Cell::get) {
+        Some(cluster) => Ok(Some(cluster)),
+        None => Err(CallError::Cluster(
+            "rate_limiter.rate_limits is distributed, but this server cannot place calls on a cluster".into(),
+            "Install the library with the same version on every node.",
+        )),
+    }
+}
+
+/// The name of `function` as messages show it.
+fn named(function: &'static CStr) -> &'static str {
+    function.to_str().unwrap_or("rate_limiter")
+}
+
+/// Fails with 25006 in a read-only transaction.
+fn prevent_read_only(function: &'static CStr) {
+    // SAFETY: reads the transaction state; raises an ERROR when read-only.
+    unsafe { pg_sys::PreventCommandIfReadOnly(function.as_ptr()) };
+}
+
+/// The checks of a consuming call on a cluster, in order: the cluster's
+/// own (before anything is read), `resolve` (42704 for an undefined
+/// limit), 25006 in a read-only transaction.
+fn writing(
+    cluster: &dyn Cluster,
+    function: &'static CStr,
+    resolve: impl FnOnce() -> Result<(), CallError>,
+) -> Result<(), CallError> {
+    cluster.before_call(named(function))?;
+    resolve()?;
+    prevent_read_only(function);
+    Ok(())
+}
+
+/// What a call named `function` that reads or writes no state row
+/// directly (`rate_reset`) must check first.
+pub fn before_call(function: &'static CStr) -> Result<(), CallError> {
+    match cluster()? {
+        Some(cluster) => cluster.before_call(named(function)),
+        None => Ok(()),
+    }
+}
+
+/// What a read-only call must check before it reads a definition
+/// (`status`, `http_headers`).
+pub fn before_read() -> Result<(), CallError> {
+    match cluster()? {
+        Some(cluster) => cluster.usable(),
+        None => Ok(()),
+    }
+}
+
+/// `rate_limit` (and each try of `rate_wait`): locks, decides and writes
+/// where the rows live. The decision as answered and as counted.
+pub fn consume(call: &Call<'_>) -> Result<(Decision, Counted), CallError> {
+    match cluster()? {
+        None => local::limit::consume_here(call),
+        Some(cluster) => {
+            writing(cluster, c"rate_limit()", || call.definition().map(drop))?;
+            cluster.consume(call)
+        }
+    }
+}
+
+/// `rate_check`: decides without a lock or a write where the rows live.
+pub fn check(call: &Call<'_>) -> Result<Decision, CallError> {
+    match cluster()? {
+        None => local::limit::check_here(call),
+        Some(cluster) => {
+            cluster.usable()?;
+            cluster.check(call)
+        }
+    }
+}
+
+/// `rate_credit`, its arguments checked: the limit's value afterwards.
+pub fn credit(
+    name: &[u8],
+    key: Option<&[u8]>,
+    count: f64,
+    inline: Option<Config>,
+    config_argument: Option<pg_sys::Datum>,
+) -> Result<f64, CallError> {
+    match cluster()? {
+        None => local::credit::credit_here(name, key, count, inline),
+        Some(cluster) => {
+            writing(cluster, c"rate_credit()", || {
+                definitions::resolve(name, inline).map(drop)
+            })?;
+            cluster.credit(name, key, count, inline, config_argument)
+        }
+    }
+}
+
+/// The stored state of every shard of (name, key) under `config`, read
+/// without a lock where the rows live.
+pub fn read_states(
+    name: &[u8],
+    key: Option<&[u8]>,
+    config: &Config,
+) -> Result<Vec<Option<State>>, CallError> {
+    match cluster()? {
+        None => Ok(local::status::read_states(name, key, config)),
+        Some(cluster) => cluster.read_states(name, key, config),
+    }
+}
+
+/// `rate_limit_all`: the requests `read` returns (read after the
+/// cluster's first check, before 25006), consumed all or nothing where
+/// their rows live, again with every definition resolved anew when one
+/// changed under the call. The requests (as last resolved) and the
+/// answers.
+pub fn consume_all(
+    function: &'static CStr,
+    read: impl FnOnce() -> Result<Vec<RequestArgument>, CallError>,
+    reserve: bool,
+) -> Result<(Vec<RequestArgument>, Answers), CallError> {
+    before_call(function)?;
+    let mut requests = read()?;
+    prevent_read_only(function);
+    let answers = local::all_or_nothing::restarting(&mut requests, |requests| match cluster()? {
+        None => local::all_or_nothing::consume(requests, reserve),
+        Some(cluster) => cluster.consume_all(requests, reserve),
+    })?;
+    Ok((requests, answers))
+}
+
+/// `prune`: how many rows were deleted (on a cluster, on every node).
+pub fn prune(older_than: Option<Interval>) -> Result<i64, CallError> {
+    match cluster()? {
+        None => local::prune::prune_state_table(older_than),
+        Some(cluster) => cluster.prune(older_than),
+    }
+}
