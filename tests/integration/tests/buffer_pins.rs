@@ -60,6 +60,18 @@ fn hold_row(name: &str, key: &str) -> postgres::Client {
     holder
 }
 
+/// Creates pg_buffercache if it is missing. Both tests run at once, and
+/// two concurrent `CREATE EXTENSION IF NOT EXISTS` can collide on the
+/// catalog's unique index (23505): an advisory lock serializes them.
+fn with_buffercache(client: &mut postgres::Client) {
+    client
+        .batch_execute(
+            "BEGIN; SELECT pg_advisory_xact_lock(hashtext('pg_buffercache'));
+             CREATE EXTENSION IF NOT EXISTS pg_buffercache; COMMIT",
+        )
+        .expect("create pg_buffercache");
+}
+
 fn pid(client: &mut postgres::Client) -> u32 {
     client
         .query_one("SELECT pg_backend_pid()", &[])
@@ -70,9 +82,7 @@ fn pid(client: &mut postgres::Client) -> u32 {
 #[test]
 fn rate_limit_all_pins_no_page_while_it_waits() {
     let mut client = connect();
-    client
-        .batch_execute("CREATE EXTENSION IF NOT EXISTS pg_buffercache")
-        .unwrap();
+    with_buffercache(&mut client);
     let name = unique_name("pins_all");
     client
         .execute(
@@ -122,9 +132,7 @@ fn rate_limit_all_pins_no_page_while_it_waits() {
 #[test]
 fn rate_credit_pins_no_page_while_it_waits() {
     let mut client = connect();
-    client
-        .batch_execute("CREATE EXTENSION IF NOT EXISTS pg_buffercache")
-        .unwrap();
+    with_buffercache(&mut client);
     let name = unique_name("pins_credit");
     // 64 shards with a row each, every one on its own page (fillfactor
     // does not apply to direct writes, so pad the pages with other rows).
