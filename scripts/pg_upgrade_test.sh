@@ -12,7 +12,7 @@
 # `pg_attver` on every column of every table, which PostgreSQL 18 refuses
 # ("unrecognized parameter"), so pg_upgrade from it fails for any database
 # with a table in it, ours or not (tried with one plain table; README,
-# Platforms).
+# "Upgrades").
 #
 # Needs the extension installed into both (scripts/test.sh's run of every
 # version has done that when it calls this; otherwise this installs it).

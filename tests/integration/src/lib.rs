@@ -51,23 +51,54 @@ fn setup() {
     });
 }
 
-/// The SQL that README.md shows between `<!-- MARKER:begin -->` and
+/// The SQL that the documentation shows between `<!-- MARKER:begin -->` and
 /// `<!-- MARKER:end -->` (the inside of the ```sql fence there), so tests can
-/// run the README's recipes exactly as written.
+/// run the README's recipes exactly as written. The block is looked for in
+/// README.md and in every `docs/*.md`; the marker must be in exactly one of
+/// those files, once (a panic says where it is otherwise).
 pub fn readme_sql(marker: &str) -> String {
-    let readme = std::fs::read_to_string(concat!(env!("CARGO_MANIFEST_DIR"), "/../../README.md"))
-        .expect("read README.md");
+    let root = std::path::Path::new(concat!(env!("CARGO_MANIFEST_DIR"), "/../.."));
+    let mut docs: Vec<std::path::PathBuf> = std::fs::read_dir(root.join("docs"))
+        .expect("read docs/")
+        .map(|entry| entry.expect("read an entry of docs/").path())
+        .filter(|path| path.extension().is_some_and(|ext| ext == "md"))
+        .collect();
+    docs.sort();
     let (begin, end) = (
         format!("<!-- {marker}:begin -->"),
         format!("<!-- {marker}:end -->"),
     );
-    let start = readme
-        .find(&begin)
-        .unwrap_or_else(|| panic!("README has {begin}"));
-    let end = readme
+    let mut found = Vec::new();
+    for path in std::iter::once(root.join("README.md")).chain(docs) {
+        let text = std::fs::read_to_string(&path)
+            .unwrap_or_else(|e| panic!("read {}: {e}", path.display()));
+        if text.contains(&begin) || text.contains(&end) {
+            found.push((path, text));
+        }
+    }
+    let (path, text) = match found.as_slice() {
+        [only] => only,
+        [] => panic!("neither README.md nor any docs/*.md has {begin}"),
+        _ => panic!(
+            "{begin} is in more than one file: {}",
+            found
+                .iter()
+                .map(|(path, _)| path.display().to_string())
+                .collect::<Vec<_>>()
+                .join(", ")
+        ),
+    };
+    let name = path.display();
+    assert!(
+        text.matches(&begin).count() == 1 && text.matches(&end).count() == 1,
+        "{name} must have {begin} and {end} once each"
+    );
+    let start = text.find(&begin).expect("the begin marker");
+    let end = text[start..]
         .find(&end)
-        .unwrap_or_else(|| panic!("README has {end}"));
-    let block = &readme[start..end];
+        .map(|offset| start + offset)
+        .unwrap_or_else(|| panic!("{name} has {end} after {begin}"));
+    let block = &text[start..end];
     let sql_start = block.find("```sql").expect("a ```sql block") + "```sql".len();
     let sql_end = sql_start + block[sql_start..].find("```").expect("the block's end");
     block[sql_start..sql_end].to_string()

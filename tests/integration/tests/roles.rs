@@ -28,9 +28,10 @@ fn connect_as(user: &str) -> Client {
     .unwrap_or_else(|e| panic!("connect as {user}: {e}"))
 }
 
-/// The SQL of the README's role recipes.
+/// The SQL of the README's role recipes, then the Citus grants that
+/// docs/citus.md adds to them (the functions exist on a single server too).
 fn readme_grants() -> String {
-    readme_sql("roles")
+    format!("{}\n{}", readme_sql("roles"), readme_sql("citus-roles"))
 }
 
 /// Runs `sql` as `client` and asserts the outcome: Ok, or the SQLSTATE.
