@@ -2,11 +2,11 @@
 //! tokens added, never above capacity (per shard, emptiest shard first);
 //! locks like `rate_limit` (`storage::credit`).
 
-use super::limit::definition_changed;
+use super::limit::{definition_changed, spread_elsewhere};
 use crate::clock;
 use crate::definitions;
 use crate::errors::CallError;
-use crate::storage::{self, route, ShardPlaces};
+use crate::storage::{self, ShardPlaces};
 use rate_limiter_algorithm::Config;
 
 /// The credit on this node (on a distributed install: in the shard
@@ -39,11 +39,7 @@ pub fn credit_on(
     definitions::restarting(|| {
         let definition = definitions::resolve(name, inline)?;
         let config = definition.config;
-        let spread_elsewhere = matches!(places, ShardPlaces::All)
-            && config.shards > 1
-            && key.is_none()
-            && route::route().is_some();
-        if spread_elsewhere || !places.fit(config.shards) {
+        if spread_elsewhere(key, config.shards, &places) || !places.fit(config.shards) {
             // Its shards live on several nodes, or no longer these.
             return Err(definition_changed());
         }

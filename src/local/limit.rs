@@ -74,15 +74,12 @@ pub fn consume_with(
     ))
 }
 
-/// Whether a global limit of `shards` shards, asked for on this node
-/// without its places, has them on several nodes: storage was routed to
-/// one relation (a distributed install), and a global limit's shards do
-/// not all live in it.
-fn spread_elsewhere(call: &Call<'_>, shards: i32, places: &ShardPlaces) -> bool {
-    matches!(places, ShardPlaces::All)
-        && shards > 1
-        && call.key.is_none()
-        && route::route().is_some()
+/// Whether the limit (`key`: `None` for a global limit) of `shards`
+/// shards, asked for on this node without its places, has them on several
+/// nodes: storage was routed to one relation (a distributed install), and
+/// a global limit's shards do not all live in it.
+pub fn spread_elsewhere(key: Option<&[u8]>, shards: i32, places: &ShardPlaces) -> bool {
+    matches!(places, ShardPlaces::All) && shards > 1 && key.is_none() && route::route().is_some()
 }
 
 /// One try of [`consume_here`]: fails with `DefinitionChanged` when the
@@ -98,7 +95,7 @@ fn consume_once(
     // Check the count against the config before touching the row.
     config.validate_count(call.request.count, call.request.reserve)?;
     let current = || definitions::recheck(call.name, call.config, &definition);
-    if spread_elsewhere(call, config.shards, &places) || !places.fit(config.shards) {
+    if spread_elsewhere(call.key, config.shards, &places) || !places.fit(config.shards) {
         return Err(definition_changed());
     }
     if config.shards > 1 {
@@ -138,7 +135,7 @@ fn consume_once(
 pub fn check_here(call: &Call<'_>) -> Result<Decision, CallError> {
     let definition = call.definition()?;
     let config = definition.config;
-    if spread_elsewhere(call, config.shards, &ShardPlaces::All) {
+    if spread_elsewhere(call.key, config.shards, &ShardPlaces::All) {
         // Its shards live on several nodes: the cluster reads them there.
         return Err(definition_changed());
     }
