@@ -7,7 +7,7 @@ suite (scripts/test.sh, step 1), one TAP line each ("ok N - rule" or
 2. the single-server code names no Citus: outside src/citus/ only lib.rs
    (which registers it at load) and the seam, placement.rs, says `crate::citus` or `citus::`;
 3. src/citus/ calls down only: it never uses the SQL functions' modules
-   (limit, credit, status, prune, all_or_nothing, wait, http) nor the seam's
+   (limit, credit, status, prune, all_or_nothing, wait, http, define) nor the seam's
    callers, only the seam (`placement`), the single-server path (`local`)
    and what lies below them;
 4. no module cycle: in each crate, no two files use each other, directly
@@ -25,7 +25,7 @@ import sys
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 CRATES = {"src": "src", "algorithm": "algorithm/src"}
 MAX_LINES = 600
-SQL_FUNCTION_MODULES = {"limit", "credit", "status", "prune", "all_or_nothing", "wait", "http"}
+SQL_FUNCTION_MODULES = {"limit", "credit", "status", "prune", "all_or_nothing", "wait", "http", "define"}
 
 
 def rust_files(directory):

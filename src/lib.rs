@@ -13,7 +13,8 @@
 //!   takes;
 //! - [`result_row`]: returning the result row of `rate_limit` / `rate_check`;
 //! - [`plans`]: SPI statements prepared once and kept;
-//! - [`definitions`]: named limits (`define`, `undefine`, lookup);
+//! - [`definitions`]: looking a named limit up (cached per backend);
+//! - [`define`]: `define` and `undefine`;
 //! - [`config`]: the SQL type `rate_limiter.config` and its constructors;
 //! - [`limit`]: the SQL functions `rate_limit`, `rate_check`, `rate_reset`;
 //! - [`all_or_nothing`]: `rate_limit_all`, several limits at once, all or nothing;
@@ -51,6 +52,7 @@ pub mod clock;
 pub mod compat;
 pub mod config;
 pub mod credit;
+pub mod define;
 pub mod definitions;
 pub mod errors;
 pub mod http;

@@ -21,12 +21,14 @@
 
 use crate::call::{Answers, Call, RequestArgument};
 use crate::catalog;
+use crate::config::ConfigValues;
 use crate::definitions;
 use crate::errors::CallError;
 use crate::local;
 use crate::stats::Counted;
 use pgrx::pg_sys;
 use pgrx::prelude::*;
+use pgrx::spi::SpiClient;
 use rate_limiter_algorithm::{Config, Decision, State};
 use std::cell::Cell;
 use std::ffi::CStr;
@@ -71,6 +73,16 @@ pub trait Cluster {
     ) -> Result<Answers, CallError>;
     /// `prune`: how many rows were deleted on every node.
     fn prune(&self, older_than: Option<Interval>) -> Result<i64, CallError>;
+    /// `define`: writes the definition of `name`, and deletes its state
+    /// when its meaning changes, through `client` (as the extension's
+    /// owner).
+    fn define(
+        &self,
+        client: &mut SpiClient<'_>,
+        name: &[u8],
+        values: &ConfigValues,
+        enforce: bool,
+    ) -> Result<(), CallError>;
 }
 
 thread_local! {
@@ -223,5 +235,19 @@ pub fn prune(older_than: Option<Interval>) -> Result<i64, CallError> {
     match cluster()? {
         None => local::prune::prune_state_table(older_than),
         Some(cluster) => cluster.prune(older_than),
+    }
+}
+
+/// `define`, its arguments checked: writes the definition (on one server
+/// `local::define`) through `client`, as the extension's owner.
+pub fn define(
+    client: &mut SpiClient<'_>,
+    name: &[u8],
+    values: &ConfigValues,
+    enforce: bool,
+) -> Result<(), CallError> {
+    match cluster()? {
+        None => local::define::define(client, name, values, enforce),
+        Some(cluster) => cluster.define(client, name, values, enforce),
     }
 }

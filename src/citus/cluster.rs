@@ -8,6 +8,7 @@
 use super::all_or_nothing;
 use super::consume::{alone, consume_elsewhere, consume_spread, elsewhere};
 use super::credit::credit;
+use super::define::define_distributed;
 use super::metadata::distribution_value;
 use super::prune::prune_everywhere;
 use super::read::read_states;
@@ -15,12 +16,14 @@ use super::routing::here;
 use super::shard_query::before_call;
 use super::shard_query::usable;
 use crate::call::{Answers, Call, RequestArgument};
+use crate::config::ConfigValues;
 use crate::errors::CallError;
 use crate::local;
 use crate::placement::Cluster;
 use crate::stats::Counted;
 use pgrx::pg_sys;
 use pgrx::prelude::*;
+use pgrx::spi::SpiClient;
 use rate_limiter_algorithm::{Config, Decision, State};
 
 /// The cluster `crate::citus::register` installs.
@@ -92,5 +95,15 @@ impl Cluster for Citus {
 
     fn prune(&self, older_than: Option<Interval>) -> Result<i64, CallError> {
         prune_everywhere(older_than)
+    }
+
+    fn define(
+        &self,
+        client: &mut SpiClient<'_>,
+        name: &[u8],
+        values: &ConfigValues,
+        enforce: bool,
+    ) -> Result<(), CallError> {
+        define_distributed(client, name, values, enforce)
     }
 }

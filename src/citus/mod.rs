@@ -33,6 +33,7 @@ mod all_or_nothing;
 mod cluster;
 mod consume;
 mod credit;
+mod define;
 mod elsewhere;
 mod internal_functions;
 mod metadata;

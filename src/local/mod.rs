@@ -5,6 +5,7 @@
 
 pub mod all_or_nothing;
 pub mod credit;
+pub mod define;
 pub mod limit;
 pub mod prune;
 pub mod status;

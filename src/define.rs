@@ -1,0 +1,117 @@
+//! `rate_limiter.define()` and `rate_limiter.undefine()`: named limits
+//! written to `rate_limiter.definitions` (through `crate::placement`; on
+//! one server `local::define`). Looking a definition up is
+//! `crate::definitions`.
+
+use crate::config::{required, ConfigValues};
+use crate::errors::{report, CallError};
+use crate::placement;
+use crate::storage::text_argument;
+use pgrx::heap_tuple::PgHeapTuple;
+use pgrx::pg_sys::panic::ErrorReport;
+use pgrx::prelude::*;
+use pgrx::AllocatedByRust;
+use pgrx::PgSqlErrorCode;
+use rate_limiter_algorithm::LimitError;
+
+const UNDEFINE: &str = "DELETE FROM rate_limiter.definitions WHERE name = $1 RETURNING true";
+
+/// Tokens a shard should hold at least (the seeds' sizing rule).
+const MIN_TOKENS_PER_SHARD: f64 = 5.0;
+
+/// Warns when each shard of a sharded limit would hold fewer than
+/// [`MIN_TOKENS_PER_SHARD`] tokens: calls would then often be refused while
+/// other shards still have tokens.
+fn warn_small_shards(name: &[u8], values: &ConfigValues) {
+    if values.shards <= 1 {
+        return;
+    }
+    let capacity = values.capacity.unwrap_or(values.rate);
+    let per_shard = capacity / f64::from(values.shards);
+    if per_shard < MIN_TOKENS_PER_SHARD {
+        ErrorReport::new(
+            PgSqlErrorCode::ERRCODE_WARNING,
+            format!(
+                "each of the {} shards of rate limit \"{}\" holds only {per_shard} tokens",
+                values.shards,
+                crate::names::for_message(name)
+            ),
+            "rate_limiter",
+        )
+        .set_hint(format!(
+            "Give each shard at least {MIN_TOKENS_PER_SHARD} tokens (10 or more is better): fewer shards, or a larger capacity (scale rate and period together to keep the same rate)."
+        ))
+        .report(PgLogLevel::WARNING);
+    }
+}
+
+/// `rate_limiter.define(name, config, enforce)` (symbol
+/// `define_enforcing_wrapper`). See sql/functions.sql. `enforce => false`
+/// puts the limit in shadow mode; switching keeps the state (only a change
+/// of kind, period or shards discards it).
+#[pg_extern(sql = false)]
+fn define_enforcing(
+    name: Option<&[u8]>,
+    config: Option<pgrx::composite_type!("rate_limiter.config")>,
+    enforce: Option<bool>,
+) {
+    define_limit(name, config, required(enforce, "enforce"))
+}
+
+/// `rate_limiter.define(name, config)` of versions before 0.4.0 (symbol
+/// `define_wrapper`), which the library serves until `ALTER EXTENSION
+/// rate_limiter UPDATE`: an enforcing limit.
+#[pg_extern(sql = false)]
+fn define(name: Option<&[u8]>, config: Option<pgrx::composite_type!("rate_limiter.config")>) {
+    define_limit(name, config, Ok(true))
+}
+
+/// Checks the arguments of `define` (22004, 22023), warns about small
+/// shards, and writes the definition.
+fn define_limit(
+    name: Option<&[u8]>,
+    config: Option<PgHeapTuple<'_, AllocatedByRust>>,
+    enforce: Result<bool, LimitError>,
+) {
+    let checked = (|| {
+        let name = required(name, "name")?;
+        let values = ConfigValues::from_tuple(required(config, "config")?)?;
+        let enforce = enforce?;
+        values.to_config()?;
+        Ok::<_, LimitError>((name, values, enforce))
+    })();
+    if let Ok((name, values, _)) = &checked {
+        warn_small_shards(name, values);
+    }
+    let result = match checked {
+        Ok((_, _, false)) if !crate::catalog::objects().enforce_column => {
+            Err(CallError::NeedsUpdate("shadow mode (enforce => false)"))
+        }
+        Ok((name, values, enforce)) => crate::security::write_as_owner(c"define()", |client| {
+            placement::define(client, name, &values, enforce)
+        }),
+        Err(error) => Err(CallError::Limit(error)),
+    };
+    if let Err(error) = result {
+        report(error)
+    }
+}
+
+/// `rate_limiter.undefine(name)`: true when a definition was deleted.
+/// State rows are left alone. See sql/functions.sql.
+#[pg_extern(sql = false)]
+fn undefine(name: Option<&[u8]>) -> bool {
+    let name = match required(name, "name") {
+        Ok(name) => name,
+        Err(error) => report(CallError::Limit(error)),
+    };
+    let deleted = crate::security::write_as_owner(c"undefine()", |client| {
+        client
+            .update(UNDEFINE, None, &[text_argument(name)])
+            .map(|table| !table.is_empty())
+    });
+    match deleted {
+        Ok(deleted) => deleted,
+        Err(error) => report(CallError::Spi(error)),
+    }
+}
