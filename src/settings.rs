@@ -16,6 +16,11 @@
 //! - `rate_limiter.max_inline_shards` (superuser only, default 64): the
 //!   most shards an inline config may have (`54000` beyond): a definition
 //!   may have more, since only a role that may `define` makes one.
+//! - `rate_limiter.lock_free_refusals` (superuser only, default on): a
+//!   call that the committed state already refuses answers without taking
+//!   the row lock (SPEC §5, "Refusals never wait"). Off, every consuming
+//!   call locks its rows first, as before 0.6.0: for benchmarks and tests
+//!   that compare the two.
 //!
 //! All are validated by check hooks and decoded once into per-backend
 //! caches by assign hooks, so reading them on every call costs nothing.
@@ -33,6 +38,7 @@ static NOW_OVERRIDE: GucSetting<Option<CString>> = GucSetting::<Option<CString>>
 static RANDOM_SEED: GucSetting<Option<CString>> = GucSetting::<Option<CString>>::new(None);
 static MAX_REQUESTS: GucSetting<i32> = GucSetting::<i32>::new(1000);
 static MAX_INLINE_SHARDS: GucSetting<i32> = GucSetting::<i32>::new(64);
+static LOCK_FREE_REFUSALS: GucSetting<bool> = GucSetting::<bool>::new(true);
 static SQLSTATE: GucSetting<Option<CString>> =
     GucSetting::<Option<CString>>::new(Some(DEFAULT_SQLSTATE));
 
@@ -101,6 +107,14 @@ pub fn register() {
             GucContext::Suset,
             GucFlags::default(),
         );
+        GucRegistry::define_bool_guc(
+            c"rate_limiter.lock_free_refusals",
+            c"Answers a call that the committed state refuses without locking its rows (superuser only).",
+            c"Off, every consuming call locks its rows before deciding, and a refusal waits for the transactions holding them (for benchmarks and tests).",
+            &LOCK_FREE_REFUSALS,
+            GucContext::Suset,
+            GucFlags::default(),
+        );
         pg_sys::MarkGUCPrefixReserved(c"rate_limiter".as_ptr());
     }
 }
@@ -113,6 +127,13 @@ pub fn max_requests() -> usize {
 /// `rate_limiter.max_inline_shards`: the most shards of an inline config.
 pub fn max_inline_shards() -> i32 {
     MAX_INLINE_SHARDS.get()
+}
+
+/// `rate_limiter.lock_free_refusals`: whether a consuming call first
+/// decides on the committed state, without a lock, and answers a refusal
+/// from it (SPEC §5).
+pub fn lock_free_refusals() -> bool {
+    LOCK_FREE_REFUSALS.get()
 }
 
 /// The overridden current time, in microseconds since 2000-01-01, if set.

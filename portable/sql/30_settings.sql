@@ -73,6 +73,39 @@ BEGIN
 END
 $now$;
 
+-- rate_limiter.lock_free_refusals (SPEC section 5, "Refusals never
+-- wait"): whether a consuming call first decides on the committed state,
+-- without a lock, and answers a refusal from it. On unless set; a value
+-- that is not a boolean is 22023 (with the message of the native
+-- extension's SET); turning it off is for a member of the role that owns
+-- rate_limiter's tables (a superuser setting in the native extension),
+-- 42501 for any other role.
+CREATE FUNCTION rate_limiter._lock_free()
+RETURNS boolean
+LANGUAGE plpgsql STABLE
+AS $lock_free$
+DECLARE
+    chosen text := pg_catalog.current_setting('rate_limiter.lock_free_refusals', true);
+    lock_free boolean;
+BEGIN
+    IF chosen IS NULL OR pg_catalog.btrim(chosen) = '' THEN
+        RETURN true;
+    END IF;
+    BEGIN
+        lock_free := chosen::boolean;
+    EXCEPTION WHEN OTHERS THEN
+        RAISE EXCEPTION 'parameter "rate_limiter.lock_free_refusals" requires a Boolean value'
+            USING ERRCODE = '22023';
+    END;
+    IF NOT lock_free AND NOT rate_limiter._may_override() THEN
+        RAISE EXCEPTION 'permission denied to set rate_limiter.lock_free_refusals'
+            USING ERRCODE = '42501',
+                  HINT = 'Only a member of the role that owns rate_limiter''s tables may turn it off: RESET rate_limiter.lock_free_refusals.';
+    END IF;
+    RETURN lock_free;
+END
+$lock_free$;
+
 -- The SQLSTATE of a refusal raised with throws => true:
 -- rate_limiter.sqlstate, default RL429, checked as the native extension
 -- checks it when it is set (22023 otherwise).

@@ -137,6 +137,7 @@ DECLARE
     decision record;
     answered record;
     capacity float8;
+    refused boolean;
 BEGIN
     IF pg_catalog.current_setting('transaction_read_only')::boolean THEN
         -- (After the definition, as the native extension: 42704 first.)
@@ -147,7 +148,17 @@ BEGIN
         limit_ := rate_limiter._resolve(name, inline, inline_given);
         config := limit_.config;
         PERFORM rate_limiter._validate_count(config, count, reserve);
-        IF config.shards > 1 THEN
+        -- Refusals never wait (SPEC section 5): decide first on the rows as
+        -- committed, without a lock; only a call that state could admit
+        -- locks, waits if it must, and decides again.
+        refused := false;
+        IF rate_limiter._lock_free() THEN
+            decision := rate_limiter._committed(name, key, count, reserve, config, limit_.period, limit_.start);
+            refused := NOT decision.ok;
+        END IF;
+        IF refused THEN
+            NULL;
+        ELSIF config.shards > 1 THEN
             decision := rate_limiter._consume_sharded(name, key, count, reserve, config, limit_.period, limit_.start,
                                                       limit_.enforce, inline_given);
             IF decision.restart THEN
@@ -179,6 +190,56 @@ BEGIN
 END
 $consume$;
 
+-- The decision on the call's rows as committed, read without a lock or a
+-- wait (storage::read_committed): a plain SELECT, which under READ
+-- COMMITTED sees what has committed by now and under REPEATABLE READ or
+-- SERIALIZABLE the transaction's snapshot (with SERIALIZABLE's predicate
+-- locks: a refusal is a read). A sharded limit answers for its two fullest
+-- shards. What rate_check answers, and the refusal a consuming call gives
+-- without locking (SPEC section 5, "Refusals never wait"); new_ts* are the
+-- timestamps the call would store (NULL: none).
+CREATE FUNCTION rate_limiter._committed(name text, key text, count float8, reserve boolean,
+                                        config rate_limiter.config, period bigint, start bigint,
+                                        OUT ok boolean, OUT retry_after bigint, OUT remaining float8,
+                                        OUT new_ts bigint, OUT new_ts0 bigint, OUT new_ts1 bigint)
+LANGUAGE plpgsql VOLATILE
+AS $committed$
+DECLARE
+    stored record;
+    decision record;
+    values_ float8[] := ARRAY[]::float8[];
+    tss bigint[] := ARRAY[]::bigint[];
+BEGIN
+    IF config.shards > 1 THEN
+        FOR shard IN 0..config.shards - 1 LOOP
+            stored := rate_limiter._row(name, key, shard::int2, false);
+            values_ := values_ || stored.value;
+            tss := tss || stored.ts;
+        END LOOP;
+        decision := rate_limiter._evaluate_fullest(config.kind, config.rate, period,
+            coalesce(config.capacity, config.rate), config.max_reserved, config.shards, start, name, key,
+            values_, tss, rate_limiter._now(), count, reserve);
+        IF decision.new_value0 IS NOT NULL THEN
+            new_ts0 := decision.new_ts0;
+        END IF;
+        IF decision.new_value1 IS NOT NULL THEN
+            new_ts1 := decision.new_ts1;
+        END IF;
+    ELSE
+        stored := rate_limiter._row(name, key, 0::int2, false);
+        decision := rate_limiter._evaluate(config.kind, config.rate, period, coalesce(config.capacity, config.rate),
+                                           config.max_reserved, start, name, key, stored.value, stored.ts,
+                                           rate_limiter._now(), count, reserve);
+        IF decision.new_value IS NOT NULL THEN
+            new_ts := decision.new_ts;
+        END IF;
+    END IF;
+    ok := decision.ok;
+    retry_after := decision.retry_after;
+    remaining := decision.remaining;
+END
+$committed$;
+
 -- The answer rate_limit would give, without a lock or a write
 -- (limit::check): a sharded limit answers for its two fullest shards.
 CREATE FUNCTION rate_limiter._check(name text, key text, count float8, reserve boolean,
@@ -188,42 +249,21 @@ LANGUAGE plpgsql VOLATILE
 AS $check$
 DECLARE
     limit_ record;
-    config rate_limiter.config;
-    stored record;
     decision record;
     answered record;
-    values_ float8[] := ARRAY[]::float8[];
-    tss bigint[] := ARRAY[]::bigint[];
-    now_ bigint;
 BEGIN
     limit_ := rate_limiter._resolve(name, inline, inline_given);
-    config := limit_.config;
-    PERFORM rate_limiter._validate_count(config, count, reserve);
-    now_ := rate_limiter._now();
-    IF config.shards > 1 THEN
-        FOR shard IN 0..config.shards - 1 LOOP
-            stored := rate_limiter._row(name, key, shard::int2, false);
-            values_ := values_ || stored.value;
-            tss := tss || stored.ts;
-        END LOOP;
-        decision := rate_limiter._evaluate_fullest(config.kind, config.rate, limit_.period,
-            coalesce(config.capacity, config.rate), config.max_reserved, config.shards, limit_.start, name, key,
-            values_, tss, now_, count, reserve);
-        IF decision.new_value0 IS NOT NULL THEN
-            PERFORM rate_limiter._timestamp(decision.new_ts0);
-        END IF;
-        IF decision.new_value1 IS NOT NULL THEN
-            PERFORM rate_limiter._timestamp(decision.new_ts1);
-        END IF;
-    ELSE
-        stored := rate_limiter._row(name, key, 0::int2, false);
-        decision := rate_limiter._evaluate(config.kind, config.rate, limit_.period, coalesce(config.capacity, config.rate),
-                                           config.max_reserved, limit_.start, name, key, stored.value, stored.ts,
-                                           now_, count, reserve);
-        -- As rate_limit would: a state it could not store is an error.
-        IF decision.new_value IS NOT NULL THEN
-            PERFORM rate_limiter._timestamp(decision.new_ts);
-        END IF;
+    PERFORM rate_limiter._validate_count(limit_.config, count, reserve);
+    decision := rate_limiter._committed(name, key, count, reserve, limit_.config, limit_.period, limit_.start);
+    -- As rate_limit would: a state it could not store is an error.
+    IF decision.new_ts IS NOT NULL THEN
+        PERFORM rate_limiter._timestamp(decision.new_ts);
+    END IF;
+    IF decision.new_ts0 IS NOT NULL THEN
+        PERFORM rate_limiter._timestamp(decision.new_ts0);
+    END IF;
+    IF decision.new_ts1 IS NOT NULL THEN
+        PERFORM rate_limiter._timestamp(decision.new_ts1);
     END IF;
     answered := rate_limiter._shadow(decision.ok, decision.retry_after, limit_.enforce);
     ok := answered.ok;
@@ -276,6 +316,8 @@ DECLARE
     limit_interval interval;
     limit_period_us numeric;
     limit_period bigint;
+    fast boolean := false;
+    lock_free text;
     row_ctid tid;
     row_value float8;
     row_ts timestamptz;
@@ -286,9 +328,11 @@ BEGIN
     -- The fast path: a call of a defined, unsharded token bucket (or fixed
     -- window with a start) with a key and a count in the usual range,
     -- under READ COMMITTED, that is admitted without a debt. It reads the
-    -- definition, locks the row (SELECT ... FOR UPDATE: it waits for a
-    -- holder and reads the row as the holder committed it), reads the
-    -- clock, and updates the row, or inserts a new key's row while the
+    -- definition and the row as committed (no lock: a refusal goes to the
+    -- general path, which answers it without a lock, SPEC section 5), then
+    -- locks the row (SELECT ... FOR UPDATE: it waits for a holder and
+    -- reads the row as the holder committed it), reads the clock, and
+    -- decides again and updates the row, or inserts a new key's row while the
     -- definition is still the one read (the INSERT's SELECT sees what
     -- committed before it: a define() that discarded the row while the
     -- call waited for it leaves it no row, and no insert). The arithmetic
@@ -311,12 +355,53 @@ BEGIN
            AND limit_rate >= 1e-280 AND limit_rate <= 1e280 AND limit_capacity <= 1e280
            AND count <= limit_capacity AND (limit_kind = 'token bucket' OR limit_start IS NOT NULL) THEN
             limit_period := limit_period_us::bigint;
-            SELECT r.ctid, r.value, r.ts, rate_limiter._micros(r.ts) INTO row_ctid, row_value, row_ts, row_ts_us
-            FROM rate_limiter.rate_limits AS r
-            WHERE r.name = rate_limit.name AND r.key = rate_limit.key AND r.shard = 0
-            FOR UPDATE;
-            -- The clock, read once the row is held.
+            fast := true;
             override := pg_catalog.current_setting('rate_limiter.now_override', true);
+            lock_free := pg_catalog.current_setting('rate_limiter.lock_free_refusals', true);
+            IF lock_free IS NULL OR lock_free = '' OR rate_limiter._lock_free() THEN
+                -- Refusals never wait (SPEC section 5): the row as committed,
+                -- without a lock. A refusal (or a state outside this path's
+                -- range) goes to the general path, which answers it from the
+                -- committed state too; otherwise lock that version (its
+                -- name and key checked: a TID may be reused once the version
+                -- is gone) and decide again under the lock. A version
+                -- changed or deleted meanwhile is not found: general path.
+                SELECT r.ctid, r.value, rate_limiter._micros(r.ts) INTO row_ctid, row_value, row_ts_us
+                FROM rate_limiter.rate_limits AS r
+                WHERE r.name = rate_limit.name AND r.key = rate_limit.key AND r.shard = 0;
+                IF FOUND THEN
+                    IF override IS NULL OR pg_catalog.btrim(override) = '' THEN
+                        now_us := rate_limiter._micros(pg_catalog.clock_timestamp());
+                    ELSE
+                        now_us := rate_limiter._now();
+                    END IF;
+                    new_value := CASE
+                        WHEN NOT (row_value >= -1e280 AND row_value <= 1e280) THEN NULL
+                        WHEN limit_kind = 'token bucket'
+                        THEN least(row_value + (greatest(now_us - row_ts_us, 0)::float8 * limit_rate)
+                                               / limit_period::float8, limit_capacity) - count
+                        ELSE least(row_value + (greatest(now_us - row_ts_us, 0) / limit_period)::float8 * limit_rate,
+                                   limit_capacity) - count END;
+                    fast := new_value >= 0;
+                    IF fast THEN
+                        SELECT r.ctid, r.value, r.ts, rate_limiter._micros(r.ts)
+                        INTO row_ctid, row_value, row_ts, row_ts_us
+                        FROM rate_limiter.rate_limits AS r
+                        WHERE r.ctid = row_ctid AND r.name = rate_limit.name AND r.key = rate_limit.key AND r.shard = 0
+                        FOR UPDATE;
+                        fast := FOUND;
+                    END IF;
+                    new_value := NULL;
+                END IF;
+            ELSE
+                SELECT r.ctid, r.value, r.ts, rate_limiter._micros(r.ts) INTO row_ctid, row_value, row_ts, row_ts_us
+                FROM rate_limiter.rate_limits AS r
+                WHERE r.name = rate_limit.name AND r.key = rate_limit.key AND r.shard = 0
+                FOR UPDATE;
+            END IF;
+        END IF;
+        IF fast THEN
+            -- The clock, read once the row is held.
             IF override IS NULL OR pg_catalog.btrim(override) = '' THEN
                 now_ts := pg_catalog.clock_timestamp();
                 now_us := rate_limiter._micros(now_ts);

@@ -138,93 +138,111 @@ BEGIN
       FROM (SELECT j AS l, names[first_request[j]] AS name, keys[first_request[j]] AS key, s AS shard
               FROM pg_catalog.generate_series(1, coalesce(pg_catalog.cardinality(first_request), 0)) AS j,
                    pg_catalog.generate_series(0, shard_counts[j] - 1) AS s) AS o;
-    first_row := pg_catalog.array_fill(0, ARRAY[coalesce(pg_catalog.cardinality(first_request), 0)]);
-    FOR r IN 1..coalesce(pg_catalog.cardinality(row_limit), 0) LOOP
-        l := row_limit[r];
-        IF row_shard[r] = 0 THEN
-            first_row[l] := r;
-            placeholders := 0;
-        END IF;
-        LOOP
-            looked := rate_limiter._row(names[first_request[l]], keys[first_request[l]], row_shard[r]::int2, true);
-            IF looked.value IS NOT NULL THEN
-                held := held || 'locked'::text;
-                EXIT;
+    -- Refusals never wait (SPEC section 5): with lock_free_refusals (the
+    -- default), a first pass decides on every row as committed, without a
+    -- lock, and a refusal there is the answer, nothing held or written.
+    -- Otherwise the second pass holds every row in order and decides again.
+    FOR pass IN CASE WHEN rate_limiter._lock_free() THEN 1 ELSE 2 END..2 LOOP
+        held := ARRAY[]::text[];
+        stored_values := ARRAY[]::float8[];
+        stored_tss := ARRAY[]::bigint[];
+        all_ok := true;
+        placeholders := 0;
+        first_row := pg_catalog.array_fill(0, ARRAY[coalesce(pg_catalog.cardinality(first_request), 0)]);
+        FOR r IN 1..coalesce(pg_catalog.cardinality(row_limit), 0) LOOP
+            l := row_limit[r];
+            IF row_shard[r] = 0 THEN
+                first_row[l] := r;
+                placeholders := 0;
             END IF;
-            IF placeholders >= missing_held[l] THEN
-                held := held || 'skipped'::text;
-                EXIT;
+            IF pass = 1 THEN
+                -- As committed, without a lock (a plain SELECT).
+                looked := rate_limiter._row(names[first_request[l]], keys[first_request[l]], row_shard[r]::int2, false);
+                held := held || 'read'::text;
             END IF;
-            -- Hold the missing row with a placeholder (never seen by others
-            -- as it is: updated or deleted before this transaction ends).
-            INSERT INTO rate_limiter.rate_limits AS t (name, key, shard, value, ts)
-            VALUES (names[first_request[l]], keys[first_request[l]], row_shard[r]::int2, 0, '2000-01-01 00:00:00+00')
-            ON CONFLICT ON CONSTRAINT rate_limits_name_key_shard_key DO NOTHING;
-            IF FOUND THEN
-                held := held || 'placeholder'::text;
-                placeholders := placeholders + 1;
-                EXIT;
-            END IF;
-            -- Another transaction inserted it first: look again (waiting).
+            WHILE pass = 2 LOOP
+                looked := rate_limiter._row(names[first_request[l]], keys[first_request[l]], row_shard[r]::int2, true);
+                IF looked.value IS NOT NULL THEN
+                    held := held || 'locked'::text;
+                    EXIT;
+                END IF;
+                IF placeholders >= missing_held[l] THEN
+                    held := held || 'skipped'::text;
+                    EXIT;
+                END IF;
+                -- Hold the missing row with a placeholder (never seen by others
+                -- as it is: updated or deleted before this transaction ends).
+                INSERT INTO rate_limiter.rate_limits AS t (name, key, shard, value, ts)
+                VALUES (names[first_request[l]], keys[first_request[l]], row_shard[r]::int2, 0, '2000-01-01 00:00:00+00')
+                ON CONFLICT ON CONSTRAINT rate_limits_name_key_shard_key DO NOTHING;
+                IF FOUND THEN
+                    held := held || 'placeholder'::text;
+                    placeholders := placeholders + 1;
+                    EXIT;
+                END IF;
+                -- Another transaction inserted it first: look again (waiting).
+            END LOOP;
+            stored_values := stored_values || looked.value;
+            stored_tss := stored_tss || looked.ts;
         END LOOP;
-        stored_values := stored_values || looked.value;
-        stored_tss := stored_tss || looked.ts;
-    END LOOP;
-    -- Every definition used is still the one in force.
-    FOR i IN 1..n LOOP
-        IF NOT given[i] AND NOT rate_limiter._same_definition(names[i], configs[i], enforces[i]) THEN
-            PERFORM rate_limiter._delete_rows(names, keys, first_request, row_limit, row_shard, held, 'placeholder');
-            restart := true;
+        -- Every definition used is still the one in force.
+        FOR i IN 1..n LOOP
+            IF pass = 2 AND NOT given[i] AND NOT rate_limiter._same_definition(names[i], configs[i], enforces[i]) THEN
+                PERFORM rate_limiter._delete_rows(names, keys, first_request, row_limit, row_shard, held, 'placeholder');
+                restart := true;
+                RETURN;
+            END IF;
+        END LOOP;
+        -- The math (evaluate_all_or_nothing): the requests in order, at one
+        -- instant, each on the state the requests before it left.
+        now_ := rate_limiter._now();
+        current_values := stored_values;
+        current_tss := stored_tss;
+        changed := pg_catalog.array_fill(false, ARRAY[coalesce(pg_catalog.cardinality(held), 0)]);
+        oks := ARRAY[]::boolean[]; retry_afters := ARRAY[]::bigint[]; remainings := ARRAY[]::float8[];
+        FOR i IN 1..n LOOP
+            l := limit_of[i];
+            c := configs[i];
+            base := first_row[l];
+            capacity := coalesce(c.capacity, c.rate);
+            IF c.shards > 1 THEN
+                decision := rate_limiter._evaluate_fullest(c.kind, c.rate, periods[i], capacity, c.max_reserved, c.shards,
+                    starts[i], names[i], keys[i], current_values[base:base + c.shards - 1], current_tss[base:base + c.shards - 1],
+                    now_, counts[i], reserve);
+                IF decision.ok THEN
+                    IF decision.new_value0 IS NOT NULL THEN
+                        current_values[base + decision.best0] := decision.new_value0;
+                        current_tss[base + decision.best0] := decision.new_ts0;
+                        changed[base + decision.best0] := true;
+                    END IF;
+                    IF decision.new_value1 IS NOT NULL THEN
+                        current_values[base + decision.best1] := decision.new_value1;
+                        current_tss[base + decision.best1] := decision.new_ts1;
+                        changed[base + decision.best1] := true;
+                    END IF;
+                END IF;
+            ELSE
+                decision := rate_limiter._evaluate(c.kind, c.rate, periods[i], capacity, c.max_reserved, starts[i],
+                    names[i], keys[i], current_values[base], current_tss[base], now_, counts[i], reserve);
+                IF decision.ok AND decision.new_value IS NOT NULL THEN
+                    current_values[base] := decision.new_value;
+                    current_tss[base] := decision.new_ts;
+                    changed[base] := true;
+                END IF;
+            END IF;
+            answered := rate_limiter._shadow(decision.ok, decision.retry_after, enforces[i]);
+            all_ok := all_ok AND answered.ok;
+            oks := oks || answered.ok;
+            retry_afters := retry_afters || answered.retry_after;
+            remainings := remainings || decision.remaining;
+        END LOOP;
+    IF NOT all_ok THEN
+            IF pass = 2 THEN
+                PERFORM rate_limiter._delete_rows(names, keys, first_request, row_limit, row_shard, held, 'placeholder');
+            END IF;
             RETURN;
         END IF;
     END LOOP;
-    -- The math (evaluate_all_or_nothing): the requests in order, at one
-    -- instant, each on the state the requests before it left.
-    now_ := rate_limiter._now();
-    current_values := stored_values;
-    current_tss := stored_tss;
-    changed := pg_catalog.array_fill(false, ARRAY[coalesce(pg_catalog.cardinality(held), 0)]);
-    oks := ARRAY[]::boolean[]; retry_afters := ARRAY[]::bigint[]; remainings := ARRAY[]::float8[];
-    FOR i IN 1..n LOOP
-        l := limit_of[i];
-        c := configs[i];
-        base := first_row[l];
-        capacity := coalesce(c.capacity, c.rate);
-        IF c.shards > 1 THEN
-            decision := rate_limiter._evaluate_fullest(c.kind, c.rate, periods[i], capacity, c.max_reserved, c.shards,
-                starts[i], names[i], keys[i], current_values[base:base + c.shards - 1], current_tss[base:base + c.shards - 1],
-                now_, counts[i], reserve);
-            IF decision.ok THEN
-                IF decision.new_value0 IS NOT NULL THEN
-                    current_values[base + decision.best0] := decision.new_value0;
-                    current_tss[base + decision.best0] := decision.new_ts0;
-                    changed[base + decision.best0] := true;
-                END IF;
-                IF decision.new_value1 IS NOT NULL THEN
-                    current_values[base + decision.best1] := decision.new_value1;
-                    current_tss[base + decision.best1] := decision.new_ts1;
-                    changed[base + decision.best1] := true;
-                END IF;
-            END IF;
-        ELSE
-            decision := rate_limiter._evaluate(c.kind, c.rate, periods[i], capacity, c.max_reserved, starts[i],
-                names[i], keys[i], current_values[base], current_tss[base], now_, counts[i], reserve);
-            IF decision.ok AND decision.new_value IS NOT NULL THEN
-                current_values[base] := decision.new_value;
-                current_tss[base] := decision.new_ts;
-                changed[base] := true;
-            END IF;
-        END IF;
-        answered := rate_limiter._shadow(decision.ok, decision.retry_after, enforces[i]);
-        all_ok := all_ok AND answered.ok;
-        oks := oks || answered.ok;
-        retry_afters := retry_afters || answered.retry_after;
-        remainings := remainings || decision.remaining;
-    END LOOP;
-    IF NOT all_ok THEN
-        PERFORM rate_limiter._delete_rows(names, keys, first_request, row_limit, row_shard, held, 'placeholder');
-        RETURN;
-    END IF;
     FOR r IN 1..coalesce(pg_catalog.cardinality(held), 0) LOOP
         IF changed[r] AND held[r] = 'skipped' THEN
             RAISE EXCEPTION 'rate_limiter: rate_limit_all() would write a shard it does not hold' USING ERRCODE = 'XX000';

@@ -9,6 +9,7 @@ use crate::call::{Answers, RequestArgument};
 use crate::clock;
 use crate::definitions::{self, Definition};
 use crate::errors::CallError;
+use crate::settings;
 use crate::storage::{self, RowId};
 use rate_limiter_algorithm::{
     evaluate_all_or_nothing, Limit, LimitError, LimitId, Member, Request, State,
@@ -120,6 +121,7 @@ pub fn consume(requests: &[&RequestArgument], reserve: bool) -> Result<Answers, 
     storage::consume_all_or_nothing(
         &rows,
         missing_held,
+        settings::lock_free_refusals(),
         |stored: &[Option<State>], waited: &[bool]| {
             let contended: Vec<bool> = members
                 .iter()

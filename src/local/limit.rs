@@ -7,6 +7,7 @@ use crate::call::Call;
 use crate::clock;
 use crate::definitions::{self, Definition};
 use crate::errors::CallError;
+use crate::settings;
 use crate::shard_choice;
 use crate::stats::Counted;
 use crate::storage::{self, route, ShardPlaces};
@@ -102,6 +103,17 @@ fn consume_once(
         let (decision, contended) = storage::consume_sharded(
             call.shards(&config),
             places,
+            settings::lock_free_refusals(),
+            |stored| {
+                current()?;
+                Ok(evaluate_all(
+                    &config,
+                    call.id(),
+                    stored,
+                    clock::now(),
+                    call.request,
+                )?)
+            },
             shard_choice::draw,
             |candidates| {
                 current()?;
@@ -116,7 +128,7 @@ fn consume_once(
         )?;
         return Ok((answer(decision), definition, contended));
     }
-    let decision = storage::consume(call.row(), |stored| {
+    let decision = storage::consume(call.row(), settings::lock_free_refusals(), |stored| {
         current()?;
         Ok(evaluate(
             &config,

@@ -2,6 +2,10 @@
 //! of every limit the call names, held in one fixed order, then every
 //! consumption written, or none.
 //!
+//! 0. With `lock_free` (SPEC §5, "Refusals never wait"): `decide` runs
+//!    first on every row as committed (`read_committed`), before any lock;
+//!    a refusal from that state is the answer, with nothing held or
+//!    written. Otherwise:
 //! 1. The rows are sorted by (name, key, shard), bytewise, the global limit
 //!    (key NULL) before every key, and each is *held* in that order before
 //!    the next is looked at:
@@ -44,7 +48,8 @@
 use super::consume::{begin_write, end_write};
 use super::relations::Relations;
 use super::rows::{
-    acquire, confirm_unwritten, delete_inserted, insert_one, write_locked, Acquired, LockedRow,
+    acquire, confirm_unwritten, delete_inserted, insert_one, read_committed, write_locked,
+    Acquired, LockedRow,
 };
 use super::{timestamp, Datums, RowId};
 use crate::errors::CallError;
@@ -91,18 +96,36 @@ impl Held {
 /// for a shard the call cannot use); `decide` writing one is an internal
 /// error, never a silent write.
 ///
+/// With `lock_free`, `decide` runs first on the committed rows (nothing
+/// waited for), and a refusal there is the answer (step 0).
+///
 /// Errors: as [`super::consume`] (25006 in a read-only transaction, 40001,
 /// timeouts and cancels while waiting), and `decide`'s own (returned after
 /// the placeholders are deleted: nothing stays written).
 pub fn consume_all_or_nothing<T>(
     rows: &[RowId<'_>],
     missing_held: impl Fn(RowId<'_>) -> usize,
-    decide: impl FnOnce(&[Option<State>], &[bool]) -> Result<(T, Option<Vec<Option<State>>>), CallError>,
+    lock_free: bool,
+    mut decide: impl FnMut(
+        &[Option<State>],
+        &[bool],
+    ) -> Result<(T, Option<Vec<Option<State>>>), CallError>,
 ) -> Result<T, CallError> {
     // SAFETY: every step gets the relations opened here and this
     // transaction's command id.
     unsafe {
         let (relations, command) = begin_write(c"rate_limit_all()");
+        if lock_free {
+            let stored: Vec<Option<State>> = rows
+                .iter()
+                .map(|row| read_committed(&relations, *row))
+                .collect();
+            let (answer, writes) = decide(&stored, &vec![false; rows.len()])?;
+            if writes.is_none() {
+                end_write();
+                return Ok(answer);
+            }
+        }
         let mut held = Vec::with_capacity(rows.len());
         let mut waited = vec![false; rows.len()];
         // Placeholders held for the limit of the previous row (rows of one

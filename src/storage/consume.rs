@@ -22,6 +22,14 @@
 //!    new-key callers never get a unique violation: one inserts, the other
 //!    waits and updates (or gets 40001 under REPEATABLE READ).
 //!
+//! 0. When `lock_free` (SPEC §5, "Refusals never wait"): decide first on
+//!    the row as committed ([`read_committed`]: the latest committed state
+//!    under READ COMMITTED, the transaction's snapshot under REPEATABLE
+//!    READ / SERIALIZABLE), without a lock. A refusal is answered from it
+//!    at once: nothing locked, nothing written, no wait for a transaction
+//!    holding the row. Anything else goes on to 1 and decides again under
+//!    the lock.
+//!
 //! Every write is WAL-logged, counted in `pg_stat_user_tables`, and undone
 //! by a rollback, exactly like the statement it replaces. What this skips,
 //! by design: triggers and rules on `rate_limiter.rate_limits` (the table
@@ -29,7 +37,7 @@
 //! checks (the caller's EXECUTE on the function is the permission).
 
 use super::relations::Relations;
-use super::rows::{acquire, confirm_unwritten, insert_new, write_locked, Acquired};
+use super::rows::{acquire, confirm_unwritten, insert_new, read_committed, write_locked, Acquired};
 use super::{timestamp, Datums, RowId};
 use crate::errors::CallError;
 use pgrx::pg_sys;
@@ -39,20 +47,30 @@ use std::ffi::CStr;
 /// Consumes from the state row of `row` (see the module documentation) and
 /// returns the decision. `decide` runs the math: it gets the stored state
 /// (`None` for a new row), reads the clock itself, and is called only once
-/// the row is locked (or known to be new). Its error is returned after
-/// everything is released, with nothing written.
+/// the row is locked (or known to be new); with `lock_free`, also once
+/// before, on the committed row (step 0), whose refusal is the answer.
+/// Its error is returned after everything is released, with nothing
+/// written.
 ///
 /// Errors: 25006 in a read-only transaction; 40001 when the row changed
 /// after the snapshot of a REPEATABLE READ or SERIALIZABLE transaction;
 /// lock and statement timeouts and cancels while waiting for the row lock.
 pub fn consume(
     row: RowId<'_>,
+    lock_free: bool,
     mut decide: impl FnMut(Option<State>) -> Result<Decision, CallError>,
 ) -> Result<Decision, CallError> {
     // SAFETY: each step gets the relations opened here and the command id
     // of this transaction.
     unsafe {
         let (relations, command) = begin_write(c"rate_limit()");
+        if lock_free {
+            let decision = decide(read_committed(&relations, row))?;
+            if !decision.ok {
+                end_write();
+                return Ok(decision);
+            }
+        }
         let decision = loop {
             // An unsharded limit counts no contention.
             match acquire(&relations, row, command, &mut false)? {

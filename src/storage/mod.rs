@@ -160,9 +160,19 @@ pub fn read_shards(name: &[u8], key: Option<&[u8]>, shards: i16) -> Vec<Option<S
         key,
         shard: 0,
     });
-    let mut states = vec![None; shards.max(0) as usize];
     // SAFETY: the active snapshot outlives the scan.
-    for (shard, state) in unsafe { relations.find_shards(&datums, pg_sys::GetActiveSnapshot()) } {
+    shard_states(
+        unsafe { relations.find_shards(&datums, pg_sys::GetActiveSnapshot()) },
+        shards,
+    )
+}
+
+/// The rows `found` as `(shard, state)`, laid out as the states of a limit
+/// of `shards` shards: `states[i]` is shard `i`, `None` where there is no
+/// row; rows of shards beyond `shards` are ignored.
+fn shard_states(found: Vec<(i16, State)>, shards: i16) -> Vec<Option<State>> {
+    let mut states = vec![None; shards.max(0) as usize];
+    for (shard, state) in found {
         if let Some(slot) = states.get_mut(shard.max(0) as usize) {
             *slot = Some(state);
         }

@@ -10,7 +10,7 @@
 //! `all_or_nothing.rs` compose them.
 
 use super::relations::Relations;
-use super::{timestamp, Datums, RowId, TS, VALUE};
+use super::{shard_states, timestamp, Datums, LimitRows, RowId, TS, VALUE};
 use crate::compat::{self, IndexUpdates};
 use crate::errors::CallError;
 use pgrx::pg_sys;
@@ -217,6 +217,50 @@ pub(super) unsafe fn peek(relations: &Relations, datums: &Datums) -> Peek {
         !matches!(seen, Peek::Free { .. })
     });
     seen
+}
+
+/// The snapshot a refusal without a lock decides on (SPEC §5, "Refusals
+/// never wait"): under READ COMMITTED the latest one (what has committed
+/// by now, and this transaction's own earlier writes), as the row lock
+/// would read it; under REPEATABLE READ or SERIALIZABLE the transaction's
+/// snapshot, so that the refusal is a read of the row as of that snapshot
+/// and, under SERIALIZABLE, carries the predicate locks `SELECT` would
+/// take (an anomaly that involves it ends in 40001).
+///
+/// # Safety
+/// Inside a transaction; the snapshot is valid until the next call of
+/// this function or of `GetTransactionSnapshot`.
+pub(super) unsafe fn committed_snapshot() -> pg_sys::Snapshot {
+    if uses_transaction_snapshot() {
+        pg_sys::GetTransactionSnapshot()
+    } else {
+        pg_sys::GetLatestSnapshot()
+    }
+}
+
+/// The state of `row` in the [`committed_snapshot`], without locking or
+/// waiting: `None` when there is no row (a full limit). A transaction
+/// still writing the row is not waited for: its write is not seen.
+///
+/// # Safety
+/// `relations` open.
+pub(super) unsafe fn read_committed(relations: &Relations, row: RowId<'_>) -> Option<State> {
+    relations
+        .find(&Datums::of(row), committed_snapshot(), true)
+        .and_then(|(_, state)| state)
+}
+
+/// The state of every shard of `limit` in the [`committed_snapshot`], as
+/// [`read_committed`] reads one row: `states[i]` is shard `i`.
+///
+/// # Safety
+/// `relations` open.
+pub(super) unsafe fn read_committed_shards(
+    relations: &Relations,
+    limit: LimitRows<'_>,
+) -> Vec<Option<State>> {
+    let found = relations.find_shards(&Datums::of(limit.row(0)), committed_snapshot());
+    shard_states(found, limit.shards)
 }
 
 /// Under REPEATABLE READ or SERIALIZABLE, a decision about a row the call

@@ -51,6 +51,14 @@
 //! from another node) starts with `held` at the highest shard number, so
 //! it passes over busy shards and answers for them instead.
 //!
+//! **Refusals never wait** (SPEC §5). With `lock_free`, and when the call
+//! may use every shard ([`ShardPlaces::All`]), the call first reads every
+//! shard as committed (`read_committed_shards`), without a lock, and when
+//! that state refuses it (not even the two fullest shards together could
+//! serve it, so no shard or pair could) answers that refusal at once,
+//! before looking at any shard: it neither waits for a busy shard nor
+//! locks one. Otherwise it goes on as above.
+//!
 //! New rows are inserted speculatively, one after the other; if another
 //! transaction inserted one of them first, that one is withdrawn, the ones
 //! before it are deleted again (other transactions still wait for them
@@ -59,8 +67,8 @@
 use super::consume::end_write;
 use super::places::{Places, ShardPlaces};
 use super::rows::{
-    acquire, confirm_unwritten, delete_inserted, insert_one, lock, peek, write_locked, Acquired,
-    Lock, LockedRow, Peek,
+    acquire, confirm_unwritten, delete_inserted, insert_one, lock, peek, read_committed_shards,
+    write_locked, Acquired, Lock, LockedRow, Peek,
 };
 use super::{timestamp, Datums, LimitRows};
 use crate::errors::CallError;
@@ -117,6 +125,10 @@ impl Shard {
 /// and may be called more than once; only its last decision is written
 /// and returned (`new_states[i]` for the i-th shard given).
 ///
+/// With `lock_free` and [`ShardPlaces::All`], `committed` first decides on
+/// the committed state of every shard (`states[i]` is shard `i`); its
+/// refusal is the answer (see the module documentation).
+///
 /// Also says whether the call was *contended*: it passed over or waited
 /// for a shard another transaction held (`rate_limiter.stats`).
 ///
@@ -124,6 +136,8 @@ impl Shard {
 pub fn consume_sharded(
     limit: LimitRows<'_>,
     places: ShardPlaces,
+    lock_free: bool,
+    committed: impl FnOnce(&[Option<State>]) -> Result<ShardedDecision, CallError>,
     mut random: impl FnMut() -> [u32; 3],
     mut decide: impl FnMut(&[Candidate]) -> Result<ShardedDecision, CallError>,
 ) -> Result<(ShardedDecision, bool), CallError> {
@@ -131,7 +145,16 @@ pub fn consume_sharded(
     // transaction's command id.
     unsafe {
         let mut held = places.held();
+        let every_shard = matches!(places, ShardPlaces::All);
         let places = Places::open(places, c"rate_limit()");
+        if lock_free && every_shard {
+            let stored = places.at(0, |relations| read_committed_shards(relations, limit));
+            let decision = committed(&stored)?;
+            if !decision.ok {
+                end_write();
+                return Ok((decision, false));
+            }
+        }
         let mut contended = false;
         let decision = loop {
             // A failed attempt's undo ends commands: each attempt writes

@@ -79,8 +79,17 @@ SET rate_limiter.now_override = '2030-01-01 00:00:00+00';
 \echo :LAST_ERROR_SQLSTATE
 SET rate_limiter.random_seed = 1;
 \echo :LAST_ERROR_SQLSTATE
+SET rate_limiter.lock_free_refusals = off;
+\echo :LAST_ERROR_SQLSTATE
 RESET ROLE;
 DROP ROLE rl_settings_user;
+-- rate_limiter.lock_free_refusals (SPEC section 5, "Refusals never
+-- wait"): on by default, a boolean.
+SHOW rate_limiter.lock_free_refusals;
+SET rate_limiter.lock_free_refusals = 'sometimes';
+SET rate_limiter.lock_free_refusals = off;
+SHOW rate_limiter.lock_free_refusals;
+RESET rate_limiter.lock_free_refusals;
 
 -- rate_limiter.random_seed takes an integer, or empty for real randomness,
 -- and only from a superuser.

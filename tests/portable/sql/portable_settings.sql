@@ -5,7 +5,8 @@
 -- rate_limiter.random_seed take effect only in a session whose login role
 -- is a member of the role that owns rate_limiter's tables (in any other a
 -- call with either set is 42501: refused, not ignored);
--- rate_limiter.max_requests and rate_limiter.max_inline_shards count from
+-- rate_limiter.lock_free_refusals may be turned off only there too (else
+-- 42501); rate_limiter.max_requests and rate_limiter.max_inline_shards count from
 -- such a session, else from the database's own settings (ALTER DATABASE
 -- ... SET, which only its owner or a superuser may run), never from the
 -- session; and rate_limiter.sqlstate is checked when a refusal raises it
@@ -48,6 +49,14 @@ SET rate_limiter.random_seed = 'lucky';
 SELECT ok FROM rate_limiter.rate_limit('settings_sharded');
 \echo :LAST_ERROR_SQLSTATE
 RESET rate_limiter.random_seed;
+-- rate_limiter.lock_free_refusals (SPEC section 5): the owner may turn it
+-- off; a value that is not a boolean is 22023.
+SET rate_limiter.lock_free_refusals = off;
+SELECT ok FROM rate_limiter.rate_limit('settings');
+SET rate_limiter.lock_free_refusals = 'sometimes';
+SELECT ok FROM rate_limiter.rate_limit('settings');
+\echo :LAST_ERROR_SQLSTATE
+RESET rate_limiter.lock_free_refusals;
 
 -- A session of an application role may SET them (they are placeholders);
 -- its calls refuse them.
@@ -63,6 +72,14 @@ SELECT ok FROM rate_limiter.rate_limit('settings_sharded');
 SELECT ok FROM rate_limiter.rate_limit('settings');
 RESET rate_limiter.random_seed;
 SELECT ok FROM rate_limiter.rate_limit('settings_sharded');
+-- Turning lock-free refusals off is the owner's (a superuser setting in
+-- the native extension): 42501, as for the clock; on is the default.
+SET rate_limiter.lock_free_refusals = off;
+SELECT ok FROM rate_limiter.rate_limit('settings');
+\echo :LAST_ERROR_SQLSTATE
+SET rate_limiter.lock_free_refusals = on;
+SELECT ok FROM rate_limiter.rate_limit('settings');
+RESET rate_limiter.lock_free_refusals;
 
 -- Bounds: what the session says is never read.
 SET rate_limiter.max_inline_shards = 1000;
