@@ -151,8 +151,10 @@ BEGIN
         -- Refusals never wait (SPEC section 5): decide first on the rows as
         -- committed, without a lock; only a call that state could admit
         -- locks, waits if it must, and decides again.
+        -- (A sharded limit reads its shards as committed only before it
+        -- would wait for one: _consume_sharded.)
         refused := false;
-        IF rate_limiter._lock_free() THEN
+        IF config.shards <= 1 AND rate_limiter._lock_free() THEN
             decision := rate_limiter._committed(name, key, count, reserve, config, limit_.period, limit_.start);
             refused := NOT decision.ok;
         END IF;

@@ -108,7 +108,9 @@ $lock_shard$;
 -- cannot give a row lock back). When fewer than two are free, the first
 -- busy one stands in as a read-only partner, and the call waits for it
 -- only if it is what stands in the way. When every shard is busy, the
--- call waits for the first one drawn. It waits for a shard only while
+-- call waits for the first one drawn. Before any such wait, with
+-- lock-free refusals, every shard as committed (_committed): a refusal
+-- there is the answer instead (SPEC section 5). It waits for a shard only while
 -- every shard it holds has a lower number (no deadlock). restart: a new
 -- row lost a race, or the definition changed: the caller starts again.
 CREATE FUNCTION rate_limiter._consume_sharded(name text, key text, count float8, reserve boolean,
@@ -135,6 +137,7 @@ DECLARE
     capacity float8 := coalesce(config.capacity, config.rate);
     decision record;
     trial record;
+    committed record;
     waiting int;
     partner_busy boolean;
     p_value float8;
@@ -181,6 +184,15 @@ BEGIN
                 ok := decision.ok; retry_after := decision.retry_after; remaining := decision.remaining;
                 RETURN;
             END IF;
+            -- Refusals never wait (SPEC section 5): before waiting, every
+            -- shard as committed; its refusal is the answer.
+            IF rate_limiter._lock_free() THEN
+                committed := rate_limiter._committed(name, key, count, reserve, config, period, start);
+                IF NOT committed.ok THEN
+                    ok := false; retry_after := committed.retry_after; remaining := committed.remaining;
+                    RETURN;
+                END IF;
+            END IF;
             looked := rate_limiter._row(name, key, busy_shard[waiting]::int2, true);
             free_shard := ARRAY[busy_shard[waiting]];
             free_exists := ARRAY[looked.value IS NOT NULL];
@@ -216,6 +228,13 @@ BEGIN
                 config.shards, start, name, key, free_value[1], free_ts[1], true,
                 p_value, p_ts, true, rate_limiter._now(), count, reserve);
             IF trial.ok THEN
+                IF rate_limiter._lock_free() THEN
+                    committed := rate_limiter._committed(name, key, count, reserve, config, period, start);
+                    IF NOT committed.ok THEN
+                        ok := false; retry_after := committed.retry_after; remaining := committed.remaining;
+                        RETURN;
+                    END IF;
+                END IF;
                 looked := rate_limiter._row(name, key, busy_shard[1]::int2, true);
                 free_shard := free_shard || busy_shard[1];
                 free_exists := free_exists || (looked.value IS NOT NULL);

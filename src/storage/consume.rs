@@ -23,12 +23,18 @@
 //!    waits and updates (or gets 40001 under REPEATABLE READ).
 //!
 //! 0. When `lock_free` (SPEC §5, "Refusals never wait"): decide first on
-//!    the row as committed ([`read_committed`]: the latest committed state
-//!    under READ COMMITTED, the transaction's snapshot under REPEATABLE
-//!    READ / SERIALIZABLE), without a lock. A refusal is answered from it
+//!    the row as committed, without a lock. A refusal is answered from it
 //!    at once: nothing locked, nothing written, no wait for a transaction
 //!    holding the row. Anything else goes on to 1 and decides again under
-//!    the lock.
+//!    the lock. Under READ COMMITTED the committed state comes from step
+//!    1's own look with the dirty snapshot (`peek`: a version another
+//!    running transaction is writing shows its committed state), so the
+//!    call still descends the index once; when another transaction is
+//!    writing the row, the call waits for it to end without locking and
+//!    comes back here, to decide on what it committed (a refusal after the
+//!    wait takes no lock either). Under REPEATABLE READ / SERIALIZABLE it
+//!    is the row the transaction's snapshot sees ([`read_committed`], with
+//!    the predicate lock a `SELECT` takes).
 //!
 //! Every write is WAL-logged, counted in `pg_stat_user_tables`, and undone
 //! by a rollback, exactly like the statement it replaces. What this skips,
@@ -37,10 +43,14 @@
 //! checks (the caller's EXECUTE on the function is the permission).
 
 use super::relations::Relations;
-use super::rows::{acquire, confirm_unwritten, insert_new, read_committed, write_locked, Acquired};
+use super::rows::{
+    acquire, confirm_unwritten, insert_new, lock, peek, read_committed, uses_transaction_snapshot,
+    wait_for_writer, write_locked, Acquired, Lock, LockedRow, Peek,
+};
 use super::{timestamp, Datums, RowId};
 use crate::errors::CallError;
 use pgrx::pg_sys;
+use pgrx::prelude::*;
 use rate_limiter_algorithm::{Decision, LimitError, State};
 use std::ffi::CStr;
 
@@ -64,44 +74,164 @@ pub fn consume(
     // of this transaction.
     unsafe {
         let (relations, command) = begin_write(c"rate_limit()");
-        if lock_free {
-            let decision = decide(read_committed(&relations, row))?;
-            if !decision.ok {
-                end_write();
-                return Ok(decision);
-            }
-        }
-        let decision = loop {
-            // An unsharded limit counts no contention.
-            match acquire(&relations, row, command, &mut false)? {
-                Acquired::Locked(mut locked) => {
-                    let decision = decide(Some(locked.state))?;
-                    match decision.new_state {
-                        Some(state) => write_locked(&relations, &mut locked, state, command)?,
-                        None => confirm_unwritten(&relations, [(row, Some(locked.state))])?,
-                    }
-                    break decision;
-                }
-                Acquired::New => {
-                    let decision = decide(None)?;
-                    let Some(state) = decision.new_state else {
-                        return Err(CallError::Limit(LimitError::out_of_range(
-                            "count",
-                            "a full limit refused the call".to_string(),
-                        )));
-                    };
-                    let mut datums = Datums::of(row);
-                    datums.set_state(state.value, timestamp(state.ts)?);
-                    if insert_new(&relations, &mut [datums], command) {
-                        break decision;
-                    }
-                    // Another transaction inserted the row first: look again.
+        let decision = if lock_free && !uses_transaction_snapshot() {
+            consume_looking_first(&relations, row, command, &mut decide)?
+        } else {
+            if lock_free {
+                // REPEATABLE READ / SERIALIZABLE: the snapshot's row, read
+                // as a SELECT reads it (with its predicate lock).
+                let decision = decide(read_committed(&relations, row))?;
+                if !decision.ok {
+                    end_write();
+                    return Ok(decision);
                 }
             }
+            consume_locking(&relations, row, command, &mut decide)?
         };
         end_write();
         Ok(decision)
     }
+}
+
+/// Steps 1 to 3: lock the row (waiting as long as it takes) or insert it,
+/// and decide on it.
+///
+/// # Safety
+/// `relations` opened by [`begin_write`], `command` its command id.
+unsafe fn consume_locking(
+    relations: &Relations,
+    row: RowId<'_>,
+    command: pg_sys::CommandId,
+    decide: &mut impl FnMut(Option<State>) -> Result<Decision, CallError>,
+) -> Result<Decision, CallError> {
+    loop {
+        // An unsharded limit counts no contention.
+        match acquire(relations, row, command, &mut false)? {
+            Acquired::Locked(mut locked) => {
+                return decide_locked(relations, row, &mut locked, command, decide)
+            }
+            Acquired::New => {
+                if let Some(decision) = insert(relations, row, command, decide)? {
+                    return Ok(decision);
+                }
+                // Another transaction inserted the row first: look again.
+            }
+        }
+    }
+}
+
+/// Step 0 and then 1 to 3 under READ COMMITTED with lock-free refusals, in
+/// one look at the row ([`peek`], a dirty snapshot: the committed state,
+/// and whether another transaction is writing the row): decide on the
+/// committed state; a refusal is the answer. Otherwise a free row is
+/// locked (waiting only for a transaction that merely locked it) and
+/// decided on again; a row another transaction is writing is waited for
+/// without a lock, then looked at again (so a refusal after the wait takes
+/// no lock either); a missing row is inserted.
+///
+/// # Safety
+/// As [`consume_locking`].
+unsafe fn consume_looking_first(
+    relations: &Relations,
+    row: RowId<'_>,
+    command: pg_sys::CommandId,
+    decide: &mut impl FnMut(Option<State>) -> Result<Decision, CallError>,
+) -> Result<Decision, CallError> {
+    loop {
+        pgrx::check_for_interrupts!();
+        let peeked = peek(relations, &Datums::of(row));
+        let committed = match peeked {
+            Peek::Missing => None,
+            Peek::Busy { state } | Peek::Free { state, .. } => state,
+        };
+        let decision = decide(committed)?;
+        if !decision.ok {
+            return Ok(decision);
+        }
+        match peeked {
+            // Nobody writes it: lock it, and decide again under the lock.
+            Peek::Free { tid, .. } => {
+                let mut locked = lock(
+                    relations,
+                    tid,
+                    command,
+                    pg_sys::LockWaitPolicy::LockWaitSkip,
+                )?;
+                if let Lock::WouldBlock = locked {
+                    // Only locked by another transaction: wait for the lock.
+                    locked = lock(
+                        relations,
+                        tid,
+                        command,
+                        pg_sys::LockWaitPolicy::LockWaitBlock,
+                    )?;
+                }
+                match locked {
+                    Lock::Locked(mut locked) => {
+                        return decide_locked(relations, row, &mut locked, command, decide)
+                    }
+                    // Changed since the look: look again.
+                    Lock::Changed => {}
+                    Lock::WouldBlock => {
+                        error!("rate_limiter: a waiting row lock reported that it would block")
+                    }
+                }
+            }
+            // Another transaction is writing (or inserting) it: wait for
+            // that one to end, then look again.
+            Peek::Busy { .. } => wait_for_writer(relations, row),
+            Peek::Missing => {
+                if let Some(decision) = insert(relations, row, command, decide)? {
+                    return Ok(decision);
+                }
+                // Another transaction inserted it first: look again.
+            }
+        }
+    }
+}
+
+/// Step 2's decision on the locked row, and its write (or, for a refusal
+/// under the lock, the REPEATABLE READ check that it rests on the
+/// snapshot's row).
+///
+/// # Safety
+/// As [`consume_locking`]; `locked` locked by this call.
+unsafe fn decide_locked(
+    relations: &Relations,
+    row: RowId<'_>,
+    locked: &mut LockedRow,
+    command: pg_sys::CommandId,
+    decide: &mut impl FnMut(Option<State>) -> Result<Decision, CallError>,
+) -> Result<Decision, CallError> {
+    let decision = decide(Some(locked.state))?;
+    match decision.new_state {
+        Some(state) => write_locked(relations, locked, state, command)?,
+        None => confirm_unwritten(relations, [(row, Some(locked.state))])?,
+    }
+    Ok(decision)
+}
+
+/// Step 3: decides for a full limit and inserts the row speculatively;
+/// `None` when another transaction inserted it first (nothing written).
+///
+/// # Safety
+/// As [`consume_locking`].
+unsafe fn insert(
+    relations: &Relations,
+    row: RowId<'_>,
+    command: pg_sys::CommandId,
+    decide: &mut impl FnMut(Option<State>) -> Result<Decision, CallError>,
+) -> Result<Option<Decision>, CallError> {
+    let decision = decide(None)?;
+    let Some(state) = decision.new_state else {
+        return Err(CallError::Limit(LimitError::out_of_range(
+            "count",
+            "a full limit refused the call".to_string(),
+        )));
+    };
+    let mut datums = Datums::of(row);
+    datums.set_state(state.value, timestamp(state.ts)?);
+    Ok(insert_new(relations, &mut [datums], command).then_some(decision))
 }
 
 /// Checks that the transaction may write (`function`, e.g. `rate_limit()`,

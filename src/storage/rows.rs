@@ -1,7 +1,8 @@
 //! The row primitives of the direct storage path, each standing in for a
 //! step of PostgreSQL's executor on one state row (`heapam.c`,
 //! `nodeModifyTable.c`, `execIndexing.c`): [`peek`] (look the row up with
-//! a dirty snapshot), [`acquire`] and [`lock`] (find and lock it, as
+//! a dirty snapshot), [`read_committed`] (the committed row, no lock, for
+//! a refusal that never waits), [`acquire`] and [`lock`] (find and lock it, as
 //! `FOR NO KEY UPDATE` would, with the READ COMMITTED recheck and the
 //! 40001 of REPEATABLE READ), [`write_locked`] (update it in place, HOT
 //! when it can), [`insert_new`] / [`insert_one`] (the speculative insert
@@ -124,6 +125,16 @@ pub(super) unsafe fn acquire(
             }
         }
     }
+}
+
+/// Waits for the transaction that [`peek`] found writing the row of
+/// `row` (`Peek::Busy`) to end, without locking anything; the caller then
+/// looks at the row again.
+///
+/// # Safety
+/// `relations` open.
+pub(super) unsafe fn wait_for_writer(relations: &Relations, row: RowId<'_>) {
+    find_committed(relations, &Datums::of(row), &mut false);
 }
 
 /// Step 1: the row of `datums` as a dirty snapshot sees it, after waiting
@@ -303,7 +314,7 @@ fn serialization_failure(deleted: bool) -> CallError {
     })
 }
 
-fn uses_transaction_snapshot() -> bool {
+pub(super) fn uses_transaction_snapshot() -> bool {
     // SAFETY: reading a backend-local setting.
     unsafe { pg_sys::XactIsoLevel >= pg_sys::XACT_REPEATABLE_READ as i32 }
 }

@@ -51,13 +51,16 @@
 //! from another node) starts with `held` at the highest shard number, so
 //! it passes over busy shards and answers for them instead.
 //!
-//! **Refusals never wait** (SPEC §5). With `lock_free`, and when the call
-//! may use every shard ([`ShardPlaces::All`]), the call first reads every
-//! shard as committed (`read_committed_shards`), without a lock, and when
-//! that state refuses it (not even the two fullest shards together could
-//! serve it, so no shard or pair could) answers that refusal at once,
-//! before looking at any shard: it neither waits for a busy shard nor
-//! locks one. Otherwise it goes on as above.
+//! **Refusals never wait** (SPEC §5). The peeks above read committed
+//! states, so a call refused by the pair it looked at locks nothing and
+//! waits for nothing. The call waits only for a busy shard, as said; with
+//! `lock_free`, and when the call may use every shard
+//! ([`ShardPlaces::All`]), before it would wait it reads every shard as
+//! committed (`read_committed_shards`), without a lock, and when that
+//! state refuses it (not even the two fullest shards together could serve
+//! it, so no shard or pair could) answers that refusal instead of waiting.
+//! (Read only then, not on every call: a call that finds a free pair pays
+//! nothing for it.)
 //!
 //! New rows are inserted speculatively, one after the other; if another
 //! transaction inserted one of them first, that one is withdrawn, the ones
@@ -125,9 +128,10 @@ impl Shard {
 /// and may be called more than once; only its last decision is written
 /// and returned (`new_states[i]` for the i-th shard given).
 ///
-/// With `lock_free` and [`ShardPlaces::All`], `committed` first decides on
-/// the committed state of every shard (`states[i]` is shard `i`); its
-/// refusal is the answer (see the module documentation).
+/// With `lock_free` and [`ShardPlaces::All`], before the call would wait
+/// for a busy shard, `committed` decides on the committed state of every
+/// shard (`states[i]` is shard `i`); its refusal is the answer (see the
+/// module documentation).
 ///
 /// Also says whether the call was *contended*: it passed over or waited
 /// for a shard another transaction held (`rate_limiter.stats`).
@@ -137,7 +141,7 @@ pub fn consume_sharded(
     limit: LimitRows<'_>,
     places: ShardPlaces,
     lock_free: bool,
-    committed: impl FnOnce(&[Option<State>]) -> Result<ShardedDecision, CallError>,
+    mut committed: impl FnMut(&[Option<State>]) -> Result<ShardedDecision, CallError>,
     mut random: impl FnMut() -> [u32; 3],
     mut decide: impl FnMut(&[Candidate]) -> Result<ShardedDecision, CallError>,
 ) -> Result<(ShardedDecision, bool), CallError> {
@@ -147,14 +151,6 @@ pub fn consume_sharded(
         let mut held = places.held();
         let every_shard = matches!(places, ShardPlaces::All);
         let places = Places::open(places, c"rate_limit()");
-        if lock_free && every_shard {
-            let stored = places.at(0, |relations| read_committed_shards(relations, limit));
-            let decision = committed(&stored)?;
-            if !decision.ok {
-                end_write();
-                return Ok((decision, false));
-            }
-        }
         let mut contended = false;
         let decision = loop {
             // A failed attempt's undo ends commands: each attempt writes
@@ -163,6 +159,7 @@ pub fn consume_sharded(
             let mut state = Attempt {
                 held: &mut held,
                 contended: &mut contended,
+                committed: (lock_free && every_shard).then_some(&mut committed as _),
             };
             if let Some(decision) =
                 attempt(&places, limit, random(), command, &mut state, &mut decide)?
@@ -215,6 +212,34 @@ struct Attempt<'a> {
     held: &'a mut Option<i16>,
     /// Whether it met a shard another transaction held.
     contended: &'a mut bool,
+    /// With lock-free refusals, the decision on every shard's committed
+    /// state, made before the call would wait for a busy shard.
+    committed: Option<&'a mut Committed<'a>>,
+}
+
+/// The decision on every shard's committed state (`states[i]` is shard
+/// `i`).
+type Committed<'a> = dyn FnMut(&[Option<State>]) -> Result<ShardedDecision, CallError> + 'a;
+
+/// Refusals never wait (SPEC §5): before the call waits for a busy shard,
+/// the decision on every shard as committed (`read_committed_shards`), when
+/// the call has lock-free refusals; `Some` refusal when that state refuses
+/// the call (not even the two fullest shards together could serve it), the
+/// answer instead of waiting.
+///
+/// # Safety
+/// `places` opened by [`Places::open`].
+unsafe fn refusal_instead_of_waiting(
+    places: &Places,
+    limit: LimitRows<'_>,
+    committed: &mut Option<&mut Committed<'_>>,
+) -> Result<Option<ShardedDecision>, CallError> {
+    let Some(committed) = committed.as_mut() else {
+        return Ok(None);
+    };
+    let stored = places.at(0, |relations| read_committed_shards(relations, limit));
+    let decision = committed(&stored)?;
+    Ok((!decision.ok).then_some(decision))
 }
 
 /// Checks, under REPEATABLE READ or SERIALIZABLE, that the shards a
@@ -285,6 +310,10 @@ unsafe fn attempt(
                 confirm_shards(places, limit, &looked)?;
                 return Ok(Some(decision));
             };
+            if let Some(refusal) = refusal_instead_of_waiting(places, limit, &mut state.committed)?
+            {
+                return Ok(Some(refusal));
+            }
             let number = busy.remove(index).number;
             free.push(wait_for(places, limit, number, command, held)?);
             continue;
@@ -313,6 +342,11 @@ unsafe fn attempt(
                         },
                     ];
                     if decide(&writable)?.ok {
+                        if let Some(refusal) =
+                            refusal_instead_of_waiting(places, limit, &mut state.committed)?
+                        {
+                            return Ok(Some(refusal));
+                        }
                         let number = busy.remove(0).number;
                         free.push(wait_for(places, limit, number, command, held)?);
                         continue;
