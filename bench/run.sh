@@ -49,7 +49,7 @@ start_redis "$REDIS_PORT" --appendonly no
 start_redis $((REDIS_PORT + 1)) --appendonly yes --appendfsync always
 start_redis $((REDIS_PORT + 2)) --appendonly yes --appendfsync everysec
 
-log "running the scenarios (about 35 minutes)"
+log "running the scenarios (about 50 minutes)"
 export RATE_LIMITER_BENCH_URL="host=127.0.0.1 port=$RL_PORT user=postgres dbname=bench"
 export RATE_LIMITER_BENCH_PORTABLE_URL="host=127.0.0.1 port=$RL_PORT user=postgres dbname=bench_portable"
 export RATE_LIMITER_BENCH_PGBENCH="-h 127.0.0.1 -p $RL_PORT -U postgres bench"

@@ -5,7 +5,8 @@
 //! bucket (`baselines/token_bucket.lua`). Scenario 5 measures the
 //! extension alone: one global limit under open-loop load (pgbench `-R`)
 //! with 1, 8 and 16 shards; scenario 6 the cost of statistics (the library
-//! preloaded or not). Every figure is the median of at least 3 rounds in
+//! preloaded or not); scenario 8 one limit under overload, with and
+//! without lock-free refusals. Every figure is the median of at least 3 rounds in
 //! which the contenders take turns; the report shows min and max too.
 //!
 //! Run through `bench/run.sh`, which starts a throwaway PostgreSQL cluster
@@ -22,6 +23,7 @@
 mod citus;
 mod hot_limit;
 mod latency;
+mod overload;
 mod per_call;
 mod report;
 mod stats_overhead;
@@ -160,7 +162,7 @@ fn main() {
             list.split(',').any(|n| n.trim() == number)
         })
     };
-    let scenarios: [(&str, &str, Scenario); 7] = [
+    let scenarios: [(&str, &str, Scenario); 8] = [
         ("1", "per-call server cost", per_call::run),
         ("2", "throughput with pgbench", throughput::run),
         ("3", "client-observed latency", latency::run),
@@ -168,6 +170,7 @@ fn main() {
         ("5", "one hot limit", hot_limit::run),
         ("6", "the cost of statistics", stats_overhead::run),
         ("7", "Citus", citus::run),
+        ("8", "overload, lock-free refusals", overload::run),
     ];
     for (number, title, run) in scenarios {
         if wanted(number) {
