@@ -10,8 +10,9 @@
 //! - autocommit with synchronous_commit off (the WAL is flushed within
 //!   about 3 × wal_writer_delay) against `appendfsync everysec`.
 //!
-//! A prepared `SELECT 1` from the same client gives the round trip's floor.
-//! ROUNDS rounds, the seven contenders taking turns; each figure is the median
+//! A prepared `SELECT 1` from the same client gives the round trip's floor;
+//! a prepared primary-key SELECT of the state row, the floor of any read of
+//! it; `rate_check` is the limiter's read. ROUNDS rounds, the nine contenders taking turns; each figure is the median
 //! of the rounds' percentiles.
 
 use crate::report::{percentile, rotate, Report, Samples};
@@ -68,6 +69,39 @@ fn postgres(bench: &Bench, mode: Postgres, keys: &[String]) -> Vec<f64> {
     latencies
 }
 
+/// Latencies (µs) of the prepared read `sql` (one parameter, the key) per
+/// key, inside an open transaction as [`Postgres::InTransaction`], after
+/// one call per key has written every row (unmeasured).
+fn read(bench: &Bench, sql: &str, keys: &[String]) -> Vec<f64> {
+    let mut client = bench.connect();
+    client
+        .batch_execute("TRUNCATE rate_limiter.rate_limits")
+        .unwrap();
+    client
+        .execute(
+            "SELECT count(*) FROM unnest($1::text[]) AS k, LATERAL rate_limiter.rate_limit('bench', k) AS r",
+            &[&keys],
+        )
+        .unwrap();
+    client
+        .batch_execute("VACUUM ANALYZE rate_limiter.rate_limits; CHECKPOINT")
+        .unwrap();
+    let statement = client.prepare(sql).unwrap();
+    let mut latencies = Vec::with_capacity(keys.len());
+    let mut transaction = client.transaction().unwrap();
+    for (i, key) in keys.iter().enumerate() {
+        if i > 0 && i % 1000 == 0 {
+            transaction.commit().unwrap();
+            transaction = client.transaction().unwrap();
+        }
+        let start = Instant::now();
+        transaction.query_opt(&statement, &[key]).unwrap();
+        latencies.push(start.elapsed().as_secs_f64() * 1e6);
+    }
+    transaction.commit().unwrap();
+    latencies
+}
+
 /// Latencies (µs) of `calls` prepared `SELECT 1`s, one at a time: what any
 /// statement costs this client over loopback, the floor under every
 /// PostgreSQL row above.
@@ -114,7 +148,7 @@ pub fn run(bench: &Bench, report: &mut Report) {
     let keys: Vec<String> = (0..calls)
         .map(|i| format!("{}", (i * 7919) % 100_000))
         .collect();
-    let contenders: [(&str, Measure<'_>); 7] = [
+    let contenders: [(&str, Measure<'_>); 9] = [
         (
             "extension, inside an open transaction",
             Box::new(|| postgres(bench, Postgres::InTransaction, &keys)),
@@ -143,6 +177,26 @@ pub fn run(bench: &Bench, report: &mut Report) {
             "PostgreSQL round trip: prepared `SELECT 1` from the same client",
             Box::new(|| round_trip(bench, calls)),
         ),
+        (
+            "PostgreSQL: prepared primary-key SELECT of the state row, inside an open transaction",
+            Box::new(|| {
+                read(
+                    bench,
+                    "SELECT value, ts FROM rate_limiter.rate_limits WHERE name = 'bench' AND key = $1 AND shard = 0",
+                    &keys,
+                )
+            }),
+        ),
+        (
+            "extension, `rate_check` (reads, no lock), inside an open transaction",
+            Box::new(|| {
+                read(
+                    bench,
+                    "SELECT ok, retry_after, remaining FROM rate_limiter.rate_check('bench', $1)",
+                    &keys,
+                )
+            }),
+        ),
     ];
     // Every round measures each contender once; rotate() asks for p50 and
     // then p99 of the same run, so keep the run's percentiles per round.
@@ -170,8 +224,11 @@ pub fn run(bench: &Bench, report: &mut Report) {
              that waits for its WAL flush against Redis fsyncing its append-only file before it \
              answers; and both with the flush left to a background writer (about 3 × \
              wal_writer_delay = 600 ms of writes at risk in PostgreSQL, about 1 s in Redis). \
-             The last row is the floor under every PostgreSQL row: a prepared `SELECT 1` from the same \
-             client library (the `postgres` crate), which is what one round trip costs before any work.\n\n\
+             The `SELECT 1` row is the floor under every PostgreSQL row: a prepared `SELECT 1` from the same \
+             client library (the `postgres` crate), which is what one round trip costs before any work. \
+             The last two read the rows that one call per key wrote first (unmeasured): the simplest \
+             statement that reads a state row at all (superuser only; an application role may not read \
+             the table), and `rate_check`, which reads it as the limiter.\n\n\
              | | p50 | p99 |\n|---|---:|---:|\n{table}"
         ),
         "what one caller waits per call at each durability level.",
@@ -180,7 +237,7 @@ pub fn run(bench: &Bench, report: &mut Report) {
     report.ratio(
         "S3 p50, open transaction: extension / Redis without persistence",
         p50[0].ratio_to(&p50[1]),
-        1.3,
+        1.2,
         true,
     );
     report.ratio(
@@ -200,5 +257,17 @@ pub fn run(bench: &Bench, report: &mut Report) {
     report.ratio_without_target(
         "S3 p50, PostgreSQL round trip (SELECT 1) / Redis without persistence",
         p50[6].ratio_to(&p50[1]),
+    );
+    report.ratio_without_target(
+        "S3 p50, primary-key SELECT of a state row / Redis without persistence",
+        p50[7].ratio_to(&p50[1]),
+    );
+    report.ratio_without_target(
+        "S3 p50, open transaction: extension rate_limit / primary-key SELECT",
+        p50[0].ratio_to(&p50[7]),
+    );
+    report.ratio_without_target(
+        "S3 p50, open transaction: extension rate_check / primary-key SELECT",
+        p50[8].ratio_to(&p50[7]),
     );
 }

@@ -62,6 +62,12 @@ impl Samples {
         self.zip(other, |a, b| a / b)
     }
 
+    /// Each value divided by the sum of the same round's values of `a`
+    /// and `b`.
+    pub fn ratio_to_sum(&self, a: &Samples, b: &Samples) -> Samples {
+        self.ratio_to(&a.zip(b, |a, b| a + b))
+    }
+
     /// `median (min–max)` with `decimals` decimals; just the value when
     /// there is one round.
     pub fn show(&self, decimals: usize) -> String {
