@@ -44,8 +44,8 @@
 
 use super::relations::Relations;
 use super::rows::{
-    acquire, confirm_unwritten, insert_new, lock, peek, read_committed, uses_transaction_snapshot,
-    wait_for_writer, write_locked, Acquired, Lock, LockedRow, Peek,
+    acquire, confirm_unwritten, insert_new, lock_waiting, peek, read_committed,
+    uses_transaction_snapshot, wait_for_writer, write_locked, Acquired, LockedRow, Peek,
 };
 use super::{timestamp, Datums, RowId};
 use crate::errors::CallError;
@@ -151,31 +151,11 @@ unsafe fn consume_looking_first(
         match peeked {
             // Nobody writes it: lock it, and decide again under the lock.
             Peek::Free { tid, .. } => {
-                let mut locked = lock(
-                    relations,
-                    tid,
-                    command,
-                    pg_sys::LockWaitPolicy::LockWaitSkip,
-                )?;
-                if let Lock::WouldBlock = locked {
-                    // Only locked by another transaction: wait for the lock.
-                    locked = lock(
-                        relations,
-                        tid,
-                        command,
-                        pg_sys::LockWaitPolicy::LockWaitBlock,
-                    )?;
+                // Waiting only for a transaction that merely locked it.
+                if let Some(mut locked) = lock_waiting(relations, tid, command, &mut false)? {
+                    return decide_locked(relations, row, &mut locked, command, decide);
                 }
-                match locked {
-                    Lock::Locked(mut locked) => {
-                        return decide_locked(relations, row, &mut locked, command, decide)
-                    }
-                    // Changed since the look: look again.
-                    Lock::Changed => {}
-                    Lock::WouldBlock => {
-                        error!("rate_limiter: a waiting row lock reported that it would block")
-                    }
-                }
+                // Changed since the look: look again.
             }
             // Another transaction is writing (or inserting) it: wait for
             // that one to end, then look again.

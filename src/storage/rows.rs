@@ -84,10 +84,6 @@ pub(super) enum Acquired {
 /// for its insert, update or delete of the row); `rate_limiter.stats`
 /// counts that as contention for a sharded limit.
 ///
-/// The lock is first tried without waiting (`LockWaitSkip`), and only when
-/// that would block taken with `LockWaitBlock`, as `ExecLockRows` takes it:
-/// the same lock, one failed conditional attempt more under contention.
-///
 /// # Safety
 /// `relations` opened by [`begin_write`], `command` its command id.
 pub(super) unsafe fn acquire(
@@ -101,28 +97,48 @@ pub(super) unsafe fn acquire(
         let Some(tid) = find_committed(relations, &Datums::of(row), waited) else {
             return Ok(Acquired::New);
         };
-        let mut locked = lock(
+        if let Some(locked) = lock_waiting(relations, tid, command, waited)? {
+            return Ok(Acquired::Locked(locked));
+        }
+        // READ COMMITTED: the row changed while we waited; look again.
+    }
+}
+
+/// Locks the row at `tid` ([`lock`]), waiting for other lockers; `None`
+/// when, under READ COMMITTED, it was updated or deleted since it was
+/// found (look again). The lock is first tried without waiting
+/// (`LockWaitSkip`), and only when that would block taken with
+/// `LockWaitBlock` (then `waited` is set), as `ExecLockRows` takes it: the
+/// same lock, one failed conditional attempt more under contention.
+///
+/// # Safety
+/// As [`acquire`]; `tid` a version of the row found in `relations`.
+pub(super) unsafe fn lock_waiting(
+    relations: &Relations,
+    tid: pg_sys::ItemPointerData,
+    command: pg_sys::CommandId,
+    waited: &mut bool,
+) -> Result<Option<LockedRow>, CallError> {
+    let mut locked = lock(
+        relations,
+        tid,
+        command,
+        pg_sys::LockWaitPolicy::LockWaitSkip,
+    )?;
+    if let Lock::WouldBlock = locked {
+        *waited = true;
+        locked = lock(
             relations,
             tid,
             command,
-            pg_sys::LockWaitPolicy::LockWaitSkip,
+            pg_sys::LockWaitPolicy::LockWaitBlock,
         )?;
-        if let Lock::WouldBlock = locked {
-            *waited = true;
-            locked = lock(
-                relations,
-                tid,
-                command,
-                pg_sys::LockWaitPolicy::LockWaitBlock,
-            )?;
-        }
-        match locked {
-            Lock::Locked(locked) => return Ok(Acquired::Locked(locked)),
-            // READ COMMITTED: the row changed while we waited; look again.
-            Lock::Changed => {}
-            Lock::WouldBlock => {
-                error!("rate_limiter: a waiting row lock reported that it would block")
-            }
+    }
+    match locked {
+        Lock::Locked(locked) => Ok(Some(locked)),
+        Lock::Changed => Ok(None),
+        Lock::WouldBlock => {
+            error!("rate_limiter: a waiting row lock reported that it would block")
         }
     }
 }
