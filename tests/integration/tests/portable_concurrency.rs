@@ -11,7 +11,7 @@
 //! admits exactly the capacity.
 
 use postgres::IsolationLevel;
-use rate_limiter_integration_tests::{hammer_at, portable, unique_name};
+use rate_limiter_integration_tests::{hammer_at, hammer_sharded_at, portable, unique_name};
 use std::time::Duration;
 
 const DATABASE: &str = "rate_limiter_portable_concurrency";
@@ -45,7 +45,7 @@ fn sixteen_connections_admit_exactly_the_capacity_at_every_isolation_level() {
                     &[&name],
                 )
                 .expect("define the limit");
-            let tally = hammer_at(
+            let tally = hammer_sharded_at(
                 &url(),
                 CONNECTIONS,
                 HAMMER_FOR,

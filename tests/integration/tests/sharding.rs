@@ -7,7 +7,9 @@
 //! refused, so the limiter was saturated and the bound is not vacuous.
 
 use postgres::IsolationLevel;
-use rate_limiter_integration_tests::{connect, hammer, server_now, unique_name, Tally};
+use rate_limiter_integration_tests::{
+    connect, hammer, hammer_sharded, server_now, unique_name, Tally,
+};
 use std::time::Duration;
 
 const CONNECTIONS: usize = 16;
@@ -131,7 +133,7 @@ fn sharded_limits_admit_exactly_their_capacity() {
                 ),
             };
             let sql = format!("SELECT ok FROM rate_limiter.rate_limit($1, config => {config})");
-            let tally = hammer(CONNECTIONS, Duration::from_secs(3), &sql, &name, isolation);
+            let tally = hammer_sharded(CONNECTIONS, Duration::from_secs(3), &sql, &name, isolation);
             let (rows, stored): (i64, f64) = {
                 let row = client
                     .query_one(
