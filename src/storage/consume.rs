@@ -50,7 +50,6 @@ use super::rows::{
 use super::{timestamp, Datums, RowId};
 use crate::errors::CallError;
 use pgrx::pg_sys;
-use pgrx::prelude::*;
 use rate_limiter_algorithm::{Decision, LimitError, State};
 use std::ffi::CStr;
 

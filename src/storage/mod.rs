@@ -17,13 +17,11 @@
 //!
 //! `rows.rs` holds the row primitives these compose (peek, lock, update,
 //! speculative insert); `relations.rs` opens the table and its indexes and
-//! looks rows up (`checked_shape.rs` remembers which relations passed its
-//! checks, until the next invalidation); `route.rs` says which relation a call uses instead of
+//! looks rows up; `route.rs` says which relation a call uses instead of
 //! the table (a cluster's shard);
 //! `crate::compat` holds what differs between PostgreSQL 15, 16, 17 and 18.
 
 mod all_or_nothing;
-mod checked_shape;
 mod consume;
 mod credit;
 mod places;

@@ -3,7 +3,6 @@
 //! writes assume, the lookup of a row through the unique index, and adding
 //! index entries for a written tuple.
 
-use super::checked_shape;
 use super::{Datums, COLUMNS, DKEY, KEY, KEY_COLUMNS, NAME, SHARD, TS, VALUE};
 use crate::compat;
 use pgrx::pg_sys;
@@ -29,10 +28,6 @@ pub struct Relations {
     /// `index_insert_cleanup`, as `ExecCloseIndices` does. Empty when
     /// opened for reading.
     infos: Vec<Cell<*mut pg_sys::IndexInfo>>,
-    /// `crate::catalog::generation()` when the relations were locked.
-    generation: u64,
-    /// Whether `table` is the shard relation a cluster routed the call to.
-    routed: bool,
 }
 
 /// `heap` (`pg_am`): the only table access method the direct writes handle.
@@ -178,18 +173,12 @@ impl Relations {
                     index: pg_sys::index_open(index, pg_sys::NoLock as i32),
                     others: Vec::new(),
                     infos: Vec::new(),
-                    generation,
-                    routed: route.is_some(),
                 };
-                if checked_shape::for_reading(table, index, relations.routed) {
-                    break (objects, relations);
-                }
                 let form = (*relations.index).rd_index;
                 if is_arbiter(relations.index, table) && (*form).indisvalid && (*form).indisready {
                     if !has_bytewise_equality(relations.index) {
                         altered("its unique index rate_limits_name_key_shard_key does not compare name, key and shard as bytes (another collation, operator class or access method)");
                     }
-                    checked_shape::passed_reading(generation, table, index, relations.routed);
                     break (objects, relations);
                 }
                 // REINDEX CONCURRENTLY may have swapped the index after the
@@ -224,102 +213,84 @@ impl Relations {
         // SAFETY: the table is open and locked; its descriptor and index
         // list are valid while it is.
         unsafe {
-            let (table, index) = ((*relations.table).rd_id, (*relations.index).rd_id);
-            let checked = checked_shape::for_writing(table, index, relations.routed);
-            let others = match &checked {
-                Some(others) => others.clone(),
-                None => other_indexes(relations.table, index),
-            };
-            for &oid in &others {
-                let other = pg_sys::index_open(oid, pg_sys::RowExclusiveLock as i32);
-                relations.others.push(other);
+            let table = relations.table;
+            let descriptor = (*table).rd_att;
+            let columns = (*descriptor).natts as usize;
+            if columns != COLUMNS && columns != COLUMNS - 1 {
+                altered("it does not have 6 columns (5 before version 0.5.0)");
             }
-            // Opening the other indexes may have processed invalidations.
-            if checked.is_none() || crate::catalog::generation() != relations.generation {
-                relations.check_for_write();
-                checked_shape::passed_writing(
-                    relations.generation,
-                    table,
-                    index,
-                    relations.routed,
-                    others,
-                );
+            for (column, expected) in COLUMN_TYPES.iter().take(columns).enumerate() {
+                let attribute = compat::attribute(descriptor, column);
+                // dkey is text, or bigint, integer or uuid on a state table
+                // colocated with a table distributed by a column of that type.
+                let type_id = (*attribute).atttypid.to_u32();
+                let other_dkey = column == DKEY
+                    && (type_id == pg_sys::INT8OID.to_u32()
+                        || type_id == pg_sys::INT4OID.to_u32()
+                        || type_id == pg_sys::UUIDOID.to_u32());
+                if (*attribute).attisdropped || (type_id != *expected && !other_dkey) {
+                    altered("a column has a different type");
+                }
             }
+            if (*compat::attribute(descriptor, KEY)).attnotnull {
+                altered("key is NOT NULL, but the global limit's key is NULL");
+            }
+            if columns == COLUMNS
+                && super::route::route().is_none()
+                && (*compat::attribute(descriptor, DKEY)).attnotnull
+            {
+                altered("dkey is NOT NULL, but it is NULL unless Citus distributes the table");
+            }
+            if !(*table).trigdesc.is_null() {
+                altered("it has triggers (or foreign keys), which rate_limit() would not fire");
+            }
+            if !(*table).rd_rules.is_null() {
+                altered("it has rules, which rate_limit() would not apply");
+            }
+            let constraints = (*descriptor).constr;
+            if !constraints.is_null() && (*constraints).num_check > 0 {
+                altered("it has CHECK constraints, which rate_limit() would not check");
+            }
+            if (*(*table).rd_rel).relrowsecurity {
+                altered("row-level security is enabled, which rate_limit() would not apply");
+            }
+            if (*(*table).rd_rel).relam.to_u32() != HEAP_TABLE_ACCESS_METHOD {
+                altered("its table access method is not heap, and rate_limit() writes heap pages");
+            }
+            if (*(*table).rd_rel).relispartition {
+                altered("it is a partition of a partitioned table, whose partition constraint rate_limit() would not check");
+            }
+            let list = pg_sys::RelationGetIndexList(table);
+            for n in 0..pg_sys::list_length(list) {
+                let oid = pg_sys::list_nth_oid(list, n);
+                if oid == (*relations.index).rd_id {
+                    continue;
+                }
+                let index = pg_sys::index_open(oid, pg_sys::RowExclusiveLock as i32);
+                relations.others.push(index);
+                let form = (*index).rd_index;
+                if is_arbiter(index, (*table).rd_id) {
+                    if !has_bytewise_equality(index) {
+                        altered("it has a unique (name, key, shard) index that does not compare them as bytes (another collation, operator class or access method)");
+                    }
+                    continue;
+                }
+                if (*form).indisunique || (*form).indisexclusion {
+                    altered("it has a unique or exclusion index other than on (name, key, shard)");
+                }
+                if !pg_sys::RelationGetIndexExpressions(index).is_null()
+                    || !pg_sys::RelationGetIndexPredicate(index).is_null()
+                    || !(*form).indimmediate
+                {
+                    altered("it has an index on expressions, with a predicate, or deferrable");
+                }
+            }
+            pg_sys::list_free(list);
             relations.infos = (0..=relations.others.len())
                 .map(|_| Cell::new(std::ptr::null_mut()))
                 .collect();
         }
         relations
-    }
-
-    /// The checks of [`Relations::open_for_write`] on the open relations
-    /// (raises 55000 naming what a direct write would not do).
-    ///
-    /// # Safety
-    /// The relations open and locked for writing.
-    unsafe fn check_for_write(&self) {
-        let table = self.table;
-        let descriptor = (*table).rd_att;
-        let columns = (*descriptor).natts as usize;
-        if columns != COLUMNS && columns != COLUMNS - 1 {
-            altered("it does not have 6 columns (5 before version 0.5.0)");
-        }
-        for (column, expected) in COLUMN_TYPES.iter().take(columns).enumerate() {
-            let attribute = compat::attribute(descriptor, column);
-            // dkey is text, or bigint, integer or uuid on a state table
-            // colocated with a table distributed by a column of that type.
-            let type_id = (*attribute).atttypid.to_u32();
-            let other_dkey = column == DKEY
-                && (type_id == pg_sys::INT8OID.to_u32()
-                    || type_id == pg_sys::INT4OID.to_u32()
-                    || type_id == pg_sys::UUIDOID.to_u32());
-            if (*attribute).attisdropped || (type_id != *expected && !other_dkey) {
-                altered("a column has a different type");
-            }
-        }
-        if (*compat::attribute(descriptor, KEY)).attnotnull {
-            altered("key is NOT NULL, but the global limit's key is NULL");
-        }
-        if columns == COLUMNS && !self.routed && (*compat::attribute(descriptor, DKEY)).attnotnull {
-            altered("dkey is NOT NULL, but it is NULL unless Citus distributes the table");
-        }
-        if !(*table).trigdesc.is_null() {
-            altered("it has triggers (or foreign keys), which rate_limit() would not fire");
-        }
-        if !(*table).rd_rules.is_null() {
-            altered("it has rules, which rate_limit() would not apply");
-        }
-        let constraints = (*descriptor).constr;
-        if !constraints.is_null() && (*constraints).num_check > 0 {
-            altered("it has CHECK constraints, which rate_limit() would not check");
-        }
-        if (*(*table).rd_rel).relrowsecurity {
-            altered("row-level security is enabled, which rate_limit() would not apply");
-        }
-        if (*(*table).rd_rel).relam.to_u32() != HEAP_TABLE_ACCESS_METHOD {
-            altered("its table access method is not heap, and rate_limit() writes heap pages");
-        }
-        if (*(*table).rd_rel).relispartition {
-            altered("it is a partition of a partitioned table, whose partition constraint rate_limit() would not check");
-        }
-        for &index in &self.others {
-            let form = (*index).rd_index;
-            if is_arbiter(index, (*table).rd_id) {
-                if !has_bytewise_equality(index) {
-                    altered("it has a unique (name, key, shard) index that does not compare them as bytes (another collation, operator class or access method)");
-                }
-                continue;
-            }
-            if (*form).indisunique || (*form).indisexclusion {
-                altered("it has a unique or exclusion index other than on (name, key, shard)");
-            }
-            if !pg_sys::RelationGetIndexExpressions(index).is_null()
-                || !pg_sys::RelationGetIndexPredicate(index).is_null()
-                || !(*form).indimmediate
-            {
-                altered("it has an index on expressions, with a predicate, or deferrable");
-            }
-        }
     }
 
     /// Equality scan keys on (name, key, shard) for `datums`, with the
@@ -559,21 +530,6 @@ unsafe fn index_info(
         info.set(pg_sys::BuildIndexInfo(index));
     }
     info.get()
-}
-
-/// The indexes of `table` other than `index`, in the relation cache's
-/// order.
-///
-/// # Safety
-/// `table` open.
-unsafe fn other_indexes(table: pg_sys::Relation, index: pg_sys::Oid) -> Vec<pg_sys::Oid> {
-    let list = pg_sys::RelationGetIndexList(table);
-    let others = (0..pg_sys::list_length(list))
-        .map(|n| pg_sys::list_nth_oid(list, n))
-        .filter(|&oid| oid != index)
-        .collect();
-    pg_sys::list_free(list);
-    others
 }
 
 /// `(value, ts)` of the tuple in `slot`.
