@@ -309,6 +309,7 @@ DECLARE
     override text;
     now_us bigint;
     now_ts timestamptz;
+    definition_ctid tid;
     limit_kind rate_limiter.kind;
     limit_rate float8;
     limit_capacity float8;
@@ -325,6 +326,7 @@ DECLARE
     row_ts timestamptz;
     row_ts_us bigint;
     new_value float8;
+    new_ts timestamptz;
     windows bigint;
 BEGIN
     -- The fast path: a call of a defined, unsharded token bucket (or fixed
@@ -335,71 +337,70 @@ BEGIN
     -- locks the row (SELECT ... FOR UPDATE: it waits for a holder and
     -- reads the row as the holder committed it), reads the clock, and
     -- decides again and updates the row, or inserts a new key's row while the
-    -- definition is still the one read (the INSERT's SELECT sees what
-    -- committed before it: a define() that discarded the row while the
-    -- call waited for it leaves it no row, and no insert). The arithmetic
+    -- version of the definition it read is still the committed one (the
+    -- INSERT's SELECT sees what committed before it: a define() that
+    -- discarded the row while the call waited for it leaves it no row, and
+    -- no insert). The arithmetic
     -- is _refill's and _evaluate's, in the same order, so it answers
     -- exactly as the general path (_consume) does. Anything else (no
     -- definition, shards, inline configs, the global key, a refusal, a
     -- reservation, numbers near the ends of float8, a fixed window without
-    -- a start, a lost race to insert, read-only or stricter isolation)
-    -- takes the general path, which then holds the lock taken here, if any.
+    -- a start, a lost race to insert, read-only or stricter isolation,
+    -- lock-free refusals turned off) takes the general path, which then
+    -- holds the lock taken here, if any.
+    -- Cost (issue 33): every column a statement here computes, and every
+    -- function it names, is compiled again each time the statement runs;
+    -- so the statements read and write plain columns and PL/pgSQL, whose
+    -- expressions are compiled once per transaction, does the arithmetic.
     IF NOT given AND key IS NOT NULL AND count >= 0 AND count <= 1e280
        AND name IS NOT NULL AND reserve IS NOT NULL AND throws IS NOT NULL
        AND NOT pg_catalog.current_setting('transaction_read_only')::boolean
        AND pg_catalog.current_setting('transaction_isolation') = 'read committed' THEN
-        SELECT d.kind, d.rate, d.capacity, coalesce(d.capacity, d.rate), d.shards, d.start, d.period,
-               EXTRACT(epoch FROM d.period) * 1000000
-        INTO limit_kind, limit_rate, limit_defined_capacity, limit_capacity, limit_shards, limit_start,
-             limit_interval, limit_period_us
+        SELECT d.ctid, d.kind, d.rate, d.capacity, d.shards, d.start, d.period
+        INTO definition_ctid, limit_kind, limit_rate, limit_defined_capacity, limit_shards,
+             limit_start, limit_interval
         FROM rate_limiter.definitions AS d WHERE d.name = rate_limit.name;
-        IF FOUND AND limit_shards = 1 AND limit_period_us >= 1 AND limit_period_us <= 9223372036854775807
+        limit_capacity := coalesce(limit_defined_capacity, limit_rate);
+        limit_period_us := CASE WHEN limit_shards = 1 THEN EXTRACT(epoch FROM limit_interval) * 1000000 END;
+        lock_free := pg_catalog.current_setting('rate_limiter.lock_free_refusals', true);
+        -- (limit_period_us is NULL when there is no definition.)
+        IF limit_period_us >= 1 AND limit_period_us <= 9223372036854775807
            AND limit_rate >= 1e-280 AND limit_rate <= 1e280 AND limit_capacity <= 1e280
-           AND count <= limit_capacity AND (limit_kind = 'token bucket' OR limit_start IS NOT NULL) THEN
+           AND count <= limit_capacity AND (limit_kind = 'token bucket' OR limit_start IS NOT NULL)
+           AND (lock_free = 'on' OR lock_free IS NULL OR lock_free = '' OR rate_limiter._lock_free()) THEN
             limit_period := limit_period_us::bigint;
-            fast := true;
             override := pg_catalog.current_setting('rate_limiter.now_override', true);
-            lock_free := pg_catalog.current_setting('rate_limiter.lock_free_refusals', true);
-            IF lock_free IS NULL OR lock_free = '' OR rate_limiter._lock_free() THEN
-                -- Refusals never wait (SPEC section 5): the row as committed,
-                -- without a lock. A refusal (or a state outside this path's
-                -- range) goes to the general path, which answers it from the
-                -- committed state too; otherwise lock that version (its
-                -- name and key checked: a TID may be reused once the version
-                -- is gone) and decide again under the lock. A version
-                -- changed or deleted meanwhile is not found: general path.
-                SELECT r.ctid, r.value, rate_limiter._micros(r.ts) INTO row_ctid, row_value, row_ts_us
-                FROM rate_limiter.rate_limits AS r
-                WHERE r.name = rate_limit.name AND r.key = rate_limit.key AND r.shard = 0;
-                IF FOUND THEN
-                    IF override IS NULL OR pg_catalog.btrim(override) = '' THEN
-                        now_us := rate_limiter._micros(pg_catalog.clock_timestamp());
-                    ELSE
-                        now_us := rate_limiter._now();
-                    END IF;
-                    new_value := CASE
-                        WHEN NOT (row_value >= -1e280 AND row_value <= 1e280) THEN NULL
-                        WHEN limit_kind = 'token bucket'
-                        THEN least(row_value + (greatest(now_us - row_ts_us, 0)::float8 * limit_rate)
-                                               / limit_period::float8, limit_capacity) - count
-                        ELSE least(row_value + (greatest(now_us - row_ts_us, 0) / limit_period)::float8 * limit_rate,
-                                   limit_capacity) - count END;
-                    fast := new_value >= 0;
-                    IF fast THEN
-                        SELECT r.ctid, r.value, r.ts, rate_limiter._micros(r.ts)
-                        INTO row_ctid, row_value, row_ts, row_ts_us
-                        FROM rate_limiter.rate_limits AS r
-                        WHERE r.ctid = row_ctid AND r.name = rate_limit.name AND r.key = rate_limit.key AND r.shard = 0
-                        FOR UPDATE;
-                        fast := FOUND;
-                    END IF;
-                    new_value := NULL;
+            -- Refusals never wait (SPEC section 5): the row as committed,
+            -- without a lock. A refusal (or a state outside this path's
+            -- range) goes to the general path, which answers it from the
+            -- committed state too; otherwise lock that version (its name
+            -- and key checked: a TID may be reused once the version is
+            -- gone) and decide again under the lock. A version changed or
+            -- deleted meanwhile is not found: general path.
+            SELECT r.ctid, r.value, r.ts INTO row_ctid, row_value, row_ts
+            FROM rate_limiter.rate_limits AS r
+            WHERE r.name = rate_limit.name AND r.key = rate_limit.key AND r.shard = 0;
+            IF row_ctid IS NOT NULL THEN
+                IF override IS NULL OR pg_catalog.btrim(override) = '' THEN
+                    now_us := rate_limiter._micros(pg_catalog.clock_timestamp());
+                ELSE
+                    now_us := rate_limiter._now();
+                END IF;
+                row_ts_us := rate_limiter._micros(row_ts);
+                IF row_value >= -1e280 AND row_value <= 1e280
+                   AND (CASE WHEN limit_kind = 'token bucket'
+                             THEN least(row_value + (greatest(now_us - row_ts_us, 0)::float8 * limit_rate)
+                                                    / limit_period::float8, limit_capacity) - count
+                             ELSE least(row_value + (greatest(now_us - row_ts_us, 0) / limit_period)::float8 * limit_rate,
+                                        limit_capacity) - count END) >= 0 THEN
+                    SELECT r.value, r.ts INTO row_value, row_ts
+                    FROM rate_limiter.rate_limits AS r
+                    WHERE r.ctid = row_ctid AND r.name = rate_limit.name AND r.key = rate_limit.key AND r.shard = 0
+                    FOR UPDATE;
+                    fast := FOUND AND row_value >= -1e280 AND row_value <= 1e280;
                 END IF;
             ELSE
-                SELECT r.ctid, r.value, r.ts, rate_limiter._micros(r.ts) INTO row_ctid, row_value, row_ts, row_ts_us
-                FROM rate_limiter.rate_limits AS r
-                WHERE r.name = rate_limit.name AND r.key = rate_limit.key AND r.shard = 0
-                FOR UPDATE;
+                fast := true;
             END IF;
         END IF;
         IF fast THEN
@@ -411,34 +412,37 @@ BEGIN
                 now_us := rate_limiter._now();
                 now_ts := rate_limiter._timestamp(now_us);
             END IF;
-            IF row_value IS NULL THEN
+            IF row_ctid IS NULL THEN
                 new_value := limit_capacity - count;
+                new_ts := CASE WHEN limit_kind = 'token bucket' THEN now_ts
+                               ELSE rate_limiter._timestamp(rate_limiter._window_start(
+                                        rate_limiter._micros(limit_start), limit_period, now_us)) END;
                 INSERT INTO rate_limiter.rate_limits AS r (name, key, shard, value, ts)
-                SELECT rate_limit.name, rate_limit.key, 0, new_value,
-                       CASE WHEN limit_kind = 'token bucket' THEN now_ts
-                            ELSE rate_limiter._timestamp(rate_limiter._window_start(
-                                     rate_limiter._micros(limit_start), limit_period, now_us)) END
+                SELECT rate_limit.name, rate_limit.key, 0, new_value, new_ts
                 FROM rate_limiter.definitions AS d
-                WHERE d.name = rate_limit.name AND d.kind = limit_kind AND d.rate = limit_rate
-                  AND d.period = limit_interval AND d.capacity IS NOT DISTINCT FROM limit_defined_capacity
-                  AND d.shards = 1 AND d.start IS NOT DISTINCT FROM limit_start
+                -- The version of the definition read above, if it is still
+                -- the committed one (a TID scan). Its slot cannot hold
+                -- another version yet: a version that died after the
+                -- calling statement's snapshot was taken is not pruned
+                -- while that snapshot holds back the horizon.
+                WHERE d.ctid = definition_ctid AND d.name = rate_limit.name
                 ON CONFLICT ON CONSTRAINT rate_limits_name_key_shard_key DO NOTHING;
-            ELSIF row_value >= -1e280 AND row_value <= 1e280 THEN
+            ELSE
+                row_ts_us := rate_limiter._micros(row_ts);
                 IF limit_kind = 'token bucket' THEN
                     new_value := least(row_value + (greatest(now_us - row_ts_us, 0)::float8 * limit_rate)
                                                    / limit_period::float8, limit_capacity) - count;
+                    new_ts := CASE WHEN now_us <= row_ts_us THEN row_ts ELSE now_ts END;
                 ELSE
                     windows := greatest(now_us - row_ts_us, 0) / limit_period;
                     new_value := least(row_value + windows::float8 * limit_rate, limit_capacity) - count;
+                    IF new_value >= 0 THEN
+                        new_ts := rate_limiter._timestamp(row_ts_us + windows * limit_period);
+                    END IF;
                 END IF;
                 IF new_value >= 0 THEN
-                    UPDATE rate_limiter.rate_limits AS r
-                    SET value = new_value,
-                        ts = CASE WHEN limit_kind = 'fixed window'
-                                  THEN rate_limiter._timestamp(row_ts_us + windows * limit_period)
-                                  WHEN now_us <= row_ts_us THEN row_ts
-                                  ELSE now_ts END
                     -- The version just locked (a TID scan: no second index descent).
+                    UPDATE rate_limiter.rate_limits AS r SET value = new_value, ts = new_ts
                     WHERE r.ctid = row_ctid;
                 END IF;
             END IF;

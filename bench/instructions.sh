@@ -1,0 +1,71 @@
+#!/usr/bin/env bash
+# Instructions per call: scenario 1's calls, each counted by callgrind in a
+# single-user backend (postgres --single under valgrind --tool=callgrind).
+# A count does not move with the machine's load as a time does (this
+# machine's times move by 20-50% from run to run), so it shows a change of
+# a few percent; it is not a time: a cache miss counts as one instruction.
+#
+# Each contender runs 50 calls, then CALLS (default 1000) calls, in one
+# statement each, in two backends; the difference of the two totals over
+# CALLS - 50 is the cost of one call, the backend's start and the
+# statement's own cost cancelling out. "new keys": every call creates its
+# key's row; "updates": the same statement again, every key existing.
+# Read-only contenders find the keys that rate_limit made.
+#
+#   bash bench/instructions.sh     (about 4 minutes; prints a Markdown table)
+set -euo pipefail
+cd "$(dirname "$0")/.."
+source scripts/lib.sh
+RL_PORT=${RL_BENCH_PORT:-24331}
+CALLS=${CALLS:-1000}
+
+ensure_tools
+install_extension
+bash scripts/portable.sh >/dev/null
+
+work=$(mktemp -d /tmp/rate_limiter_instructions.XXXXXX)
+trap 'stop_cluster "$work/pg"; rm -rf "$work"' EXIT
+RL_PRELOAD=0 start_cluster "$work/pg"
+psql_as() { sudo -u postgres "$PG_BIN/psql" -X -q -v ON_ERROR_STOP=1 -h "$work/pg" -p "$RL_PORT" "$@" >/dev/null; }
+define="SELECT rate_limiter.define('bench', rate_limiter.token_bucket(100, '1 minute', capacity => 100))"
+psql_as -d postgres -c "CREATE DATABASE native" -c "CREATE DATABASE portable"
+psql_as -d native -c "CREATE EXTENSION rate_limiter" -c "$define" \
+    -f bench/baselines/plpgsql.sql -f bench/baselines/floor.sql
+psql_as -d portable -f dist/rate_limiter-portable.sql -c "$define"
+sudo -u postgres "$PG_BIN/pg_ctl" -D "$work/pg/data" -m fast -w stop >/dev/null
+
+# instructions DATABASE SQL: the instructions a single-user backend
+# executes for SQL (one statement per line), in thousands.
+instructions() {
+    printf '%s\n' "$2" >"$work/input.sql"
+    chmod a+r "$work/input.sql"
+    sudo -u postgres valgrind --tool=callgrind --callgrind-out-file=/dev/null \
+        "$PG_BIN/postgres" --single -D "$work/pg/data" -c shared_preload_libraries= "$1" \
+        <"$work/input.sql" 2>&1 >/dev/null | sed -n 's/.*Collected : \([0-9]*\).*/\1/p'
+}
+# per_call DATABASE CALL [FILL]: "new keys" and "updates", thousands of
+# instructions per call; FILL (a call) makes the keys first.
+per_call() {
+    local database=$1 call=$2 fill=${3:-}
+    local truncate="TRUNCATE rate_limiter.rate_limits"
+    [ "$database" = native ] && truncate+=", baseline.plpgsql_limits, baseline.floor_limits"
+    statement() { echo "SELECT count(*) FROM generate_series(1, $1) AS g, LATERAL $2 AS r"; }
+    local prefix=$truncate
+    [ -n "$fill" ] && prefix+=$'\n'$(statement "$CALLS" "$fill")
+    local few many again
+    few=$(instructions "$database" "$prefix"$'\n'"$(statement 50 "$call")")
+    many=$(instructions "$database" "$prefix"$'\n'"$(statement "$CALLS" "$call")")
+    again=$(instructions "$database" "$prefix"$'\n'"$(statement "$CALLS" "$call")"$'\n'"$(statement "$CALLS" "$call")")
+    python3 -c "print(f'{($many - $few) / ($CALLS - 50) / 1000:.1f} | {($again - $many) / $CALLS / 1000:.1f}')"
+}
+
+limit="rate_limiter.rate_limit('bench', g::text)"
+echo "| call | new keys | updates |"
+echo "|---|---:|---:|"
+echo "| native extension: rate_limit | $(per_call native "$limit") |"
+echo "| portable edition: rate_limit | $(per_call portable "$limit") |"
+echo "| (a) PL/pgSQL | $(per_call native "baseline.plpgsql_token_bucket('bench', g::text, 1, 100, 60000, 100)") |"
+echo "| (b) floor (SQL function) | $(per_call native "baseline.floor_token_bucket('bench', g::text, 1, 100, 60000, 100)") |"
+echo "| native extension: rate_check | — | $(per_call native "rate_limiter.rate_check('bench', g::text)" "$limit" | cut -d'|' -f2) |"
+echo "| primary-key SELECT of the state row | — | $(per_call native "(SELECT value, ts FROM rate_limiter.rate_limits WHERE name = 'bench' AND key = g::text AND shard = 0)" "$limit" | cut -d'|' -f2) |"
+echo "| a set-returning function alone: generate_series(g, g) | — | $(per_call native "generate_series(g, g)" | cut -d'|' -f2) |"
