@@ -50,8 +50,10 @@ per_call() {
     local truncate="TRUNCATE rate_limiter.rate_limits"
     [ "$database" = native ] && truncate+=", baseline.plpgsql_limits, baseline.floor_limits"
     statement() { echo "SELECT count(*) FROM generate_series(1, $1) AS g, LATERAL $2 AS r"; }
-    local prefix=$truncate
-    [ -n "$fill" ] && prefix+=$'\n'$(statement "$CALLS" "$fill")
+    # (The primary-key SELECT as a nested loop of index probes, as in
+    # scenario 1: a hash join would read the table once for all keys.)
+    local prefix="SET enable_hashjoin = off"$'\n'"SET enable_mergejoin = off"$'\n'$truncate
+    [ -n "$fill" ] && prefix+=$'\n'$(statement "$CALLS" "$fill")$'\n'"ANALYZE rate_limiter.rate_limits"
     local few many again
     few=$(instructions "$database" "$prefix"$'\n'"$(statement 50 "$call")")
     many=$(instructions "$database" "$prefix"$'\n'"$(statement "$CALLS" "$call")")

@@ -115,10 +115,15 @@ unsafe fn has_bytewise_equality(index: pg_sys::Relation) -> bool {
     let count = (*(*index).rd_index).indnkeyatts as usize;
     let families = std::slice::from_raw_parts((*index).rd_opfamily, count);
     let collations = std::slice::from_raw_parts((*index).rd_indcollation, count);
+    // "C" and "POSIX" (the columns' own collation) are built in and
+    // deterministic: no catalog look-up for them (pg_collation.dat).
     let text_bytewise = |column: usize| {
+        let collation = collations[column];
         families[column].to_u32() == TEXT_BTREE_FAMILY
-            && collations[column] != pg_sys::InvalidOid
-            && pg_sys::get_collation_isdeterministic(collations[column])
+            && collation != pg_sys::InvalidOid
+            && (collation == pg_sys::C_COLLATION_OID
+                || collation == pg_sys::POSIX_COLLATION_OID
+                || pg_sys::get_collation_isdeterministic(collation))
     };
     // A fourth column is dkey (is_arbiter): text like name and key, or
     // bigint, or uuid (both compared as their bytes by their btree ops).
