@@ -202,7 +202,7 @@ pub fn server_now(client: &mut Client) -> f64 {
 /// "exactly the capacity" must exhaust the capacity however slow the
 /// server is (a build with assertions under REPEATABLE READ, where most
 /// calls end in 40001, did not within 3 s). For a sharded limit without
-/// refill, see [`hammer_sharded_at`]. Errors other than
+/// refill, see [`hammer_until`]. Errors other than
 /// serialization failures (40001) fail the test: a deadlock (40P01) among
 /// them.
 pub fn hammer(
@@ -220,11 +220,11 @@ pub fn hammer(
 /// refusal may go on.
 pub const HAMMER_LIMIT: u32 = 20;
 
-/// Refusals in a row after which a [`hammer_sharded_at`] connection stops
-/// once its `duration` is over. With one of 8 shards holding the last
-/// tokens, a call is refused with probability 21/28; 20 in a row, about
-/// 0.3%, and every connection would have to stop so before the last
-/// tokens go.
+/// Refusals in a row after which a [`hammer_until`] connection hammering
+/// a sharded limit without refill stops once its `duration` is over. With
+/// one of 8 shards holding the last tokens, a call is refused with
+/// probability 21/28; 20 in a row, about 0.3%, and every connection would
+/// have to stop so before the last tokens go.
 pub const REFUSALS_TO_STOP: u32 = 20;
 
 /// [`hammer`] in the database of connection string `url` (the portable
@@ -240,48 +240,16 @@ pub fn hammer_at(
     hammer_until(url, connections, duration, sql, name, isolation, 1)
 }
 
-/// [`hammer`] with [`hammer_sharded_at`]'s stopping rule.
-pub fn hammer_sharded(
-    connections: usize,
-    duration: Duration,
-    sql: &str,
-    name: &str,
-    isolation: IsolationLevel,
-) -> Tally {
-    setup();
-    hammer_sharded_at(&url(), connections, duration, sql, name, isolation)
-}
-
-/// [`hammer_at`] for "exactly the capacity" of a sharded limit without
-/// refill: a connection stops after `duration` only once it has been
-/// refused [`REFUSALS_TO_STOP`] times in a row. One refusal is not enough
-/// there: a sharded limit refuses a call whose two drawn shards are empty
-/// while another shard still holds tokens (SPEC §6), and on the assertion
-/// build under SERIALIZABLE all 16 connections once stopped on such
-/// refusals with 3 of 240 tokens left. (Not for a limit that refills: its
-/// refusals may never come 20 in a row.)
-pub fn hammer_sharded_at(
-    url: &str,
-    connections: usize,
-    duration: Duration,
-    sql: &str,
-    name: &str,
-    isolation: IsolationLevel,
-) -> Tally {
-    hammer_until(
-        url,
-        connections,
-        duration,
-        sql,
-        name,
-        isolation,
-        REFUSALS_TO_STOP,
-    )
-}
-
-/// [`hammer_at`], each connection stopping after `duration` once it has
-/// been refused `refusals_to_stop` times in a row.
-fn hammer_until(
+/// [`hammer_at`], each connection stopping after `duration` only once it
+/// has been refused `refusals_to_stop` times in a row (1: once it has been
+/// refused at all, [`hammer`]'s rule). For "exactly the capacity" of a
+/// sharded limit without refill, pass [`REFUSALS_TO_STOP`]: one refusal is
+/// not enough there, as a sharded limit refuses a call whose two drawn
+/// shards are empty while another shard still holds tokens (SPEC §6), and
+/// on the assertion build under SERIALIZABLE all 16 connections once
+/// stopped on such refusals with 3 of 240 tokens left. (Not for a limit
+/// that refills: its refusals may never come 20 in a row.)
+pub fn hammer_until(
     url: &str,
     connections: usize,
     duration: Duration,
@@ -303,13 +271,14 @@ fn hammer_until(
                 let mut client = Client::connect(&url, NoTls).expect("connect to the database");
                 let statement = client.prepare(&sql).expect("prepare the call");
                 let mut tally = Tally::default();
-                // Refusals since the last admission.
+                // Refusals since the last admission; whether there have
+                // been refusals_to_stop of them in a row yet.
                 let mut refused_in_a_row = 0;
+                let mut may_stop = false;
                 barrier.wait();
                 let start = Instant::now();
                 while start.elapsed() < duration
-                    || (refused_in_a_row < refusals_to_stop
-                        && start.elapsed() < duration * HAMMER_LIMIT)
+                    || (!may_stop && start.elapsed() < duration * HAMMER_LIMIT)
                 {
                     let mut transaction = client
                         .build_transaction()
@@ -327,6 +296,7 @@ fn hammer_until(
                                 Ok(()) => {
                                     tally.refused += 1;
                                     refused_in_a_row += 1;
+                                    may_stop |= refused_in_a_row >= refusals_to_stop;
                                 }
                                 Err(e)
                                     if e.code() == Some(&SqlState::T_R_SERIALIZATION_FAILURE) =>

@@ -11,7 +11,9 @@
 //! admits exactly the capacity.
 
 use postgres::IsolationLevel;
-use rate_limiter_integration_tests::{hammer_at, hammer_sharded_at, portable, unique_name};
+use rate_limiter_integration_tests::{
+    hammer_at, hammer_until, portable, unique_name, REFUSALS_TO_STOP,
+};
 use std::time::Duration;
 
 const DATABASE: &str = "rate_limiter_portable_concurrency";
@@ -45,13 +47,14 @@ fn sixteen_connections_admit_exactly_the_capacity_at_every_isolation_level() {
                     &[&name],
                 )
                 .expect("define the limit");
-            let tally = hammer_sharded_at(
+            let tally = hammer_until(
                 &url(),
                 CONNECTIONS,
                 HAMMER_FOR,
                 "SELECT ok FROM rate_limiter.rate_limit($1)",
                 &name,
                 isolation,
+                REFUSALS_TO_STOP,
             );
             eprintln!("{shards} shards, {isolation:?}: {tally:?}");
             assert_eq!(

@@ -8,7 +8,7 @@
 
 use postgres::IsolationLevel;
 use rate_limiter_integration_tests::{
-    connect, hammer, hammer_sharded, server_now, unique_name, Tally,
+    connect, hammer, hammer_until, server_now, unique_name, url, Tally, REFUSALS_TO_STOP,
 };
 use std::time::Duration;
 
@@ -133,7 +133,15 @@ fn sharded_limits_admit_exactly_their_capacity() {
                 ),
             };
             let sql = format!("SELECT ok FROM rate_limiter.rate_limit($1, config => {config})");
-            let tally = hammer_sharded(CONNECTIONS, Duration::from_secs(3), &sql, &name, isolation);
+            let tally = hammer_until(
+                &url(),
+                CONNECTIONS,
+                Duration::from_secs(3),
+                &sql,
+                &name,
+                isolation,
+                REFUSALS_TO_STOP,
+            );
             let (rows, stored): (i64, f64) = {
                 let row = client
                     .query_one(
