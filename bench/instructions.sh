@@ -12,15 +12,12 @@
 # key's row; "updates": the same statement again, every key existing.
 # Read-only contenders find the keys that rate_limit made.
 #
-#   bash bench/instructions.sh     (about 4 minutes; prints a Markdown table)
+#   bash bench/instructions.sh     (about a minute; prints a Markdown table)
 set -euo pipefail
 cd "$(dirname "$0")/.."
 source scripts/lib.sh
-RL_PORT=${RL_BENCH_PORT:-24331}
 CALLS=${CALLS:-1000}
-
-ensure_tools
-install_extension
+prepare_bench
 bash scripts/portable.sh >/dev/null
 
 work=$(mktemp -d /tmp/rate_limiter_instructions.XXXXXX)

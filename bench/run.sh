@@ -10,11 +10,8 @@
 set -euo pipefail
 cd "$(dirname "$0")/.."
 source scripts/lib.sh
-RL_PORT=${RL_BENCH_PORT:-24331}
 REDIS_PORT=${RL_REDIS_PORT:-6390}
-
-ensure_tools
-install_extension
+prepare_bench
 log "building the benchmark client"
 cargo build -q --release -p rate_limiter_bench
 

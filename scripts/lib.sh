@@ -267,6 +267,14 @@ install_extension() {
     cp monitoring/postgres_exporter.yml "$("$PG_CONFIG" --sharedir)/rate_limiter/"
 }
 
+# The benchmarks' start (bench/run.sh, bench/instructions.sh): their
+# server's port, the tools and the extension as built from this tree.
+prepare_bench() {
+    RL_PORT=${RL_BENCH_PORT:-24331}
+    ensure_tools
+    install_extension
+}
+
 start_cluster() {
     local dir=$1
     mkdir -p "$dir"
