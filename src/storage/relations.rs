@@ -115,14 +115,13 @@ unsafe fn has_bytewise_equality(index: pg_sys::Relation) -> bool {
     let count = (*(*index).rd_index).indnkeyatts as usize;
     let families = std::slice::from_raw_parts((*index).rd_opfamily, count);
     let collations = std::slice::from_raw_parts((*index).rd_indcollation, count);
-    // "C" and "POSIX" (the columns' own collation) are built in and
-    // deterministic: no catalog look-up for them (pg_collation.dat).
+    // "C" (the columns' own collation) is built in and deterministic: no
+    // catalog look-up for it (pg_collation.dat).
     let text_bytewise = |column: usize| {
         let collation = collations[column];
         families[column].to_u32() == TEXT_BTREE_FAMILY
             && collation != pg_sys::InvalidOid
             && (collation == pg_sys::C_COLLATION_OID
-                || collation == pg_sys::POSIX_COLLATION_OID
                 || pg_sys::get_collation_isdeterministic(collation))
     };
     // A fourth column is dkey (is_arbiter): text like name and key, or
@@ -135,6 +134,10 @@ unsafe fn has_bytewise_equality(index: pg_sys::Relation) -> bool {
             || families[KEY_COLUMNS].to_u32() == INTEGER_BTREE_FAMILY
             || families[KEY_COLUMNS].to_u32() == UUID_BTREE_FAMILY)
 }
+
+/// Times a call looks the relations up again because they were dropped
+/// between the look-up and the open, before it fails closed.
+const VANISHED_AT_MOST: u32 = 16;
 
 impl Relations {
     /// Opens the table and its unique index with `lock`: PostgreSQL's
@@ -150,9 +153,12 @@ impl Relations {
         // their OIDs re-checked under the lock.
         unsafe {
             let mut looked_up_again = false;
+            let mut vanished = 0;
             let (objects, relations) = loop {
-                let objects = crate::catalog::objects();
+                // The generation first: a look-up that itself processed
+                // invalidations may have found OIDs that predate them.
                 let generation = crate::catalog::generation();
+                let objects = crate::catalog::objects();
                 // On a distributed install: the shard on this node that
                 // the cluster layer routed the call to (the state table itself
                 // is locked as a query on it would lock it).
@@ -173,9 +179,32 @@ impl Relations {
                     pg_sys::UnlockRelationOid(table, lock as i32);
                     continue;
                 }
+                // Opened only if they still exist: a relation dropped
+                // after the look-up (REINDEX CONCURRENTLY's old index, a
+                // concurrent DROP EXTENSION) is looked up again, not an
+                // internal error (try_*_open return NULL for it).
+                let opened_table = pg_sys::try_table_open(table, pg_sys::NoLock as i32);
+                let opened_index = if opened_table.is_null() {
+                    std::ptr::null_mut()
+                } else {
+                    pg_sys::try_index_open(index, pg_sys::NoLock as i32)
+                };
+                if opened_table.is_null() || opened_index.is_null() {
+                    if !opened_table.is_null() {
+                        pg_sys::table_close(opened_table, pg_sys::NoLock as i32);
+                    }
+                    vanished += 1;
+                    if vanished > VANISHED_AT_MOST || route.is_some() {
+                        altered("its table or unique index was dropped while the call opened them");
+                    }
+                    pg_sys::UnlockRelationOid(index, lock as i32);
+                    pg_sys::UnlockRelationOid(table, lock as i32);
+                    crate::catalog::forget();
+                    continue;
+                }
                 let relations = Relations {
-                    table: pg_sys::table_open(table, pg_sys::NoLock as i32),
-                    index: pg_sys::index_open(index, pg_sys::NoLock as i32),
+                    table: opened_table,
+                    index: opened_index,
                     others: Vec::new(),
                     infos: Vec::new(),
                 };
@@ -271,7 +300,12 @@ impl Relations {
                 if oid == (*relations.index).rd_id {
                     continue;
                 }
-                let index = pg_sys::index_open(oid, pg_sys::RowExclusiveLock as i32);
+                // (Dropped since the table's index list was built: nothing
+                // to maintain.)
+                let index = pg_sys::try_index_open(oid, pg_sys::RowExclusiveLock as i32);
+                if index.is_null() {
+                    continue;
+                }
                 relations.others.push(index);
                 let form = (*index).rd_index;
                 if is_arbiter(index, (*table).rd_id) {
