@@ -150,10 +150,31 @@ const LOOKUPS: usize = 3;
 
 /// The extension's objects; raises an ERROR if they are missing: 3F000
 /// without the schema, 42P01 without the table or its index.
+///
+/// A look-up can process invalidations itself (opening a catalog, or the
+/// table, takes a lock, and a new lock accepts the pending invalidations):
+/// then the OIDs found before them may be stale (REINDEX CONCURRENTLY's old
+/// index, dropped meanwhile), and the look-up is not kept but made again.
+/// If the catalog keeps changing, the last look-up is returned uncached;
+/// a caller that read [`generation`] before calling this sees it moved.
 pub fn objects() -> Objects {
     if let Some(objects) = OBJECTS.with(Cell::get) {
         return objects;
     }
+    let mut objects = look_up();
+    for _ in 1..LOOKUPS {
+        if OBJECTS.with(Cell::get).is_some() {
+            break; // kept: no invalidation arrived while it ran
+        }
+        objects = look_up();
+    }
+    objects
+}
+
+/// One look-up of the objects, kept (cached until the next invalidation)
+/// only if no invalidation arrived while it ran.
+fn look_up() -> Objects {
+    let before = generation();
     // SAFETY: catalog lookups; get_namespace_oid raises an ERROR if the
     // schema is missing, and the other misses are checked.
     let found = unsafe {
@@ -239,6 +260,8 @@ pub fn objects() -> Objects {
         distributed: marked || distributed(table, definitions),
         marked,
     };
-    OBJECTS.with(|cell| cell.set(Some(objects)));
+    if generation() == before {
+        OBJECTS.with(|cell| cell.set(Some(objects)));
+    }
     objects
 }
