@@ -135,10 +135,6 @@ unsafe fn has_bytewise_equality(index: pg_sys::Relation) -> bool {
             || families[KEY_COLUMNS].to_u32() == UUID_BTREE_FAMILY)
 }
 
-/// Times a call looks the relations up again because they were dropped
-/// between the look-up and the open, before it fails closed.
-const VANISHED_AT_MOST: u32 = 16;
-
 impl Relations {
     /// Opens the table and its unique index with `lock`: PostgreSQL's
     /// look-up, lock, re-check pattern. The OIDs are cached per backend
@@ -153,10 +149,12 @@ impl Relations {
         // their OIDs re-checked under the lock.
         unsafe {
             let mut looked_up_again = false;
-            let mut vanished = 0;
             let (objects, relations) = loop {
                 // The generation first: a look-up that itself processed
-                // invalidations may have found OIDs that predate them.
+                // invalidations may have found OIDs that predate them
+                // (catalog::objects then does not keep it), and a drop
+                // that commits before the locks below is an invalidation
+                // they process; so a relation opened here still exists.
                 let generation = crate::catalog::generation();
                 let objects = crate::catalog::objects();
                 // On a distributed install: the shard on this node that
@@ -179,32 +177,9 @@ impl Relations {
                     pg_sys::UnlockRelationOid(table, lock as i32);
                     continue;
                 }
-                // Opened only if they still exist: a relation dropped
-                // after the look-up (REINDEX CONCURRENTLY's old index, a
-                // concurrent DROP EXTENSION) is looked up again, not an
-                // internal error (try_*_open return NULL for it).
-                let opened_table = pg_sys::try_table_open(table, pg_sys::NoLock as i32);
-                let opened_index = if opened_table.is_null() {
-                    std::ptr::null_mut()
-                } else {
-                    pg_sys::try_index_open(index, pg_sys::NoLock as i32)
-                };
-                if opened_table.is_null() || opened_index.is_null() {
-                    if !opened_table.is_null() {
-                        pg_sys::table_close(opened_table, pg_sys::NoLock as i32);
-                    }
-                    vanished += 1;
-                    if vanished > VANISHED_AT_MOST || route.is_some() {
-                        altered("its table or unique index was dropped while the call opened them");
-                    }
-                    pg_sys::UnlockRelationOid(index, lock as i32);
-                    pg_sys::UnlockRelationOid(table, lock as i32);
-                    crate::catalog::forget();
-                    continue;
-                }
                 let relations = Relations {
-                    table: opened_table,
-                    index: opened_index,
+                    table: pg_sys::table_open(table, pg_sys::NoLock as i32),
+                    index: pg_sys::index_open(index, pg_sys::NoLock as i32),
                     others: Vec::new(),
                     infos: Vec::new(),
                 };
@@ -300,12 +275,7 @@ impl Relations {
                 if oid == (*relations.index).rd_id {
                     continue;
                 }
-                // (Dropped since the table's index list was built: nothing
-                // to maintain.)
-                let index = pg_sys::try_index_open(oid, pg_sys::RowExclusiveLock as i32);
-                if index.is_null() {
-                    continue;
-                }
+                let index = pg_sys::index_open(oid, pg_sys::RowExclusiveLock as i32);
                 relations.others.push(index);
                 let form = (*index).rd_index;
                 if is_arbiter(index, (*table).rd_id) {

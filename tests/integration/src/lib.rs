@@ -213,7 +213,7 @@ pub fn hammer(
     isolation: IsolationLevel,
 ) -> Tally {
     setup();
-    hammer_at(&url(), connections, duration, sql, name, isolation)
+    hammer_until(&url(), connections, duration, sql, name, isolation, 1)
 }
 
 /// How many times its `duration` a [`hammer`] connection that has seen no
@@ -228,19 +228,7 @@ pub const HAMMER_LIMIT: u32 = 20;
 pub const REFUSALS_TO_STOP: u32 = 20;
 
 /// [`hammer`] in the database of connection string `url` (the portable
-/// edition's, say).
-pub fn hammer_at(
-    url: &str,
-    connections: usize,
-    duration: Duration,
-    sql: &str,
-    name: &str,
-    isolation: IsolationLevel,
-) -> Tally {
-    hammer_until(url, connections, duration, sql, name, isolation, 1)
-}
-
-/// [`hammer_at`], each connection stopping after `duration` only once it
+/// edition's, say), each connection stopping after `duration` only once it
 /// has been refused `refusals_to_stop` times in a row (1: once it has been
 /// refused at all, [`hammer`]'s rule). For "exactly the capacity" of a
 /// sharded limit without refill, pass [`REFUSALS_TO_STOP`]: one refusal is

@@ -11,9 +11,7 @@
 //! admits exactly the capacity.
 
 use postgres::IsolationLevel;
-use rate_limiter_integration_tests::{
-    hammer_at, hammer_until, portable, unique_name, REFUSALS_TO_STOP,
-};
+use rate_limiter_integration_tests::{hammer_until, portable, unique_name, REFUSALS_TO_STOP};
 use std::time::Duration;
 
 const DATABASE: &str = "rate_limiter_portable_concurrency";
@@ -102,7 +100,7 @@ fn rate_limit_all_in_opposite_orders_never_deadlocks() {
         "{} dbname={DATABASE}_all",
         rate_limiter_integration_tests::test_env("RATE_LIMITER_TEST_URL")
     );
-    // Half the connections name (a, b), half (b, a); hammer_at binds $1.
+    // Half the connections name (a, b), half (b, a); hammer_until binds $1.
     let forwards = format!(
         "SELECT bool_and(ok) FROM rate_limiter.rate_limit_all(ARRAY[($1, NULL, 1, NULL), ('{b}', NULL, 1, NULL)]::rate_limiter.request[])"
     );
@@ -111,23 +109,25 @@ fn rate_limit_all_in_opposite_orders_never_deadlocks() {
     );
     let (one, two) = std::thread::scope(|scope| {
         let one = scope.spawn(|| {
-            hammer_at(
+            hammer_until(
                 &url,
                 4,
                 HAMMER_FOR,
                 &forwards,
                 &a,
                 IsolationLevel::ReadCommitted,
+                1,
             )
         });
         let two = scope.spawn(|| {
-            hammer_at(
+            hammer_until(
                 &url,
                 4,
                 HAMMER_FOR,
                 &backwards,
                 &a,
                 IsolationLevel::ReadCommitted,
+                1,
             )
         });
         (
