@@ -110,7 +110,20 @@ pub extern "C" fn pg_finfo_rate_limit_wrapper() -> &'static pg_sys::Pg_finfo_rec
 pub unsafe extern "C-unwind" fn rate_check_wrapper(
     fcinfo: pg_sys::FunctionCallInfo,
 ) -> pg_sys::Datum {
-    run(fcinfo, placement::check)
+    // The statement's reads may keep their open scan for its executor
+    // (storage::read_cache): the per-query memory of the caller's
+    // expression context, as PostgreSQL's set-returning function API
+    // gives it.
+    let info = (*fcinfo).resultinfo as *mut pg_sys::ReturnSetInfo;
+    let context = if !info.is_null()
+        && (*info).type_ == pg_sys::NodeTag::T_ReturnSetInfo
+        && !(*info).econtext.is_null()
+    {
+        (*(*info).econtext).ecxt_per_query_memory
+    } else {
+        std::ptr::null_mut()
+    };
+    storage::read_cache::within(context, || run(fcinfo, placement::check))
 }
 
 #[no_mangle]

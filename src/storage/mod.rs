@@ -25,6 +25,7 @@ mod all_or_nothing;
 mod consume;
 mod credit;
 mod places;
+pub mod read_cache;
 mod relations;
 pub mod route;
 mod rows;
@@ -142,8 +143,11 @@ impl Datums {
 /// and on standbys. The caller has EXECUTE on `rate_check`; like the other
 /// functions it reads the table with the extension's rights.
 pub fn read(row: RowId<'_>) -> Option<State> {
-    let relations = Relations::open(pg_sys::AccessShareLock);
     let datums = Datums::of(row);
+    if let Some(state) = read_cache::find(&datums) {
+        return state;
+    }
+    let relations = Relations::open(pg_sys::AccessShareLock);
     // SAFETY: the active snapshot outlives the scan.
     unsafe { relations.find(&datums, pg_sys::GetActiveSnapshot(), true) }
         .and_then(|(_, state)| state)

@@ -305,7 +305,7 @@ impl Relations {
     /// Equality scan keys on (name, key, shard) for `datums`, with the
     /// index's collations (a NULL key searches for the NULL entry). A scan
     /// may use the first two only: every shard of (name, key).
-    fn scan_keys(&self, datums: &Datums) -> [pg_sys::ScanKeyData; KEY_COLUMNS] {
+    pub(super) fn scan_keys(&self, datums: &Datums) -> [pg_sys::ScanKeyData; KEY_COLUMNS] {
         const EQUAL: [u32; KEY_COLUMNS] = [pg_sys::F_TEXTEQ, pg_sys::F_TEXTEQ, pg_sys::F_INT2EQ];
         // SAFETY: ScanKeyData is plain data; the index has KEY_COLUMNS
         // columns of these types (sql/schema.sql).
@@ -542,7 +542,7 @@ unsafe fn index_info(
 }
 
 /// `(value, ts)` of the tuple in `slot`.
-unsafe fn slot_state(slot: *mut pg_sys::TupleTableSlot) -> Option<State> {
+pub(super) unsafe fn slot_state(slot: *mut pg_sys::TupleTableSlot) -> Option<State> {
     let (mut value_null, mut ts_null) = (false, false);
     let value = pg_sys::slot_getattr(slot, (VALUE + 1) as i32, &mut value_null);
     let ts = pg_sys::slot_getattr(slot, (TS + 1) as i32, &mut ts_null);
