@@ -12,7 +12,15 @@
 # key's row; "updates": the same statement again, every key existing.
 # Read-only contenders find the keys that rate_limit made.
 #
-#   bash bench/instructions.sh     (about a minute; prints a Markdown table)
+# A second table counts scenario 3's form: one prepared statement per call,
+# each an EXECUTE inside an open transaction (50, then CALLS of them, as
+# above): the statement's planning-free execution, the executor's start-up
+# and end, and the call. Writers get new keys (as scenario 3's calls do),
+# readers the keys rate_limit made. The single-user backend prints each
+# result row to its (discarded) output, a few thousand instructions that a
+# client connection spends on sending the row instead.
+#
+#   bash bench/instructions.sh     (about three minutes; prints two Markdown tables)
 set -euo pipefail
 cd "$(dirname "$0")/.."
 source scripts/lib.sh
@@ -40,13 +48,22 @@ instructions() {
         "$PG_BIN/postgres" --single -D "$work/pg/data" -c shared_preload_libraries= "$1" \
         <"$work/input.sql" 2>&1 >/dev/null | sed -n 's/.*Collected : \([0-9]*\).*/\1/p'
 }
+# statement N CALL: one statement calling CALL for g in 1..N.
+statement() { echo "SELECT count(*) FROM generate_series(1, $1) AS g, LATERAL $2 AS r"; }
+# truncate_all DATABASE: the statement emptying every contender's table.
+truncate_all() {
+    if [ "$1" = native ]; then
+        echo "TRUNCATE rate_limiter.rate_limits, baseline.plpgsql_limits, baseline.floor_limits"
+    else
+        echo "TRUNCATE rate_limiter.rate_limits"
+    fi
+}
 # per_call DATABASE CALL [FILL]: "new keys" and "updates", thousands of
 # instructions per call; FILL (a call) makes the keys first.
 per_call() {
     local database=$1 call=$2 fill=${3:-}
-    local truncate="TRUNCATE rate_limiter.rate_limits"
-    [ "$database" = native ] && truncate+=", baseline.plpgsql_limits, baseline.floor_limits"
-    statement() { echo "SELECT count(*) FROM generate_series(1, $1) AS g, LATERAL $2 AS r"; }
+    local truncate
+    truncate=$(truncate_all "$database")
     # (The primary-key SELECT as a nested loop of index probes, as in
     # scenario 1: a hash join would read the table once for all keys.)
     local prefix="SET enable_hashjoin = off"$'\n'"SET enable_mergejoin = off"$'\n'$truncate
@@ -56,6 +73,22 @@ per_call() {
     many=$(instructions "$database" "$prefix"$'\n'"$(statement "$CALLS" "$call")")
     again=$(instructions "$database" "$prefix"$'\n'"$(statement "$CALLS" "$call")"$'\n'"$(statement "$CALLS" "$call")")
     python3 -c "print(f'{($many - $few) / ($CALLS - 50) / 1000:.1f} | {($again - $many) / $CALLS / 1000:.1f}')"
+}
+
+# per_statement DATABASE STATEMENT [FILL]: thousands of instructions per
+# EXECUTE of STATEMENT (prepared, its one parameter the key) inside an open
+# transaction; the keys are new unless FILL (a call) makes them first.
+per_statement() {
+    local database=$1 sql=$2 fill=${3:-}
+    local prefix
+    prefix=$(truncate_all "$database")
+    [ -n "$fill" ] && prefix+=$'\n'$(statement "$CALLS" "$fill")$'\n'"ANALYZE rate_limiter.rate_limits"
+    prefix+=$'\n'"PREPARE p(text) AS $sql"$'\n'"BEGIN"
+    executes() { seq 1 "$1" | sed "s/.*/EXECUTE p('&')/"; echo COMMIT; }
+    local few many
+    few=$(instructions "$database" "$prefix"$'\n'"$(executes 50)")
+    many=$(instructions "$database" "$prefix"$'\n'"$(executes "$CALLS")")
+    python3 -c "print(f'{($many - $few) / ($CALLS - 50) / 1000:.1f}')"
 }
 
 limit="rate_limiter.rate_limit('bench', g::text)"
@@ -68,3 +101,16 @@ echo "| (b) floor (SQL function) | $(per_call native "baseline.floor_token_bucke
 echo "| native extension: rate_check | — | $(per_call native "rate_limiter.rate_check('bench', g::text)" "$limit" | cut -d'|' -f2) |"
 echo "| primary-key SELECT of the state row | — | $(per_call native "(SELECT value, ts FROM rate_limiter.rate_limits WHERE name = 'bench' AND key = g::text AND shard = 0)" "$limit" | cut -d'|' -f2) |"
 echo "| a set-returning function alone: generate_series(g, g) | — | $(per_call native "generate_series(g, g)" | cut -d'|' -f2) |"
+
+# (One line: the single-user backend reads a statement per line.)
+floor="INSERT INTO baseline.floor_limits AS l (name, key, value, ts) VALUES ('bench', \$1, 100 - 1, clock_timestamp()) ON CONFLICT (name, key) DO UPDATE SET value = least(l.value + greatest(0, extract(epoch FROM clock_timestamp() - l.ts) * 1000) * 100 / 60000, 100) - 1, ts = greatest(l.ts, clock_timestamp()) WHERE least(l.value + greatest(0, extract(epoch FROM clock_timestamp() - l.ts) * 1000) * 100 / 60000, 100) - 1 >= 0 RETURNING value"
+echo
+echo "| statement, per EXECUTE in an open transaction | new keys | existing keys |"
+echo "|---|---:|---:|"
+echo "| SELECT 1 | — | $(per_statement native "SELECT 1") |"
+echo "| primary-key SELECT of the state row | — | $(per_statement native "SELECT value, ts FROM rate_limiter.rate_limits WHERE name = 'bench' AND key = \$1 AND shard = 0" "$limit") |"
+echo "| native extension: rate_check | — | $(per_statement native "SELECT ok, retry_after, remaining FROM rate_limiter.rate_check('bench', \$1)" "$limit") |"
+echo "| native extension: rate_limit | $(per_statement native "SELECT ok, retry_after, remaining FROM rate_limiter.rate_limit('bench', \$1)") | — |"
+echo "| portable edition: rate_limit | $(per_statement portable "SELECT ok, retry_after, remaining FROM rate_limiter.rate_limit('bench', \$1)") | — |"
+echo "| (a) PL/pgSQL | $(per_statement native "SELECT * FROM baseline.plpgsql_token_bucket('bench', \$1, 1, 100, 60000, 100)") | — |"
+echo "| (b) floor (bare statement) | $(per_statement native "$floor") | — |"
