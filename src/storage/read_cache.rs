@@ -161,21 +161,18 @@ unsafe fn open(context: pg_sys::MemoryContext, owner: pg_sys::ResourceOwner) -> 
 /// `kept` from [`open`], in the transaction that opened it; `snapshot`
 /// valid for the call.
 unsafe fn find_again(kept: &Kept, datums: &Datums, snapshot: pg_sys::Snapshot) -> Option<State> {
-    let mut scan_keys = kept.relations.scan_keys(datums);
-    (*kept.scan).xs_snapshot = snapshot;
-    pg_sys::index_rescan(
+    let mut state = None;
+    kept.relations.rescan(
         kept.scan,
-        scan_keys.as_mut_ptr(),
-        KEY_COLUMNS as i32,
-        std::ptr::null_mut(),
-        0,
-    );
-    let found = pg_sys::index_getnext_slot(
-        kept.scan,
-        pg_sys::ScanDirection::ForwardScanDirection,
         kept.slot,
+        datums,
+        KEY_COLUMNS,
+        snapshot,
+        |slot| {
+            state = slot_state(slot);
+            false
+        },
     );
-    let state = if found { slot_state(kept.slot) } else { None };
     pg_sys::ExecClearTuple(kept.slot);
     (*kept.scan).xs_snapshot = std::ptr::null_mut();
     state

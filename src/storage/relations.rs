@@ -305,7 +305,7 @@ impl Relations {
     /// Equality scan keys on (name, key, shard) for `datums`, with the
     /// index's collations (a NULL key searches for the NULL entry). A scan
     /// may use the first two only: every shard of (name, key).
-    pub(super) fn scan_keys(&self, datums: &Datums) -> [pg_sys::ScanKeyData; KEY_COLUMNS] {
+    fn scan_keys(&self, datums: &Datums) -> [pg_sys::ScanKeyData; KEY_COLUMNS] {
         const EQUAL: [u32; KEY_COLUMNS] = [pg_sys::F_TEXTEQ, pg_sys::F_TEXTEQ, pg_sys::F_INT2EQ];
         // SAFETY: ScanKeyData is plain data; the index has KEY_COLUMNS
         // columns of these types (sql/schema.sql).
@@ -410,10 +410,37 @@ impl Relations {
         datums: &Datums,
         keys: usize,
         snapshot: pg_sys::Snapshot,
+        visit: impl FnMut(*mut pg_sys::TupleTableSlot) -> bool,
+    ) {
+        let scan = compat::index_beginscan(self.table, self.index, snapshot, keys as i32);
+        let slot = pg_sys::table_slot_create(self.table, std::ptr::null_mut());
+        self.rescan(scan, slot, datums, keys, snapshot, visit);
+        pg_sys::ExecDropSingleTupleTableSlot(slot);
+        pg_sys::index_endscan(scan);
+    }
+
+    /// Restarts `scan` (begun on these relations for `keys` key columns)
+    /// for the first `keys` key columns of `datums` and `snapshot`, as
+    /// `ExecReScanIndexScan` restarts the executor's, and calls `visit`
+    /// with each tuple visible to `snapshot`, read into `slot`, until it
+    /// returns false. The snapshot is set before `index_rescan`: btree's
+    /// rescan reads it (whether it may drop its leaf page pin, PostgreSQL
+    /// 18).
+    ///
+    /// # Safety
+    /// `scan` and `slot` made for these relations; `snapshot` valid for
+    /// the whole scan.
+    pub(super) unsafe fn rescan(
+        &self,
+        scan: pg_sys::IndexScanDesc,
+        slot: *mut pg_sys::TupleTableSlot,
+        datums: &Datums,
+        keys: usize,
+        snapshot: pg_sys::Snapshot,
         mut visit: impl FnMut(*mut pg_sys::TupleTableSlot) -> bool,
     ) {
         let mut scan_keys = self.scan_keys(datums);
-        let scan = compat::index_beginscan(self.table, self.index, snapshot, keys as i32);
+        (*scan).xs_snapshot = snapshot;
         pg_sys::index_rescan(
             scan,
             scan_keys.as_mut_ptr(),
@@ -421,14 +448,11 @@ impl Relations {
             std::ptr::null_mut(),
             0,
         );
-        let slot = pg_sys::table_slot_create(self.table, std::ptr::null_mut());
         while pg_sys::index_getnext_slot(scan, pg_sys::ScanDirection::ForwardScanDirection, slot) {
             if !visit(slot) {
                 break;
             }
         }
-        pg_sys::ExecDropSingleTupleTableSlot(slot);
-        pg_sys::index_endscan(scan);
     }
 
     /// Adds the index entries of the heap tuple at `tid` (whose columns are
