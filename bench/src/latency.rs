@@ -12,8 +12,11 @@
 //!
 //! A prepared `SELECT 1` from the same client gives the round trip's floor;
 //! a prepared primary-key SELECT of the state row, the floor of any read of
-//! it; `rate_check` is the limiter's read. ROUNDS rounds, the nine contenders taking turns; each figure is the median
-//! of the rounds' percentiles.
+//! it; `rate_check` is the limiter's read; and the floor's bare upsert
+//! (`baselines/floor.sql`, the statement pgbench sends in scenario 1) inside
+//! an open transaction, the least any statement writing a state row costs.
+//! ROUNDS rounds, the ten contenders taking turns; each figure is the
+//! median of the rounds' percentiles.
 
 use crate::report::{percentile, rotate, Report, Samples};
 use crate::Bench;
@@ -77,6 +80,26 @@ fn read(bench: &Bench, sql: &str, keys: &[String]) -> Vec<f64> {
         .unwrap();
     client.batch_execute("CHECKPOINT").unwrap();
     let statement = client.prepare(sql).unwrap();
+    in_transaction(&mut client, &statement, keys)
+}
+
+/// The floor's bare upsert (`bench/pgbench/floor.sql`) with the key as its
+/// one parameter: a new key's row is an INSERT, as in [`postgres`].
+const FLOOR: &str = "INSERT INTO baseline.floor_limits AS l (name, key, value, ts) \
+    VALUES ('bench', $1, 100 - 1, clock_timestamp()) ON CONFLICT (name, key) DO UPDATE \
+    SET value = least(l.value + greatest(0, extract(epoch FROM clock_timestamp() - l.ts) * 1000) * 100 / 60000, 100) - 1, \
+        ts = greatest(l.ts, clock_timestamp()) \
+    WHERE least(l.value + greatest(0, extract(epoch FROM clock_timestamp() - l.ts) * 1000) * 100 / 60000, 100) - 1 >= 0 \
+    RETURNING value";
+
+/// Latencies (µs) of the floor's bare upsert per key, inside an open
+/// transaction as [`Postgres::InTransaction`], from an empty table.
+fn floor(bench: &Bench, keys: &[String]) -> Vec<f64> {
+    let mut client = bench.connect();
+    client
+        .batch_execute("TRUNCATE baseline.floor_limits; CHECKPOINT")
+        .unwrap();
+    let statement = client.prepare(FLOOR).unwrap();
     in_transaction(&mut client, &statement, keys)
 }
 
@@ -144,7 +167,7 @@ pub fn run(bench: &Bench, report: &mut Report) {
     let keys: Vec<String> = (0..calls)
         .map(|i| format!("{}", (i * 7919) % 100_000))
         .collect();
-    let contenders: [(&str, Measure<'_>); 9] = [
+    let contenders: [(&str, Measure<'_>); 10] = [
         (
             "extension, inside an open transaction",
             Box::new(|| postgres(bench, Postgres::InTransaction, &keys)),
@@ -193,6 +216,10 @@ pub fn run(bench: &Bench, report: &mut Report) {
                 )
             }),
         ),
+        (
+            "(b) floor: the bare upsert statement, inside an open transaction",
+            Box::new(|| floor(bench, &keys)),
+        ),
     ];
     // Every round measures each contender once; rotate() asks for p50 and
     // then p99 of the same run, so keep the run's percentiles per round.
@@ -222,9 +249,12 @@ pub fn run(bench: &Bench, report: &mut Report) {
              wal_writer_delay = 600 ms of writes at risk in PostgreSQL, about 1 s in Redis). \
              The `SELECT 1` row is the floor under every PostgreSQL row: a prepared `SELECT 1` from the same \
              client library (the `postgres` crate), which is what one round trip costs before any work. \
-             The last two read the rows that one call per key wrote first (unmeasured): the simplest \
+             The primary-key SELECT and `rate_check` rows read the rows that one call per key wrote first (unmeasured): the simplest \
              statement that reads a state row at all (superuser only; an application role may not read \
-             the table), and `rate_check`, which reads it as the limiter.\n\n\
+             the table), and `rate_check`, which reads it as the limiter. The last row is the floor's bare \
+             upsert (`INSERT ... ON CONFLICT DO UPDATE ... RETURNING`, the token bucket's arithmetic in SQL, \
+             no definitions, no retry_after) on the same new keys inside an open transaction: the least a \
+             statement that writes a state row costs.\n\n\
              | | p50 | p99 |\n|---|---:|---:|\n{table}"
         ),
         "what one caller waits per call at each durability level.",
@@ -273,6 +303,16 @@ pub fn run(bench: &Bench, report: &mut Report) {
             "S3 p50, open transaction: extension rate_check / primary-key SELECT",
             8,
             7,
+        ),
+        (
+            "S3 p50, open transaction: (b) floor's bare upsert / Redis without persistence",
+            9,
+            1,
+        ),
+        (
+            "S3 p50, open transaction: extension rate_limit / (b) floor's bare upsert",
+            0,
+            9,
         ),
     ];
     for (label, contender, baseline) in others {
