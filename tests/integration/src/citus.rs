@@ -1,4 +1,4 @@
-//! The Citus cluster of `scripts/citus.sh` in the Citus tests (`citus.rs`,
+//! The Citus cluster of `scripts/citus.sh` in the Citus tests (`citus/`,
 //! `citus_call_shapes.rs`, `citus_growth.rs`): its nodes, the tables made local or
 //! distributed, and the limits and rows the tests look at.
 

@@ -13,7 +13,7 @@
 //!   a hint.
 //!
 //! Ignored by default; `scripts/test.sh` runs them with `--ignored`, one at
-//! a time, after `citus.rs`.
+//! a time, after `citus/`.
 
 use postgres::error::SqlState;
 use rate_limiter_integration_tests::citus::{

@@ -7,7 +7,7 @@
 //! that works and are refused at once in the others; the rebalancer.
 //!
 //! Ignored by default; `scripts/test.sh` runs them with `--ignored`, one at
-//! a time, after `citus.rs`.
+//! a time, after `citus/`.
 
 use postgres::error::SqlState;
 use rate_limiter_integration_tests::citus::{connect, coordinator, define, forget, port_of, urls};

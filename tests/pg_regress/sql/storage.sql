@@ -163,7 +163,7 @@ SELECT ok FROM rate_limiter.rate_limit('store', 'x');
 -- empty while every node keeps its own state: every call fails closed
 -- instead. Citus is not installed here; a stand-in for its catalog (with no
 -- distribution method) shows the check. The hint says what works:
--- undistribute(), then distribute() (tests/integration/tests/citus.rs
+-- undistribute(), then distribute() (tests/integration/tests/citus/
 -- follows it on a real cluster).
 SET allow_system_table_mods = on;
 CREATE TABLE pg_catalog.pg_dist_partition (logicalrelid regclass);
