@@ -83,14 +83,18 @@ fn read(bench: &Bench, sql: &str, keys: &[String]) -> Vec<f64> {
     in_transaction(&mut client, &statement, keys)
 }
 
-/// The floor's bare upsert (`bench/pgbench/floor.sql`) with the key as its
-/// one parameter: a new key's row is an INSERT, as in [`postgres`].
-const FLOOR: &str = "INSERT INTO baseline.floor_limits AS l (name, key, value, ts) \
-    VALUES ('bench', $1, 100 - 1, clock_timestamp()) ON CONFLICT (name, key) DO UPDATE \
-    SET value = least(l.value + greatest(0, extract(epoch FROM clock_timestamp() - l.ts) * 1000) * 100 / 60000, 100) - 1, \
-        ts = greatest(l.ts, clock_timestamp()) \
-    WHERE least(l.value + greatest(0, extract(epoch FROM clock_timestamp() - l.ts) * 1000) * 100 / 60000, 100) - 1 >= 0 \
-    RETURNING value";
+/// The floor's bare upsert as pgbench sends it (`bench/pgbench/floor.sql`,
+/// after its `\set` line), with the key as its one parameter: a new key's
+/// row is an INSERT, as in [`postgres`].
+fn floor_statement() -> String {
+    let script = include_str!("../pgbench/floor.sql");
+    let statement = script.split_once('\n').map_or(script, |(_, rest)| rest);
+    statement
+        .replace(":k::text", "$1")
+        .trim_end()
+        .trim_end_matches(';')
+        .to_string()
+}
 
 /// Latencies (µs) of the floor's bare upsert per key, inside an open
 /// transaction as [`Postgres::InTransaction`], from an empty table.
@@ -99,7 +103,7 @@ fn floor(bench: &Bench, keys: &[String]) -> Vec<f64> {
     client
         .batch_execute("TRUNCATE baseline.floor_limits; CHECKPOINT")
         .unwrap();
-    let statement = client.prepare(FLOOR).unwrap();
+    let statement = client.prepare(&floor_statement()).unwrap();
     in_transaction(&mut client, &statement, keys)
 }
 
