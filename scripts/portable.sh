@@ -64,9 +64,10 @@ comments() {
         on && /'"'"';$/ { on = 0; print "" }' sql/functions.sql
 }
 
-# The internal functions of a distributed install (sql/citus.sql: what a
-# node calls on another), with their native signatures, raising 0A000: the
-# README's role blocks grant them, and must run unchanged.
+# The internal functions of a distributed install (what a node calls on
+# another, sql/citus_internal_functions.sql), with their native signatures,
+# raising 0A000: the README's role blocks grant them, and must run
+# unchanged.
 citus_internals() {
     awk '
         /^CREATE FUNCTION rate_limiter\._[a-z_]*_at\(/ { on = 1 }
@@ -83,7 +84,7 @@ citus_internals() {
             on = 0
             next
         }
-        on { print }' sql/citus.sql
+        on { print }' sql/citus_internal_functions.sql
 }
 
 # The statements every install and every upgrade runs: the functions,
@@ -99,7 +100,7 @@ functions() {
     echo
     native_function postgrest_limit postgrest_limit
     echo
-    echo "-- sql/citus.sql: the internal functions of a distributed install"
+    echo "-- sql/citus_internal_functions.sql: the internal functions of a distributed install"
     citus_internals
     comments
 }

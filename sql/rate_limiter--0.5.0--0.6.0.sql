@@ -70,12 +70,12 @@ $revoke$;
 GRANT EXECUTE ON FUNCTION rate_limiter._stats_info() TO @extowner@ WITH GRANT OPTION;
 GRANT SELECT ON rate_limiter.stats_info TO @extowner@ WITH GRANT OPTION;
 
--- ==== Citus (generated from sql/citus.sql) ====
+-- ==== Citus (generated from sql/citus_distribute.sql and sql/citus_internal_functions.sql) ====
 -- Citus, day two (SPEC section 10): distribute() marks the workers' own
 -- tables and colocates with integer columns too, undistribute() unmarks
 -- them, prepare_node() prepares a node before citus_add_node(), and the
 -- internal functions get an overload for an integer distribution column.
--- (The same text as sql/citus.sql: an extension script cannot include
+-- (The same text as those two files: an extension script cannot include
 -- another.)
 
 CREATE OR REPLACE FUNCTION rate_limiter.distribute(colocate_with regclass DEFAULT NULL)

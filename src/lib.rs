@@ -80,7 +80,16 @@ extension_sql_file!(
     name = "functions",
     requires = ["schema"]
 );
-extension_sql_file!("../sql/citus.sql", name = "citus", requires = ["functions"]);
+extension_sql_file!(
+    "../sql/citus_distribute.sql",
+    name = "citus_distribute",
+    requires = ["functions"]
+);
+extension_sql_file!(
+    "../sql/citus_internal_functions.sql",
+    name = "citus_internal_functions",
+    requires = ["citus_distribute"]
+);
 extension_sql_file!("../sql/privileges.sql", name = "privileges", finalize);
 
 /// Called once when a backend (or, preloaded, the postmaster) loads the

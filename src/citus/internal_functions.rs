@@ -236,7 +236,7 @@ macro_rules! delegated_entry_points {
     ($function:literal, $body:ident, $clock:expr,
      $text:ident, $text_finfo:ident, $bigint:ident, $bigint_finfo:ident,
      $uuid:ident, $uuid_finfo:ident, $integer:ident, $integer_finfo:ident) => {
-        #[doc = concat!("`rate_limiter.", $function, "(dkey text, ...)`: see sql/citus.sql.")]
+        #[doc = concat!("`rate_limiter.", $function, "(dkey text, ...)`: see sql/citus_internal_functions.sql.")]
         ///
         /// # Safety
         /// Called by PostgreSQL with the function's arguments.
