@@ -3,8 +3,13 @@
 suite (scripts/test.sh, step 1), one TAP line each ("ok N - rule" or
 "not ok N - rule", then why):
 
-1. no Rust file is over 600 lines: the extension (src/), the algorithm's
-   crate and its tests, the integration tests, the benchmark and the demo;
+1. no source file is over 600 lines: every Rust file (the extension, the
+   algorithm's crate and its tests, the integration tests, the benchmark
+   and the demo) and every SQL file the extension's scripts are made from
+   (sql/*.sql and portable/sql/*.sql; not the upgrade scripts
+   sql/rate_limiter--A--B.sql, whose name and one-file form PostgreSQL
+   fixes, nor the released install scripts in sql/released/, which never
+   change);
 2. the single-server code names no Citus: outside src/citus/ only lib.rs
    (which registers it at load) and the seam, placement.rs, says `crate::citus` or `citus::`;
 3. src/citus/ calls down only: it never uses the SQL functions' modules
@@ -29,6 +34,14 @@ MAX_LINES = 600
 # Where rule 1 looks: every Rust file of the repository.
 LINE_LIMITED = ("src", "algorithm", "tests/integration", "bench/src", "demo/src")
 SQL_FUNCTION_MODULES = {"limit", "credit", "status", "prune", "all_or_nothing", "wait", "http", "define"}
+
+
+def sql_sources():
+    """The SQL files the extension's scripts are made from (rule 1)."""
+    for directory in ("sql", "portable/sql"):
+        for name in sorted(os.listdir(os.path.join(ROOT, directory))):
+            if name.endswith(".sql") and not name.startswith("rate_limiter--"):
+                yield os.path.join(ROOT, directory, name)
 
 
 def rust_files(directory):
@@ -156,13 +169,13 @@ def main():
     results = []
 
     too_long = []
-    for directory in LINE_LIMITED:
-        for path in rust_files(directory):
-            with open(path, encoding="utf-8") as file:
-                lines = file.read().count("\n")
-            if lines > MAX_LINES:
-                too_long.append(f"{os.path.relpath(path, ROOT)}: {lines} lines")
-    results.append((f"no Rust file over {MAX_LINES} lines", too_long))
+    sources = [path for directory in LINE_LIMITED for path in rust_files(directory)]
+    for path in sources + list(sql_sources()):
+        with open(path, encoding="utf-8") as file:
+            lines = file.read().count("\n")
+        if lines > MAX_LINES:
+            too_long.append(f"{os.path.relpath(path, ROOT)}: {lines} lines")
+    results.append((f"no Rust or SQL source file over {MAX_LINES} lines", too_long))
 
     naming = []
     for path in rust_files("src"):
