@@ -29,6 +29,7 @@ pub mod read_cache;
 mod relations;
 pub mod route;
 mod rows;
+mod scan_keys;
 mod shards;
 
 pub use all_or_nothing::{consume_all_or_nothing, sort_rows};

@@ -3,6 +3,7 @@
 //! writes assume, the lookup of a row through the unique index, and adding
 //! index entries for a written tuple.
 
+use super::scan_keys::scan_keys;
 use super::{Datums, COLUMNS, DKEY, KEY, KEY_COLUMNS, NAME, SHARD, TS, VALUE};
 use crate::compat;
 use pgrx::pg_sys;
@@ -302,45 +303,6 @@ impl Relations {
         relations
     }
 
-    /// Equality scan keys on (name, key, shard) for `datums`, with the
-    /// index's collations (a NULL key searches for the NULL entry). A scan
-    /// may use the first two only: every shard of (name, key).
-    fn scan_keys(&self, datums: &Datums) -> [pg_sys::ScanKeyData; KEY_COLUMNS] {
-        const EQUAL: [u32; KEY_COLUMNS] = [pg_sys::F_TEXTEQ, pg_sys::F_TEXTEQ, pg_sys::F_INT2EQ];
-        // SAFETY: ScanKeyData is plain data; the index has KEY_COLUMNS
-        // columns of these types (sql/schema.sql).
-        unsafe {
-            let mut keys: [pg_sys::ScanKeyData; KEY_COLUMNS] = std::mem::zeroed();
-            for (column, key) in keys.iter_mut().enumerate() {
-                let attribute = (column + 1) as i16;
-                if datums.nulls[column] {
-                    pg_sys::ScanKeyEntryInitialize(
-                        key,
-                        (pg_sys::SK_ISNULL | pg_sys::SK_SEARCHNULL) as i32,
-                        attribute,
-                        0,
-                        pg_sys::InvalidOid,
-                        pg_sys::InvalidOid,
-                        pg_sys::InvalidOid,
-                        pg_sys::Datum::from(0),
-                    );
-                } else {
-                    pg_sys::ScanKeyEntryInitialize(
-                        key,
-                        0,
-                        attribute,
-                        pg_sys::BTEqualStrategyNumber as u16,
-                        pg_sys::InvalidOid,
-                        *(*self.index).rd_indcollation.add(column),
-                        pg_sys::Oid::from(EQUAL[column]),
-                        datums.values[column],
-                    );
-                }
-            }
-            keys
-        }
-    }
-
     /// Finds the row of `datums` visible to `snapshot`. Returns its TID,
     /// and `(value, ts)` when `with_state`.
     ///
@@ -439,7 +401,7 @@ impl Relations {
         snapshot: pg_sys::Snapshot,
         mut visit: impl FnMut(*mut pg_sys::TupleTableSlot) -> bool,
     ) {
-        let mut scan_keys = self.scan_keys(datums);
+        let mut scan_keys = scan_keys(self.index, datums);
         (*scan).xs_snapshot = snapshot;
         pg_sys::index_rescan(
             scan,
@@ -565,13 +527,22 @@ unsafe fn index_info(
     info.get()
 }
 
-/// `(value, ts)` of the tuple in `slot`.
+/// `(value, ts)` of the tuple in `slot`: `slot_getattr` (tuptable.h) of
+/// both columns, with one deforming call for the two (`slot_getsomeattrs`
+/// up to ts, the later of them) instead of one call each.
+///
+/// # Safety
+/// `slot` holds a tuple of the state table (ts after value).
 pub(super) unsafe fn slot_state(slot: *mut pg_sys::TupleTableSlot) -> Option<State> {
-    let (mut value_null, mut ts_null) = (false, false);
-    let value = pg_sys::slot_getattr(slot, (VALUE + 1) as i32, &mut value_null);
-    let ts = pg_sys::slot_getattr(slot, (TS + 1) as i32, &mut ts_null);
+    const COLUMNS_READ: usize = TS + 1;
+    const _: () = assert!(VALUE < TS);
+    if ((*slot).tts_nvalid as usize) < COLUMNS_READ {
+        pg_sys::slot_getsomeattrs_int(slot, COLUMNS_READ as i32);
+    }
+    let values = std::slice::from_raw_parts((*slot).tts_values, COLUMNS_READ);
+    let nulls = std::slice::from_raw_parts((*slot).tts_isnull, COLUMNS_READ);
     Some(State {
-        value: f64::from_datum(value, value_null)?,
-        ts: i64::from_datum(ts, ts_null)?,
+        value: f64::from_datum(values[VALUE], nulls[VALUE])?,
+        ts: i64::from_datum(values[TS], nulls[TS])?,
     })
 }
