@@ -17,7 +17,8 @@ use crate::result_row::{self, ResultRow};
 use crate::security::write_as_owner;
 use crate::stats;
 use crate::storage;
-use pgrx::fcinfo::pg_getarg;
+use pgrx::fcinfo::{pg_getarg, pg_getarg_datum};
+use pgrx::varlena::{varatt_is_1b_e, varatt_is_4b_c, varlena_to_byte_slice};
 use pgrx::heap_tuple::PgHeapTuple;
 use pgrx::pg_sys;
 use pgrx::prelude::*;
@@ -50,6 +51,26 @@ fn finish(name: &[u8], key: Option<&[u8]>, throws: bool, decision: Decision) -> 
     }
 }
 
+/// Argument `number` of the call `fcinfo`, a `text`, as its bytes (NULL:
+/// `None`): what `pg_getarg::<&[u8]>` gives, which always calls
+/// `pg_detoast_datum_packed`; here that call is made only when it would
+/// do something, for a value compressed or stored out of line (fmgr.c:
+/// `VARATT_IS_COMPRESSED || VARATT_IS_EXTERNAL`), and otherwise the
+/// value is read where it is, as the function would return it.
+///
+/// # Safety
+/// Argument `number` of `fcinfo` must be a `text`.
+unsafe fn text_argument<'a>(fcinfo: pg_sys::FunctionCallInfo, number: usize) -> Option<&'a [u8]> {
+    let mut varlena = pg_getarg_datum(fcinfo, number)?.cast_mut_ptr::<pg_sys::varlena>();
+    if varlena.is_null() {
+        return None;
+    }
+    if varatt_is_4b_c(varlena) || varatt_is_1b_e(varlena) {
+        varlena = pg_sys::pg_detoast_datum_packed(varlena);
+    }
+    Some(varlena_to_byte_slice(varlena))
+}
+
 /// Runs `body` for the arguments of the call `fcinfo` (`name, key, count,
 /// reserve, throws, config`) and returns its result row.
 ///
@@ -60,8 +81,8 @@ unsafe fn run(
     body: impl FnOnce(&Call<'_>) -> Result<Decision, CallError>,
 ) -> pg_sys::Datum {
     let call = match Call::new(
-        pg_getarg::<&[u8]>(fcinfo, 0),
-        pg_getarg::<&[u8]>(fcinfo, 1),
+        text_argument(fcinfo, 0),
+        text_argument(fcinfo, 1),
         pg_getarg::<f64>(fcinfo, 2),
         pg_getarg::<bool>(fcinfo, 3),
         pg_getarg::<bool>(fcinfo, 4),

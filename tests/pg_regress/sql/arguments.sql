@@ -62,3 +62,26 @@ SELECT ok, remaining FROM rate_limiter.rate_limit('calls', $$'); DROP TABLE rate
 SELECT count(*) > 0 AS table_still_there FROM rate_limiter.rate_limits;
 SELECT ok FROM rate_limiter.rate_limit(E'na\u00efve \U0001F600', E'cl\u00e9', config => rate_limiter.token_bucket(1, '1 hour'));
 SELECT name, key FROM rate_limiter.rate_limits WHERE name LIKE 'na%';
+
+-- Names and keys read from a table arrive as PostgreSQL stores long
+-- values: compressed in the row, or out of line (TOAST; uncompressed with
+-- STORAGE EXTERNAL). A call decides on the same row as for the same text
+-- written in the call. (A call that read the stored bytes as they are
+-- would take another row: 98 left, not 95, after the third call.)
+SET default_toast_compression = 'pglz';
+CREATE TEMP TABLE compressed_keys (name text, key text);
+INSERT INTO compressed_keys VALUES ('calls', repeat('c', 5000));
+CREATE TEMP TABLE out_of_line_keys (name text, key text);
+ALTER TABLE out_of_line_keys ALTER COLUMN key SET STORAGE EXTERNAL;
+INSERT INTO out_of_line_keys VALUES ('calls', repeat('e', 5000));
+SELECT length(key), pg_column_compression(key) FROM compressed_keys;
+SELECT length(key), pg_relation_size(reltoastrelid) > 0 AS out_of_line
+FROM out_of_line_keys, pg_class WHERE pg_class.oid = 'out_of_line_keys'::regclass;
+SELECT r.ok, r.remaining FROM compressed_keys AS s, LATERAL rate_limiter.rate_limit(s.name, s.key, 2) AS r;
+SELECT ok, remaining FROM rate_limiter.rate_limit('calls', repeat('c', 5000), 3);
+SELECT r.ok, r.remaining FROM compressed_keys AS s, LATERAL rate_limiter.rate_check(s.name, s.key) AS r;
+SELECT r.ok, r.remaining FROM out_of_line_keys AS s, LATERAL rate_limiter.rate_limit(s.name, s.key, 2) AS r;
+SELECT ok, remaining FROM rate_limiter.rate_limit('calls', repeat('e', 5000), 3);
+SELECT r.ok, r.remaining FROM out_of_line_keys AS s, LATERAL rate_limiter.rate_check(s.name, s.key) AS r;
+SELECT count(*) AS rows FROM rate_limiter.rate_limits WHERE name = 'calls' AND length(key) = 5000;
+RESET default_toast_compression;
