@@ -167,28 +167,32 @@ impl Config {
                 ),
             ));
         }
-        // A call of a sharded limit is served by at most two shards.
-        let (capacity, max_reserved, what, debt) = if self.shards > 1 {
+        // A call of a sharded limit is served by at most two shards. (What
+        // the message names is made only for an error: a call that passes
+        // allocates nothing.)
+        let (capacity, max_reserved, debt) = if self.shards > 1 {
             let shard = self.shard();
             (
                 2.0 * shard.capacity(),
                 shard.max_reserved.map(|max_reserved| 2.0 * max_reserved),
-                format!("what two of its {} shards hold", self.shards),
                 "the debt two shards may owe",
             )
         } else {
-            (
-                self.capacity(),
-                self.max_reserved,
-                "the capacity".to_string(),
-                "max_reserved",
-            )
+            (self.capacity(), self.max_reserved, "max_reserved")
+        };
+        let what = || {
+            if self.shards > 1 {
+                format!("what two of its {} shards hold", self.shards)
+            } else {
+                "the capacity".to_string()
+            }
         };
         if !reserve && count > capacity {
             return Err(LimitError::invalid(
                 "count",
                 format!(
-                    "count {count} exceeds {what} ({capacity}), so the call could never succeed (reserve => true may allow it)"
+                    "count {count} exceeds {} ({capacity}), so the call could never succeed (reserve => true may allow it)",
+                    what()
                 ),
             ));
         }
@@ -197,7 +201,8 @@ impl Config {
                 return Err(LimitError::invalid(
                     "count",
                     format!(
-                        "count {count} exceeds {what} ({capacity}) plus {debt} ({max_reserved}), so the call could never succeed"
+                        "count {count} exceeds {} ({capacity}) plus {debt} ({max_reserved}), so the call could never succeed",
+                        what()
                     ),
                 ));
             }
