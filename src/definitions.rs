@@ -42,9 +42,16 @@ pub struct Definition {
     pub enforce: bool,
 }
 
+/// Cached definitions by name. The hash is foldhash's
+/// (`foldhash::fast::RandomState`: seeded per map at run time, so names
+/// that collide cannot be worked out from the source; the map is bounded
+/// below anyway), which costs a fraction of std's SipHash: every call
+/// looks its name up here.
+type Names = HashMap<Vec<u8>, Option<Definition>, foldhash::fast::RandomState>;
+
 thread_local! {
     /// Definitions looked up in this backend, by name (`None`: undefined).
-    static CACHE: RefCell<HashMap<Vec<u8>, Option<Definition>>> = RefCell::new(HashMap::new());
+    static CACHE: RefCell<Names> = RefCell::new(Names::default());
     /// The bytes of the names in `CACHE`.
     static CACHED_BYTES: Cell<usize> = const { Cell::new(0) };
 }
@@ -62,7 +69,7 @@ fn remember(name: &[u8], found: Option<Definition>) {
         let mut cache = cache.borrow_mut();
         let bytes = CACHED_BYTES.with(Cell::get);
         if cache.len() >= MAX_CACHED_NAMES || bytes + name.len() > MAX_CACHED_BYTES {
-            *cache = HashMap::new();
+            *cache = Names::default();
             CACHED_BYTES.with(|cached| cached.set(0));
         }
         if cache.insert(name.to_vec(), found).is_none() {
@@ -87,7 +94,7 @@ unsafe extern "C-unwind" fn forget_definitions(_arg: pg_sys::Datum, _relid: pg_s
     CACHE.with(|cache| {
         if let Ok(mut cache) = cache.try_borrow_mut() {
             // A new map: clear() would keep the old one's capacity.
-            *cache = HashMap::new();
+            *cache = Names::default();
             CACHED_BYTES.with(|cached| cached.set(0));
         }
     });
