@@ -18,10 +18,10 @@ use crate::security::write_as_owner;
 use crate::stats;
 use crate::storage;
 use pgrx::fcinfo::{pg_getarg, pg_getarg_datum};
-use pgrx::varlena::{varatt_is_1b_e, varatt_is_4b_c, varlena_to_byte_slice};
 use pgrx::heap_tuple::PgHeapTuple;
 use pgrx::pg_sys;
 use pgrx::prelude::*;
+use pgrx::varlena::{varatt_is_1b_e, varatt_is_4b_c, varlena_to_byte_slice};
 use pgrx::AllocatedByRust;
 use rate_limiter_algorithm::Decision;
 
