@@ -23,7 +23,28 @@ pub fn now() -> Micros {
     CALLERS_OVERRIDE
         .with(Cell::get)
         .or_else(settings::now_override)
-        .unwrap_or_else(|| unsafe { pg_sys::GetCurrentTimestamp() })
+        .unwrap_or_else(current_timestamp)
+}
+
+/// Seconds from 1970-01-01 (Unix time) to 2000-01-01 (PostgreSQL's
+/// epoch): `(POSTGRES_EPOCH_JDATE - UNIX_EPOCH_JDATE) * SECS_PER_DAY`.
+const UNIX_TO_POSTGRES_EPOCH: i64 = 10_957 * 86_400;
+
+/// The real clock in microseconds since 2000-01-01 UTC, as PostgreSQL's
+/// `GetCurrentTimestamp()` (utils/adt/timestamp.c, the same in 15 to 18)
+/// computes it: `gettimeofday`, then seconds and microseconds counted from
+/// PostgreSQL's epoch. Made here rather than called: a call from Rust into
+/// PostgreSQL is wrapped by pgrx in a `sigsetjmp` (about 120 instructions,
+/// more than the function), and this one cannot raise an error.
+fn current_timestamp() -> Micros {
+    let mut now = libc::timeval {
+        tv_sec: 0,
+        tv_usec: 0,
+    };
+    // SAFETY: gettimeofday writes the timeval it is given; with no time
+    // zone argument it cannot fail.
+    unsafe { libc::gettimeofday(&mut now, std::ptr::null_mut()) };
+    (now.tv_sec as i64 - UNIX_TO_POSTGRES_EPOCH) * 1_000_000 + now.tv_usec as i64
 }
 
 /// What a call delegated to another node (Citus) sends as its

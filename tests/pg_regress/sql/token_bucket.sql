@@ -91,3 +91,12 @@ SELECT retry_after FROM rate_limiter.rate_check('back', config => :llm);
 SELECT * FROM rate_limiter.rate_check('fresh', count => 10, config => :llm);
 SELECT * FROM rate_limiter.rate_check('fresh', count => 10.5, config => :llm);
 \echo :LAST_ERROR_SQLSTATE
+
+-- Without rate_limiter.now_override a call reads the real clock, the one
+-- clock_timestamp() reads: the time a new key's row stores lies between
+-- two readings of clock_timestamp() taken around the call.
+RESET rate_limiter.now_override;
+CREATE TEMP TABLE clock_before AS SELECT clock_timestamp() AS at;
+SELECT ok FROM rate_limiter.rate_limit('real_clock', 'k', config => :llm);
+SELECT (SELECT at FROM clock_before) <= ts AND ts <= clock_timestamp() AS between_readings
+FROM rate_limiter.rate_limits WHERE name = 'real_clock';
