@@ -114,12 +114,12 @@ impl Datums {
 
     /// The key columns of `row`; value and ts are left for the caller.
     fn of(row: RowId<'_>) -> Self {
-        let key = row.key.and_then(IntoDatum::into_datum);
+        let (name, key) = text_datums(row.name, row.key);
         let Datums {
             mut values,
             mut nulls,
         } = Datums::empty();
-        values[NAME] = row.name.into_datum().unwrap_or(pg_sys::Datum::from(0));
+        values[NAME] = name;
         values[KEY] = key.unwrap_or(pg_sys::Datum::from(0));
         nulls[KEY] = key.is_none();
         values[SHARD] = pg_sys::Datum::from(row.shard);
@@ -135,6 +135,41 @@ impl Datums {
         self.values[TS] = ts.into_datum().unwrap_or(pg_sys::Datum::from(0));
         self.nulls[VALUE] = false;
         self.nulls[TS] = false;
+    }
+}
+
+/// The most bytes one `palloc` may take (`MaxAllocSize`, utils/memutils.h).
+const MAX_ALLOC_SIZE: usize = 0x3fff_ffff;
+
+/// `name` and `key` as `text` datums in the current memory context: what
+/// pgrx's `into_datum` makes of each (a 4-byte varlena header, then the
+/// bytes), in one `palloc` for the two (the key's at the next maximally
+/// aligned offset) rather than one each, since every call makes them. When
+/// together they exceed one `palloc`, each gets its own, as before.
+fn text_datums(name: &[u8], key: Option<&[u8]>) -> (pg_sys::Datum, Option<pg_sys::Datum>) {
+    const HEADER: usize = pg_sys::VARHDRSZ;
+    const ALIGN: usize = pg_sys::MAXIMUM_ALIGNOF as usize;
+    let key_at = (HEADER + name.len()).next_multiple_of(ALIGN);
+    let size = key_at.saturating_add(key.map_or(0, |key| HEADER + key.len()));
+    if size > MAX_ALLOC_SIZE {
+        let name = name.into_datum().unwrap_or(pg_sys::Datum::from(0));
+        return (name, key.and_then(IntoDatum::into_datum));
+    }
+    // SAFETY: palloc returns `size` bytes (or raises an error); each text
+    // is written inside them, header then bytes, at an aligned offset.
+    unsafe {
+        let start = pg_sys::palloc(size) as *mut u8;
+        let write = |at: *mut u8, bytes: &[u8]| {
+            pgrx::varlena::set_varsize_4b(
+                at as *mut pg_sys::varlena,
+                (HEADER + bytes.len()) as i32,
+            );
+            std::ptr::copy_nonoverlapping(bytes.as_ptr(), at.add(HEADER), bytes.len());
+            pg_sys::Datum::from(at)
+        };
+        let name = write(start, name);
+        let key = key.map(|key| write(start.add(key_at), key));
+        (name, key)
     }
 }
 
