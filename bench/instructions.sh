@@ -48,8 +48,12 @@ instructions() {
         "$PG_BIN/postgres" --single -D "$work/pg/data" -c shared_preload_libraries= "$1" \
         <"$work/input.sql" 2>&1 >/dev/null | sed -n 's/.*Collected : \([0-9]*\).*/\1/p'
 }
-# statement N CALL: one statement calling CALL for g in 1..N.
-statement() { echo "SELECT count(*) FROM generate_series(1, $1) AS g, LATERAL $2 AS r"; }
+# statement N CALL [COUNTED]: one statement calling CALL for g in 1..N,
+# counting COUNTED (default *). Read-only contenders count a column of
+# their rows, as scenario 1 does, so that each reads what it is compared
+# for: under count(*) the planner drops the primary-key SELECT's columns
+# and makes it an index-only scan, which reads no column of the row.
+statement() { echo "SELECT count(${3:-*}) FROM generate_series(1, $1) AS g, LATERAL $2 AS r"; }
 # truncate_all DATABASE: the statement emptying every contender's table.
 truncate_all() {
     if [ "$1" = native ]; then
@@ -58,10 +62,11 @@ truncate_all() {
         echo "TRUNCATE rate_limiter.rate_limits"
     fi
 }
-# per_call DATABASE CALL [FILL]: "new keys" and "updates", thousands of
-# instructions per call; FILL (a call) makes the keys first.
+# per_call DATABASE CALL [FILL [COUNTED]]: "new keys" and "updates",
+# thousands of instructions per call; FILL (a call) makes the keys first;
+# COUNTED as in statement.
 per_call() {
-    local database=$1 call=$2 fill=${3:-}
+    local database=$1 call=$2 fill=${3:-} counted=${4:-}
     local truncate
     truncate=$(truncate_all "$database")
     # (The primary-key SELECT as a nested loop of index probes, as in
@@ -69,9 +74,9 @@ per_call() {
     local prefix="SET enable_hashjoin = off"$'\n'"SET enable_mergejoin = off"$'\n'$truncate
     [ -n "$fill" ] && prefix+=$'\n'$(statement "$CALLS" "$fill")$'\n'"ANALYZE rate_limiter.rate_limits"
     local few many again
-    few=$(instructions "$database" "$prefix"$'\n'"$(statement 50 "$call")")
-    many=$(instructions "$database" "$prefix"$'\n'"$(statement "$CALLS" "$call")")
-    again=$(instructions "$database" "$prefix"$'\n'"$(statement "$CALLS" "$call")"$'\n'"$(statement "$CALLS" "$call")")
+    few=$(instructions "$database" "$prefix"$'\n'"$(statement 50 "$call" "$counted")")
+    many=$(instructions "$database" "$prefix"$'\n'"$(statement "$CALLS" "$call" "$counted")")
+    again=$(instructions "$database" "$prefix"$'\n'"$(statement "$CALLS" "$call" "$counted")"$'\n'"$(statement "$CALLS" "$call" "$counted")")
     python3 -c "print(f'{($many - $few) / ($CALLS - 50) / 1000:.1f} | {($again - $many) / $CALLS / 1000:.1f}')"
 }
 
@@ -98,9 +103,11 @@ echo "| native extension: rate_limit | $(per_call native "$limit") |"
 echo "| portable edition: rate_limit | $(per_call portable "$limit") |"
 echo "| (a) PL/pgSQL | $(per_call native "baseline.plpgsql_token_bucket('bench', g::text, 1, 100, 60000, 100)") |"
 echo "| (b) floor (SQL function) | $(per_call native "baseline.floor_token_bucket('bench', g::text, 1, 100, 60000, 100)") |"
-echo "| native extension: rate_check | — | $(per_call native "rate_limiter.rate_check('bench', g::text)" "$limit" | cut -d'|' -f2) |"
-echo "| primary-key SELECT of the state row | — | $(per_call native "(SELECT value, ts FROM rate_limiter.rate_limits WHERE name = 'bench' AND key = g::text AND shard = 0)" "$limit" | cut -d'|' -f2) |"
-echo "| a set-returning function alone: generate_series(g, g) | — | $(per_call native "generate_series(g, g)" | cut -d'|' -f2) |"
+pk_row="(SELECT value, ts FROM rate_limiter.rate_limits WHERE name = 'bench' AND key = g::text AND shard = 0)"
+echo "| native extension: rate_check | — | $(per_call native "rate_limiter.rate_check('bench', g::text)" "$limit" r.ok | cut -d'|' -f2) |"
+echo "| primary-key SELECT of the state row (value and ts) | — | $(per_call native "$pk_row" "$limit" r.ts | cut -d'|' -f2) |"
+echo "| a set-returning function alone: generate_series(g, g) | — | $(per_call native "generate_series(g, g)" "" r | cut -d'|' -f2) |"
+echo "| the primary-key SELECT under count(*) (an index-only probe, for reference) | — | $(per_call native "$pk_row" "$limit" | cut -d'|' -f2) |"
 
 # (One line: the single-user backend reads a statement per line.)
 floor="INSERT INTO baseline.floor_limits AS l (name, key, value, ts) VALUES ('bench', \$1, 100 - 1, clock_timestamp()) ON CONFLICT (name, key) DO UPDATE SET value = least(l.value + greatest(0, extract(epoch FROM clock_timestamp() - l.ts) * 1000) * 100 / 60000, 100) - 1, ts = greatest(l.ts, clock_timestamp()) WHERE least(l.value + greatest(0, extract(epoch FROM clock_timestamp() - l.ts) * 1000) * 100 / 60000, 100) - 1 >= 0 RETURNING value"
