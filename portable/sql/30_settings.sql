@@ -13,7 +13,8 @@
 --   them.
 -- * rate_limiter.sqlstate is checked when a refusal raises (SET cannot be
 --   refused without C code): a value the native extension would refuse is
---   then 22023, with the native message.
+--   then 22023, with the native message; empty or blank (what RESET,
+--   RESET ALL and DISCARD ALL leave in a placeholder) is the default.
 
 -- The role a call runs for: the session's current role.
 CREATE FUNCTION rate_limiter._invoker()
@@ -108,7 +109,9 @@ $lock_free$;
 
 -- The SQLSTATE of a refusal raised with throws => true:
 -- rate_limiter.sqlstate, default RL429, checked as the native extension
--- checks it when it is set (22023 otherwise).
+-- checks it when it is set (22023 otherwise). Empty (or only blanks) is
+-- the default: a placeholder setting reads '' after RESET, RESET ALL or
+-- DISCARD ALL, where the native setting returns to RL429.
 CREATE FUNCTION rate_limiter._sqlstate()
 RETURNS text
 LANGUAGE plpgsql STABLE
@@ -116,7 +119,7 @@ AS $sqlstate$
 DECLARE
     chosen text := pg_catalog.current_setting('rate_limiter.sqlstate', true);
 BEGIN
-    IF chosen IS NULL THEN
+    IF chosen IS NULL OR pg_catalog.btrim(chosen) = '' THEN
         RETURN 'RL429';
     END IF;
     IF chosen !~ '^[0-9A-Z]{5}$'
