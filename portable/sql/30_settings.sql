@@ -25,6 +25,42 @@ AS $$
                 ELSE pg_catalog.current_setting('role')::name END
 $$;
 
+-- Whether the call is provably not made from inside another role's
+-- function: the native extension checks an inline config for a defined
+-- name against current_user, the role a SECURITY DEFINER caller runs as,
+-- which these functions (SECURITY DEFINER themselves) cannot see. So the
+-- call stack (PG_CONTEXT) must hold nothing but rate_limiter's own
+-- PL/pgSQL functions, and, outermost, at most a DO block (which runs as
+-- the session's role): the last line, the outermost frame, is one of them,
+-- and no line names another function. Any other caller (a function of
+-- any role, SECURITY DEFINER or not, a trigger, a procedure, a SQL
+-- function, an SPI call from another language) is on the stack, and the
+-- answer is false. Only ever called on the way to a 42501 decision.
+CREATE FUNCTION rate_limiter._called_directly()
+RETURNS boolean
+LANGUAGE plpgsql STABLE
+AS $called_directly$
+DECLARE
+    stack text;
+    frames text[];
+    -- ("line 12 at assignment", "during statement block local variable
+    -- initialization", ...: never a double quote, which ends the text of
+    -- a statement another language ran.)
+    own constant text := '^PL/pgSQL function rate_limiter\.[a-z0-9_]+\([a-z0-9_ .,\[\]]*\)( [A-Za-z0-9 '']+)?$';
+    do_block constant text := '^PL/pgSQL function inline_code_block( [A-Za-z0-9 '']+)?$';
+BEGIN
+    GET DIAGNOSTICS stack = PG_CONTEXT;
+    frames := pg_catalog.string_to_array(stack, E'\n');
+    IF frames IS NULL OR pg_catalog.cardinality(frames) = 0
+       OR NOT (frames[pg_catalog.cardinality(frames)] ~ own OR frames[pg_catalog.cardinality(frames)] ~ do_block) THEN
+        RETURN false;
+    END IF;
+    RETURN NOT EXISTS (
+        SELECT FROM pg_catalog.unnest(frames) AS frame
+        WHERE frame ~ '^(PL/[A-Za-z0-9]+|SQL) function ' AND frame !~ own AND frame !~ do_block);
+END
+$called_directly$;
+
 -- Whether the session may move the clock, seed the choice of shards or
 -- raise a bound: its login role (session_user) is a member of the
 -- extension's owner (a superuser is). The login role, because a SET ROLE

@@ -5,7 +5,8 @@
 
 -- The config a call of name uses, and whether it enforces (false: shadow
 -- mode): inline when given (enforcing; for a defined name only a role
--- that may call define may pass one: 42501; at most
+-- that may call define may pass one, and only in a call made from no
+-- other function (rate_limiter._called_directly): 42501; at most
 -- rate_limiter.max_inline_shards shards: 54000), else the definition,
 -- else 42704 naming the limit. The config is checked (22004, 22023).
 CREATE FUNCTION rate_limiter._resolve(name text, inline rate_limiter.config, inline_given boolean,
@@ -25,9 +26,13 @@ BEGIN
             RAISE EXCEPTION 'an inline config may have at most % shards (rate_limiter.max_inline_shards), not %', most, inline.shards
                 USING ERRCODE = '54000';
         END IF;
+        -- (The role checked is the session's: a SECURITY DEFINER caller's
+        -- role cannot be seen from here, so a call made from inside any
+        -- function but rate_limiter's own is refused too.)
         IF EXISTS (SELECT FROM rate_limiter.definitions AS d WHERE d.name = _resolve.name)
-           AND NOT pg_catalog.has_function_privilege(rate_limiter._invoker(),
-                   'rate_limiter.define(text, rate_limiter.config, boolean)', 'EXECUTE') THEN
+           AND (NOT pg_catalog.has_function_privilege(rate_limiter._invoker(),
+                    'rate_limiter.define(text, rate_limiter.config, boolean)', 'EXECUTE')
+                OR NOT rate_limiter._called_directly()) THEN
             RAISE EXCEPTION 'permission denied to override the definition of rate limit "%" with an inline config',
                 rate_limiter._for_message(_resolve.name)
                 USING ERRCODE = '42501',

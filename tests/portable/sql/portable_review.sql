@@ -29,3 +29,76 @@ RESET ALL;
 \set VERBOSITY default
 SET timezone = 'UTC';
 SET datestyle = 'ISO';
+
+-- An inline config for a defined name is for a role that may call
+-- define(). The native extension asks current_user, which inside a
+-- SECURITY DEFINER function is the function's owner; the portable
+-- functions cannot see that role, so a call made from inside any function
+-- but rate_limiter's own is refused (42501), whoever's session runs it,
+-- and a direct call (or a DO block) of a role that may call define()
+-- passes.
+DROP ROLE IF EXISTS rl_review_app;
+DROP ROLE IF EXISTS rl_review_admin;
+CREATE ROLE rl_review_app LOGIN;
+CREATE ROLE rl_review_admin LOGIN;
+GRANT USAGE ON SCHEMA rate_limiter TO rl_review_app, rl_review_admin;
+GRANT EXECUTE ON FUNCTION rate_limiter.rate_limit(text, text, float8, boolean, boolean, rate_limiter.config),
+                          rate_limiter.status(text, text, rate_limiter.config),
+                          rate_limiter.token_bucket(float8, interval, float8, float8, int4)
+    TO rl_review_app, rl_review_admin;
+GRANT EXECUTE ON FUNCTION rate_limiter.define(text, rate_limiter.config, boolean) TO rl_review_admin;
+CREATE SCHEMA rl_review AUTHORIZATION rl_review_app;
+GRANT USAGE ON SCHEMA rl_review TO rl_review_admin;
+GRANT CREATE ON DATABASE :"database" TO rl_review_admin;
+SET ROLE rl_review_app;
+CREATE FUNCTION rl_review.override() RETURNS boolean
+LANGUAGE plpgsql SECURITY DEFINER SET search_path = pg_catalog AS $$
+BEGIN
+    RETURN (SELECT ok FROM rate_limiter.rate_limit('review', 'inline',
+                                                   config => rate_limiter.token_bucket(1000, '1 second')));
+END
+$$;
+CREATE FUNCTION rl_review.override_sql() RETURNS boolean
+LANGUAGE sql SECURITY DEFINER SET search_path = pg_catalog
+AS $$ SELECT ok FROM rate_limiter.rate_limit('review', 'inline', config => rate_limiter.token_bucket(1000, '1 second')) $$;
+-- The application role itself: 42501, as on the native extension.
+SELECT rl_review.override();
+RESET ROLE;
+-- A superuser's session running the application role's functions: the
+-- native extension refuses (current_user is the application role), and
+-- so does the portable edition.
+SELECT rl_review.override();
+SELECT rl_review.override_sql();
+\c - rl_review_admin
+SELECT rl_review.override();
+SELECT rl_review.override_sql();
+-- The admin's own calls: direct, and from a DO block.
+SELECT ok FROM rate_limiter.rate_limit('review', 'inline', config => rate_limiter.token_bucket(1000, '1 second'));
+SELECT (rate_limiter.status('review', 'inline', config => rate_limiter.token_bucket(1000, '1 second'))).value;
+DO $$
+BEGIN
+    PERFORM rate_limiter.rate_limit('review', 'inline', config => rate_limiter.token_bucket(1000, '1 second'));
+END
+$$;
+-- (A function of the admin's own, SECURITY DEFINER or not, is refused
+-- too: the portable edition cannot tell whose role it runs as. The
+-- native extension admits it.)
+CREATE SCHEMA rl_review_own;
+CREATE FUNCTION rl_review_own.own_override() RETURNS boolean
+LANGUAGE plpgsql AS $$
+BEGIN
+    RETURN (SELECT ok FROM rate_limiter.rate_limit('review', 'inline',
+                                                   config => rate_limiter.token_bucket(1000, '1 second')));
+END
+$$;
+SELECT rl_review_own.own_override();
+DROP SCHEMA rl_review_own CASCADE;
+\c - postgres
+SET timezone = 'UTC';
+SET datestyle = 'ISO';
+SELECT ok FROM rate_limiter.rate_limit('review', 'inline', config => rate_limiter.token_bucket(1000, '1 second'));
+DROP SCHEMA rl_review CASCADE;
+
+DROP OWNED BY rl_review_app, rl_review_admin;
+DROP ROLE rl_review_app;
+DROP ROLE rl_review_admin;
