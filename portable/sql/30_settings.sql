@@ -7,10 +7,11 @@
 --   owner (the owner of rate_limiter.rate_limits); in any other session a
 --   call with either set is 42501.
 -- * rate_limiter.max_requests and rate_limiter.max_inline_shards: the
---   session's value counts only for such a role; for any other role they
---   are read from the database's own settings (ALTER DATABASE ... SET,
---   which only its owner or a superuser may run): its SET cannot raise
---   them.
+--   session's value counts only for such a role (or one granted SET on
+--   the parameter); for any other role they are read from the per-role
+--   and per-database settings (ALTER ROLE / ALTER DATABASE ... SET, which
+--   for a placeholder only a superuser may run), with PostgreSQL's
+--   precedence: its SET cannot raise them.
 -- * rate_limiter.sqlstate is checked when a refusal raises (SET cannot be
 --   refused without C code): a value the native extension would refuse is
 --   then 22023, with the native message; empty or blank (what RESET,
@@ -170,10 +171,18 @@ $sqlstate$;
 
 -- A bound (rate_limiter.max_requests, rate_limiter.max_inline_shards):
 -- for a member of the role that owns rate_limiter's tables (as a
--- superuser's SET in the native extension), the session's value; for any
--- other role, the value set for this database with ALTER DATABASE ... SET
--- (which only its owner or a superuser may run), never the session's: a
--- SET by an application role cannot raise it. Else the default.
+-- superuser's SET in the native extension), or a login role a superuser
+-- granted SET on the parameter (GRANT SET ON PARAMETER: it may SET the
+-- native setting too), the session's value. For any other login role, the
+-- values stored in pg_db_role_setting, with PostgreSQL's precedence: ALTER
+-- ROLE that IN DATABASE this ... SET, then ALTER ROLE that SET, then ALTER
+-- DATABASE this SET, then ALTER ROLE ALL SET; never the session's (its SET
+-- or a connection option cannot raise it). Since PostgreSQL 15 only a
+-- superuser, or a role granted SET on the parameter, can store a value of
+-- a placeholder setting there (a database owner or the role itself gets
+-- 42501), so these values are the ones an administrator chose, as the
+-- native extension applies them at login. The role is the login role
+-- (session_user), whose settings PostgreSQL applies. Else the default.
 CREATE FUNCTION rate_limiter._bound(setting text, fallback int)
 RETURNS int
 LANGUAGE plpgsql STABLE
@@ -181,14 +190,16 @@ AS $bound$
 DECLARE
     chosen text;
 BEGIN
-    IF rate_limiter._may_override() THEN
+    IF rate_limiter._may_override() OR pg_catalog.has_parameter_privilege(session_user, setting, 'SET') THEN
         chosen := pg_catalog.current_setting(setting, true);
     ELSE
         SELECT pg_catalog.substr(config, pg_catalog.length(setting) + 2) INTO chosen
         FROM pg_catalog.pg_db_role_setting AS s, pg_catalog.unnest(s.setconfig) AS config
-        WHERE s.setdatabase = (SELECT d.oid FROM pg_catalog.pg_database AS d WHERE d.datname = pg_catalog.current_database())
-          AND s.setrole = 0
+        WHERE s.setdatabase IN (0, (SELECT d.oid FROM pg_catalog.pg_database AS d
+                                    WHERE d.datname = pg_catalog.current_database()))
+          AND s.setrole IN (0, (SELECT r.oid FROM pg_catalog.pg_roles AS r WHERE r.rolname = session_user))
           AND config LIKE setting || '=%'
+        ORDER BY s.setrole <> 0 DESC, s.setdatabase <> 0 DESC
         LIMIT 1;
     END IF;
     IF chosen IS NULL OR pg_catalog.btrim(chosen) = '' THEN

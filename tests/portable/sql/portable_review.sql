@@ -99,6 +99,57 @@ SET datestyle = 'ISO';
 SELECT ok FROM rate_limiter.rate_limit('review', 'inline', config => rate_limiter.token_bucket(1000, '1 second'));
 DROP SCHEMA rl_review CASCADE;
 
+-- rate_limiter.max_requests and rate_limiter.max_inline_shards of an
+-- application role come from the per-role and per-database settings, with
+-- PostgreSQL's precedence (role in this database, role, database), as the
+-- native extension applies them at login; never from its session. For a
+-- placeholder setting only a superuser (or a role granted SET on the
+-- parameter) may store them: the role itself cannot, nor the database's
+-- owner.
+GRANT EXECUTE ON FUNCTION rate_limiter.rate_limit_all(rate_limiter.request[], boolean, boolean) TO rl_review_app;
+ALTER DATABASE :"database" OWNER TO rl_review_admin;
+\c - rl_review_admin
+ALTER DATABASE :"database" SET rate_limiter.max_requests = 100000;
+\c - rl_review_app
+ALTER ROLE rl_review_app SET rate_limiter.max_requests = 100000;
+ALTER ROLE rl_review_app IN DATABASE :"database" SET rate_limiter.max_requests = 100000;
+\c - postgres
+ALTER DATABASE :"database" OWNER TO postgres;
+ALTER ROLE rl_review_app SET rate_limiter.max_requests = 2;
+ALTER ROLE rl_review_app SET rate_limiter.max_inline_shards = 2;
+\c - rl_review_app
+SET rate_limiter.max_requests = 100000;
+SET rate_limiter.max_inline_shards = 1000;
+SELECT count(*) FROM rate_limiter.rate_limit_all(
+    ARRAY(SELECT ('review', 'bound' || i, 0, NULL)::rate_limiter.request FROM generate_series(1, 3) AS i));
+SELECT count(*) FROM rate_limiter.rate_limit_all(
+    ARRAY(SELECT ('review', 'bound' || i, 0, NULL)::rate_limiter.request FROM generate_series(1, 2) AS i));
+SELECT ok FROM rate_limiter.rate_limit('review_bound', config => rate_limiter.token_bucket(1000, '1 minute', shards => 3));
+\c - postgres
+-- The role's value in this database comes first, then the role's, then
+-- the database's: a larger one set there counts as on the native
+-- extension.
+ALTER DATABASE :"database" SET rate_limiter.max_requests = 4;
+ALTER ROLE rl_review_app IN DATABASE :"database" SET rate_limiter.max_requests = 3;
+\c - rl_review_app
+SELECT count(*) FROM rate_limiter.rate_limit_all(
+    ARRAY(SELECT ('review', 'bound' || i, 0, NULL)::rate_limiter.request FROM generate_series(1, 4) AS i));
+SELECT count(*) FROM rate_limiter.rate_limit_all(
+    ARRAY(SELECT ('review', 'bound' || i, 0, NULL)::rate_limiter.request FROM generate_series(1, 3) AS i));
+\c - postgres
+ALTER ROLE rl_review_app IN DATABASE :"database" RESET rate_limiter.max_requests;
+ALTER ROLE rl_review_app RESET rate_limiter.max_requests;
+\c - rl_review_app
+SELECT count(*) FROM rate_limiter.rate_limit_all(
+    ARRAY(SELECT ('review', 'bound' || i, 0, NULL)::rate_limiter.request FROM generate_series(1, 5) AS i));
+SELECT count(*) FROM rate_limiter.rate_limit_all(
+    ARRAY(SELECT ('review', 'bound' || i, 0, NULL)::rate_limiter.request FROM generate_series(1, 4) AS i));
+\c - postgres
+SET timezone = 'UTC';
+SET datestyle = 'ISO';
+ALTER DATABASE :"database" RESET rate_limiter.max_requests;
+ALTER ROLE rl_review_app RESET ALL;
+
 DROP OWNED BY rl_review_app, rl_review_admin;
 DROP ROLE rl_review_app;
 DROP ROLE rl_review_admin;
