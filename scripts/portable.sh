@@ -54,6 +54,38 @@ native_function() {
         on && $0 == "$" tag "$;" { exit }' sql/functions.sql
 }
 
+# postgrest_limit of sql/functions.sql, but for rate_limiter.sqlstate,
+# which the native extension checks when it is SET and the portable
+# edition, a placeholder, when a refusal uses it: checked here before the
+# PGRST error carries it (22023 with the native message, as the other
+# refusals), and empty or blank is the default RL429. (postgrest_limit
+# runs as its caller, who may not call the internal functions: the check
+# is written out.) Fails the build when the native function changed so
+# that the lines to replace are gone.
+portable_postgrest_limit() {
+    native_function postgrest_limit postgrest_limit | awk '
+        /^ *RAISE SQLSTATE '"'"'PGRST'"'"' USING$/ {
+            # On the RAISE line itself, so that the function keeps the
+            # native line numbers its error contexts show.
+            indent = $0; sub(/RAISE.*/, "", indent)
+            $0 = indent "IF coalesce(pg_catalog.current_setting('"'"'rate_limiter.sqlstate'"'"', true), '"'"''"'"') !~ '"'"'^ *$'"'"'" \
+                " AND (pg_catalog.current_setting('"'"'rate_limiter.sqlstate'"'"', true) !~ '"'"'^[0-9A-Z]{5}$'"'"'" \
+                " OR pg_catalog.left(pg_catalog.current_setting('"'"'rate_limiter.sqlstate'"'"', true), 2)" \
+                " IN ('"'"'00'"'"', '"'"'01'"'"', '"'"'02'"'"', '"'"'08'"'"', '"'"'25'"'"', '"'"'40'"'"', '"'"'53'"'"', '"'"'57'"'"', '"'"'58'"'"', '"'"'XX'"'"')) THEN" \
+                " RAISE EXCEPTION '"'"'invalid value for parameter \"rate_limiter.sqlstate\": \"%\"'"'"', pg_catalog.current_setting('"'"'rate_limiter.sqlstate'"'"', true)" \
+                " USING ERRCODE = '"'"'22023'"'"'," \
+                " DETAIL = '"'"'rate_limiter.sqlstate must be five characters of 0-9 and A-Z, e.g. RL429 or PT429, and not of a class that means success, a warning, no data, or an error clients retry or treat as fatal (00, 01, 02, 08, 25, 40, 53, 57, 58, XX).'"'"';" \
+                " END IF; RAISE SQLSTATE '"'"'PGRST'"'"' USING"
+            checked++
+        }
+        {
+            if (sub(/coalesce\(nullif\(pg_catalog\.current_setting\('"'"'rate_limiter\.sqlstate'"'"', true\), '"'"''"'"'\), '"'"'RL429'"'"'\)/,
+                    "coalesce(nullif(pg_catalog.btrim(pg_catalog.current_setting('"'"'rate_limiter.sqlstate'"'"', true)), '"'"''"'"'), '"'"'RL429'"'"')")) replaced++
+            print
+        }
+        END { if (checked != 1 || replaced != 1) { print "portable.sh: postgrest_limit changed, rate_limiter.sqlstate not checked" > "/dev/stderr"; exit 1 } }'
+}
+
 # Every COMMENT ON FUNCTION of sql/functions.sql (a statement runs to the
 # line ending in "';"), but those of functions the portable edition
 # replaces.
@@ -98,7 +130,7 @@ functions() {
     echo "-- sql/functions.sql: the native extension's PL/pgSQL functions"
     native_function guard guard
     echo
-    native_function postgrest_limit postgrest_limit
+    portable_postgrest_limit
     echo
     echo "-- sql/citus_internal_functions.sql: the internal functions of a distributed install"
     citus_internals

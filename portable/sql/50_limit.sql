@@ -140,8 +140,10 @@ DECLARE
     refused boolean;
 BEGIN
     IF pg_catalog.current_setting('transaction_read_only')::boolean THEN
-        -- (After the definition, as the native extension: 42704 first.)
-        PERFORM rate_limiter._resolve(name, inline, inline_given);
+        -- (After the definition and the count, as the native extension:
+        -- 42704, then 22023 for a count the limit could never admit.)
+        limit_ := rate_limiter._resolve(name, inline, inline_given);
+        PERFORM rate_limiter._validate_count(limit_.config, count, reserve);
         RAISE EXCEPTION 'cannot execute rate_limit() in a read-only transaction' USING ERRCODE = '25006';
     END IF;
     FOR attempt IN 1..17 LOOP

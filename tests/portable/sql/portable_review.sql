@@ -150,6 +150,75 @@ SET datestyle = 'ISO';
 ALTER DATABASE :"database" RESET rate_limiter.max_requests;
 ALTER ROLE rl_review_app RESET ALL;
 
+-- In a read-only transaction the arguments are checked before the
+-- transaction's state is: a count the limit could never admit is 22023,
+-- as on the native extension, not 25006.
+BEGIN TRANSACTION READ ONLY;
+SELECT * FROM rate_limiter.rate_limit('review', 'k', 'NaN');
+ROLLBACK;
+BEGIN TRANSACTION READ ONLY;
+SELECT * FROM rate_limiter.rate_limit('review', 'k', 2);
+ROLLBACK;
+BEGIN TRANSACTION READ ONLY;
+SELECT * FROM rate_limiter.rate_limit('review_sharded', 'k', 'NaN',
+                                      config => rate_limiter.token_bucket(10, '1 minute', shards => 2));
+ROLLBACK;
+BEGIN TRANSACTION READ ONLY;
+SELECT * FROM rate_limiter.rate_limit('review', 'k', 1);
+ROLLBACK;
+
+-- rate_limiter.random_seed of an application role, which the native
+-- extension refuses when it is SET: every call that draws shards is
+-- 42501 (a sharded rate_limit, defined or inline, and rate_wait, at every
+-- isolation level); a call that draws nothing draws nothing on the
+-- native extension either.
+GRANT EXECUTE ON FUNCTION rate_limiter.rate_wait(text, text, float8, interval, rate_limiter.config) TO rl_review_app;
+SELECT rate_limiter.define('review_sharded', rate_limiter.token_bucket(100, '1 minute', shards => 4));
+\c - rl_review_app
+SET rate_limiter.random_seed = 1;
+SELECT ok FROM rate_limiter.rate_limit('review_sharded', 'k');
+SELECT ok FROM rate_limiter.rate_wait('review_sharded', 'k');
+SELECT ok FROM rate_limiter.rate_limit('review_inline', 'k', config => rate_limiter.token_bucket(100, '1 minute', shards => 4));
+BEGIN ISOLATION LEVEL REPEATABLE READ;
+SELECT ok FROM rate_limiter.rate_limit('review_sharded', 'k');
+ROLLBACK;
+BEGIN ISOLATION LEVEL SERIALIZABLE;
+SELECT ok FROM rate_limiter.rate_limit('review_sharded', 'k');
+ROLLBACK;
+RESET rate_limiter.random_seed;
+SELECT ok FROM rate_limiter.rate_limit('review_sharded', 'k');
+\c - postgres
+SET timezone = 'UTC';
+SET datestyle = 'ISO';
+
+-- postgrest_limit's refusal carries rate_limiter.sqlstate in its PGRST
+-- body: a value the native extension would have refused when it was SET
+-- is 22023 there too, as in every other refusal, never sent to PostgREST;
+-- empty or blank is RL429.
+SELECT rate_limiter.define('review_postgrest', rate_limiter.token_bucket(1, '1 hour'));
+SELECT rate_limiter.postgrest_limit('review_postgrest', 'k');
+SET rate_limiter.sqlstate = '40001';
+SELECT rate_limiter.postgrest_limit('review_postgrest', 'k');
+SET rate_limiter.sqlstate = 'pt429';
+SELECT rate_limiter.postgrest_limit('review_postgrest', 'k');
+SET rate_limiter.sqlstate = ' PT429';
+SELECT rate_limiter.postgrest_limit('review_postgrest', 'k');
+CREATE FUNCTION pg_temp.postgrest_code() RETURNS text LANGUAGE plpgsql AS $$
+BEGIN
+    PERFORM rate_limiter.postgrest_limit('review_postgrest', 'k');
+    RETURN 'admitted';
+EXCEPTION WHEN SQLSTATE 'PGRST' THEN
+    RETURN SQLERRM::json->>'code';
+END
+$$;
+SET rate_limiter.sqlstate = 'PT429';
+SELECT pg_temp.postgrest_code();
+SET rate_limiter.sqlstate = '  ';
+SELECT pg_temp.postgrest_code();
+SET rate_limiter.sqlstate = 'PT429';
+RESET rate_limiter.sqlstate;
+SELECT pg_temp.postgrest_code();
+
 DROP OWNED BY rl_review_app, rl_review_admin;
 DROP ROLE rl_review_app;
 DROP ROLE rl_review_admin;
