@@ -79,8 +79,20 @@ RL_CITUS_PORT=${RL_CITUS_PORT:-$((25440 + 10 * (RL_PG - 15) + 5 * RL_ASSERTS))}
 # headers; `apt-get source` needs dpkg-source; make and gcc build it).
 # liblz4-dev, libzstd-dev, libkrb5-dev: building Citus (scripts/citus.sh).
 # flex, bison: building pg_tle (scripts/pg_tle.sh), for the portable
-# edition's pg_tle tests.
-APT_PACKAGES=(postgresql-15 postgresql-server-dev-15 postgresql-15-cron libclang-dev clang sudo pgbouncer redis-server gnuplot-nox python3-pip pkg-config libssl-dev prometheus-postgres-exporter valgrind dpkg-dev make gcc liblz4-dev libzstd-dev libkrb5-dev flex bison)
+# edition's pg_tle tests. debootstrap: the package's test in a clean Debian
+# (scripts/package_test.sh), installed here with the rest so that nothing
+# runs apt later, beside the background build of scripts/test.sh.
+APT_PACKAGES=(postgresql-15 postgresql-server-dev-15 postgresql-15-cron libclang-dev clang sudo pgbouncer redis-server gnuplot-nox python3-pip pkg-config libssl-dev prometheus-postgres-exporter valgrind dpkg-dev make gcc liblz4-dev libzstd-dev libkrb5-dev flex bison debootstrap)
+
+# The lines of the server logs named that show something wrong, with the
+# line after each: a failed assertion ("TRAP:"), a resource left open at
+# the end of a (sub)transaction (PostgreSQL 15 and 16 say "... reference
+# leak" or "... refcount leak", 17 and later "resource was not closed"),
+# or a backend ended by a signal other than SIGKILL and SIGTERM, which
+# the tests send on purpose (SIGSEGV, SIGABRT, SIGBUS, SIGILL, SIGFPE).
+server_log_problems() {
+    grep -h -A1 -E '^TRAP:|reference leak|refcount leak|resource was not closed|terminated by signal (4|6|7|8|11)([^0-9]|$)' "$@" 2>/dev/null || true
+}
 
 log() { printf '\n== %s\n' "$*" >&2; }
 

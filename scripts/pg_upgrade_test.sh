@@ -113,13 +113,15 @@ if [ $upgraded = yes ]; then
 fi
 
 # The old server is the assertion-enabled build: no assertion may have
-# failed in it, while it wrote the state or while pg_upgrade read it. Its
-# own log must be there (a missing log would hide a failure).
+# failed in it, while it wrote the state or while pg_upgrade read it, and
+# no server log may show a leak or a crash (scripts/lib.sh,
+# server_log_problems). The old server's own log must be there (a missing
+# log would hide a failure).
 old_logs=("$work/old.log")
 while IFS= read -r log; do old_logs+=("$log"); done < <(find "$work/new" -path '*pg_upgrade_output.d*' -name 'pg_upgrade_server.log' 2>/dev/null)
-traps=$(cat "${old_logs[@]}" 2>/dev/null | grep -c '^TRAP:' || true)
-check "no assertion failed in the old server (${#old_logs[@]} logs)" [ -s "$work/old.log" -a "$traps" = 0 ]
-[ "$traps" = 0 ] || grep -h -A3 '^TRAP:' "${old_logs[@]}" || true
+problems=$(bash -c 'source scripts/lib.sh; server_log_problems "$@"' _ "${old_logs[@]}")
+check "the old server's logs are clean: no assertion failed, nothing leaked, no backend crashed (${#old_logs[@]} logs)" [ -s "$work/old.log" -a -z "$problems" ]
+[ -z "$problems" ] || head -n 40 <<<"$problems"
 
 echo "pg_upgrade: $passed passed, $failed failed"
 [ "$failed" -eq 0 ]

@@ -109,7 +109,7 @@ pub unsafe extern "C-unwind" fn rate_limit_all_wrapper(
             Some(pg_sys::Datum::from(answer.ok)),
             answer
                 .retry_after
-                .map(Interval::from_micros)
+                .map(crate::result_row::interval)
                 .and_then(IntoDatum::into_datum),
             answer.remaining.into_datum(),
         ]

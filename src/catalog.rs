@@ -85,10 +85,22 @@ fn distributed(table: pg_sys::Oid, definitions: pg_sys::Oid) -> bool {
         return false;
     }
     // Fail closed: if the catalog cannot be read, treat it as distributed.
-    Spi::get_one_with_args::<bool>(
-        "SELECT EXISTS (SELECT FROM pg_catalog.pg_dist_partition WHERE logicalrelid::pg_catalog.oid IN ($1, $2))",
-        &[table.into(), definitions.into()],
-    )
+    // A read-only statement (`Spi::connect` + `select`), as in `function`:
+    // `Spi::get_one_with_args` would assign the caller's transaction an id,
+    // and on a Citus coordinator a call whose transaction has one is no
+    // longer its transaction's only work (see docs/citus-design.md), so the
+    // first call after any relcache invalidation reached its worker in a
+    // transaction block instead of one round trip.
+    Spi::connect(|client| {
+        client
+            .select(
+                "SELECT EXISTS (SELECT FROM pg_catalog.pg_dist_partition WHERE logicalrelid::pg_catalog.oid IN ($1, $2))",
+                Some(1),
+                &[table.into(), definitions.into()],
+            )?
+            .first()
+            .get_one::<bool>()
+    })
     .ok()
     .flatten()
     .unwrap_or(true)

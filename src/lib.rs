@@ -103,5 +103,6 @@ pub extern "C-unwind" fn _PG_init() {
     stats::init();
     settings::register();
     definitions::register_cache_invalidation();
+    storage::read_cache::register();
     citus::register();
 }

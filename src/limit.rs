@@ -46,7 +46,7 @@ fn finish(name: &[u8], key: Option<&[u8]>, throws: bool, decision: Decision) -> 
     }
     ResultRow {
         ok: decision.ok,
-        retry_after: decision.retry_after.map(Interval::from_micros),
+        retry_after: decision.retry_after.map(crate::result_row::interval),
         remaining: decision.remaining,
     }
 }
@@ -80,6 +80,20 @@ unsafe fn run(
     fcinfo: pg_sys::FunctionCallInfo,
     body: impl FnOnce(&Call<'_>) -> Result<Decision, CallError>,
 ) -> pg_sys::Datum {
+    answer(fcinfo, decide(fcinfo, body))
+}
+
+/// The arguments of the call `fcinfo` that its answer needs (`name`,
+/// `key`, `throws`), and `body`'s decision for the call, or the error to
+/// raise. Raises nothing itself: the caller raises, after whatever it
+/// set up around the call (a kept scan's context) is undone.
+///
+/// # Safety
+/// As [`run`].
+unsafe fn decide<'a>(
+    fcinfo: pg_sys::FunctionCallInfo,
+    body: impl FnOnce(&Call<'_>) -> Result<Decision, CallError>,
+) -> Result<(&'a [u8], Option<&'a [u8]>, bool, Decision), CallError> {
     let call = match Call::new(
         text_argument(fcinfo, 0),
         text_argument(fcinfo, 1),
@@ -93,12 +107,26 @@ unsafe fn run(
             function: Some((*(*fcinfo).flinfo).fn_oid),
             ..call
         },
-        Err(error) => report(CallError::Limit(error)),
+        Err(error) => return Err(CallError::Limit(error)),
     };
     let (name, key, throws) = (call.name, call.key, call.throws);
-    let outcome = body(&call);
-    match outcome {
-        Ok(decision) => result_row::put(fcinfo, finish(name, key, throws, decision)),
+    body(&call).map(|decision| (name, key, throws, decision))
+}
+
+/// Returns the result row of a decision made by [`decide`], or raises its
+/// error, or its refusal when the call has `throws => true` (a longjmp
+/// past every Rust frame above: nothing there may need dropping).
+///
+/// # Safety
+/// `fcinfo` is the call's own.
+unsafe fn answer(
+    fcinfo: pg_sys::FunctionCallInfo,
+    decided: Result<(&[u8], Option<&[u8]>, bool, Decision), CallError>,
+) -> pg_sys::Datum {
+    match decided {
+        Ok((name, key, throws, decision)) => {
+            result_row::put(fcinfo, finish(name, key, throws, decision))
+        }
         Err(error) => report(error),
     }
 }
@@ -144,7 +172,12 @@ pub unsafe extern "C-unwind" fn rate_check_wrapper(
     } else {
         std::ptr::null_mut()
     };
-    storage::read_cache::within(context, || run(fcinfo, placement::check))
+    // The decision is made with the kept scan allowed; its answer (and a
+    // refusal raised with `throws => true`, which longjmps past every
+    // Rust frame) only after `within` has returned, so that nothing of
+    // this call's is left set when the statement fails.
+    let decided = storage::read_cache::within(context, || decide(fcinfo, placement::check));
+    answer(fcinfo, decided)
 }
 
 #[no_mangle]

@@ -13,6 +13,15 @@
 use pgrx::pg_sys;
 use pgrx::prelude::*;
 
+/// `micros` microseconds as an `interval` of that many microseconds (no
+/// days or months), exactly: pgrx's `Interval::from_micros` goes through
+/// seconds in an `f64`, which rounds beyond 2^53 microseconds (about 285
+/// years), while the portable edition's `interval` is exact.
+pub fn interval(micros: i64) -> Interval {
+    Interval::new(0, 0, micros)
+        .unwrap_or_else(|_| unreachable!("no months or days: no sign to mismatch"))
+}
+
 /// The result row of a call.
 pub struct ResultRow {
     pub ok: bool,

@@ -188,7 +188,7 @@ pub unsafe extern "C-unwind" fn rate_wait_wrapper(
             fcinfo,
             ResultRow {
                 ok: decision.ok,
-                retry_after: decision.retry_after.map(Interval::from_micros),
+                retry_after: decision.retry_after.map(crate::result_row::interval),
                 remaining: decision.remaining,
             },
         ),

@@ -61,6 +61,44 @@ thread_local! {
     static KEPT: Cell<Option<Box<Kept>>> = const { Cell::new(None) };
 }
 
+/// Registers, once at load (`_PG_init`), the transaction callback that
+/// forgets what a call left set when its transaction ended: the call's
+/// context and the kept scan. Nothing should be left by then (`within`
+/// restores the context, the executor context's deletion closes the
+/// scan); this makes sure that a statement ended in a way that skipped
+/// both (an error raised by a longjmp through `within`) leaves nothing
+/// that a later call could use: a dangling executor context, or a scan
+/// whose relations its resource owner has released.
+pub fn register() {
+    // SAFETY: adds a callback to the backend's list, once.
+    unsafe { pg_sys::RegisterXactCallback(Some(at_transaction_end), std::ptr::null_mut()) }
+}
+
+/// Forgets the call's context and the kept scan when a transaction ends
+/// (commits, aborts or is prepared). The scan is not closed here: by then
+/// its resource owner has released it (an abort), or its executor context
+/// is gone and closed it (the usual commit), or the server reports what
+/// is still open (a leak, which the suite fails on); using it again could
+/// only be worse.
+#[pg_guard]
+unsafe extern "C-unwind" fn at_transaction_end(
+    event: pg_sys::XactEvent::Type,
+    _arg: *mut std::ffi::c_void,
+) {
+    use pg_sys::XactEvent::*;
+    if matches!(
+        event,
+        XACT_EVENT_COMMIT
+            | XACT_EVENT_PARALLEL_COMMIT
+            | XACT_EVENT_ABORT
+            | XACT_EVENT_PARALLEL_ABORT
+            | XACT_EVENT_PREPARE
+    ) {
+        CALL_CONTEXT.with(|cell| cell.set(std::ptr::null_mut()));
+        drop(KEPT.with(Cell::take));
+    }
+}
+
 /// Runs `body` (a `rate_check` call) with reads allowed to keep their scan
 /// for the executor context `context` (null: they keep nothing). The
 /// previous context is restored afterwards, also when `body` unwinds.

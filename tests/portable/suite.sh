@@ -142,5 +142,7 @@ psql_as postgres postgres -c "DROP DATABASE tle" >/dev/null
 for role in app admin monitor web_anon tle_owner; do
     psql_as postgres postgres -c "DROP ROLE IF EXISTS $role" >/dev/null 2>&1 || true
 done
+check "the server's log is clean: nothing leaked, no backend crashed (scripts/lib.sh, server_log_problems)" \
+    bash -c "[ -s '$cluster/server.log' ] && [ -z \"\$(source scripts/lib.sh; server_log_problems '$cluster/server.log')\" ]"
 echo "pg_tle checks: $((number - failures)) passed, $failures failed"
 [ "$failures" = 0 ]

@@ -3,6 +3,7 @@
 //! variable `RATE_LIMITER_TEST_URL`), in a database of their own with the
 //! extension installed.
 
+pub mod calls;
 pub mod citus;
 pub mod portable;
 pub mod stats;
@@ -151,6 +152,14 @@ pub fn drop_database(name: &str) {
     admin
         .batch_execute(&format!("DROP DATABASE IF EXISTS {name} WITH (FORCE)"))
         .expect("drop the database");
+}
+
+/// The connection settings of database `name` (as the server's superuser),
+/// for a test that sets more of them (a notice callback, say).
+pub fn config_of(name: &str) -> postgres::Config {
+    format!("{} dbname={name}", base_url())
+        .parse()
+        .expect("the test server's connection string")
 }
 
 /// A connection to database `name` as `user`.

@@ -100,3 +100,12 @@ CREATE TEMP TABLE clock_before AS SELECT clock_timestamp() AS at;
 SELECT ok FROM rate_limiter.rate_limit('real_clock', 'k', config => :llm);
 SELECT (SELECT at FROM clock_before) <= ts AND ts <= clock_timestamp() AS between_readings
 FROM rate_limiter.rate_limits WHERE name = 'real_clock';
+
+-- retry_after is exact to the microsecond however long it is: beyond 2^53
+-- microseconds (about 285 years) too, where a conversion through a float
+-- would round it (to 3214200:00:01 here).
+SET rate_limiter.now_override = '2026-01-01 00:00:00+00';
+SELECT retry_after, (extract(epoch FROM retry_after) * 1000000)::bigint AS micros
+FROM rate_limiter.rate_check('centuries', 'k', 4, reserve => true,
+                             config => rate_limiter.token_bucket(3, '1100 years 3 seconds', 3, 3));
+RESET rate_limiter.now_override;

@@ -153,6 +153,15 @@ fn a_call_that_is_its_transactions_only_work_reaches_the_row_in_one_round_trip()
         // The session's first call reads the definition: not asserted on.
         assert!(consume(&mut client, "alone", Some(key)));
         for statement in statements {
+            // A relcache invalidation before each call, as autovacuum or
+            // any DDL can send at any moment: the call after it looks the
+            // catalog up again, which must not give its transaction an id
+            // (that made Citus open a transaction block on the worker).
+            coordinator
+                .batch_execute(
+                    "SELECT rate_limiter._invalidate_definitions('rate_limiter.rate_limits'::regclass)",
+                )
+                .expect("send a relcache invalidation");
             taken(&notices);
             client
                 .query(statement, &[&"alone", key])
