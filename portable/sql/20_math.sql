@@ -220,18 +220,34 @@ $validate_count$;
 
 -- The fixed window's per-key phase (fixed_window::phase): XXH3-64 of the
 -- name's length (8 bytes, little-endian), the name, a marker (0 for the
--- global limit, 1 then the key), modulo the period.
+-- global limit, 1 then the key), modulo the period. XXH3 in PL/pgSQL costs
+-- time in proportion to the input (seconds for a key of a megabyte), and a
+-- call needs the phase once per shard it looks at (every shard of a
+-- sharded limit, for rate_check or status): the last input's hash is kept
+-- in the session setting rate_limiter_portable.phase, under the input's
+-- SHA-256, so that a call hashes its name and key once.
 CREATE FUNCTION rate_limiter._phase(name text, key text, period bigint)
 RETURNS bigint
-LANGUAGE sql IMMUTABLE PARALLEL SAFE
-AS $$
-    SELECT pg_catalog.mod(rate_limiter._u64(rate_limiter._xxh3(
-               rate_limiter._le64_bytes(pg_catalog.octet_length(name))
-               || pg_catalog.convert_to(name, pg_catalog.getdatabaseencoding())
-               || CASE WHEN key IS NULL THEN '\x00'::bytea
-                       ELSE '\x01'::bytea || pg_catalog.convert_to(key, pg_catalog.getdatabaseencoding()) END)),
-           period)::bigint
-$$;
+LANGUAGE plpgsql IMMUTABLE PARALLEL RESTRICTED
+AS $phase$
+DECLARE
+    input bytea := rate_limiter._le64_bytes(pg_catalog.octet_length(name))
+                   || pg_catalog.convert_to(name, pg_catalog.getdatabaseencoding())
+                   || CASE WHEN key IS NULL THEN '\x00'::bytea
+                           ELSE '\x01'::bytea || pg_catalog.convert_to(key, pg_catalog.getdatabaseencoding()) END;
+    digest text := pg_catalog.encode(pg_catalog.sha256(input), 'hex');
+    kept text := pg_catalog.current_setting('rate_limiter_portable.phase', true);
+    hash numeric;
+BEGIN
+    IF kept IS NOT NULL AND pg_catalog.split_part(kept, ':', 1) = digest THEN
+        hash := pg_catalog.split_part(kept, ':', 2)::numeric;
+    ELSE
+        hash := rate_limiter._u64(rate_limiter._xxh3(input));
+        PERFORM pg_catalog.set_config('rate_limiter_portable.phase', digest || ':' || hash, false);
+    END IF;
+    RETURN pg_catalog.mod(hash, period)::bigint;
+END
+$phase$;
 
 -- The start of the window of period that contains now, windows starting
 -- at anchor + k * period (clamped to the bigint range).
