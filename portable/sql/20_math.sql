@@ -89,6 +89,46 @@ BEGIN
 END
 $ieee$;
 
+-- The four operations as _ieee does them, written to be inlined: the
+-- plain operator where its operands cannot overflow or underflow (sums
+-- of values below half the float8 range; products and quotients of
+-- magnitudes between 1e-150 and 1e150, or of 0), _ieee for the rest.
+-- Where a value can be a rate, count or debt near the ends of float8
+-- (a rate near 1.8e308 on several shards, a count of 5e-324).
+CREATE FUNCTION rate_limiter._add(a float8, b float8)
+RETURNS float8
+LANGUAGE sql IMMUTABLE STRICT PARALLEL SAFE
+AS $$
+    SELECT CASE WHEN a BETWEEN -8.9e307 AND 8.9e307 AND b BETWEEN -8.9e307 AND 8.9e307 THEN a + b
+                ELSE rate_limiter._ieee('+', a, b) END
+$$;
+
+CREATE FUNCTION rate_limiter._sub(a float8, b float8)
+RETURNS float8
+LANGUAGE sql IMMUTABLE STRICT PARALLEL SAFE
+AS $$
+    SELECT CASE WHEN a BETWEEN -8.9e307 AND 8.9e307 AND b BETWEEN -8.9e307 AND 8.9e307 THEN a - b
+                ELSE rate_limiter._ieee('-', a, b) END
+$$;
+
+CREATE FUNCTION rate_limiter._mul(a float8, b float8)
+RETURNS float8
+LANGUAGE sql IMMUTABLE STRICT PARALLEL SAFE
+AS $$
+    SELECT CASE WHEN (pg_catalog.abs(a) BETWEEN 1e-150 AND 1e150 OR a = 0)
+                 AND (pg_catalog.abs(b) BETWEEN 1e-150 AND 1e150 OR b = 0) THEN a * b
+                ELSE rate_limiter._ieee('*', a, b) END
+$$;
+
+CREATE FUNCTION rate_limiter._div(a float8, b float8)
+RETURNS float8
+LANGUAGE sql IMMUTABLE STRICT PARALLEL SAFE
+AS $$
+    SELECT CASE WHEN (pg_catalog.abs(a) BETWEEN 1e-150 AND 1e150 OR a = 0)
+                 AND pg_catalog.abs(b) BETWEEN 1e-150 AND 1e150 THEN a / b
+                ELSE rate_limiter._ieee('/', a, b) END
+$$;
+
 -- A config checked as the native ConfigValues::to_config and
 -- Config::validate check it (same order, same messages): its period and
 -- start in microseconds. 22004 for a NULL required field, 22023 for an
@@ -145,7 +185,7 @@ BEGIN
             USING ERRCODE = '22023';
     END IF;
     IF config.shards > 1 THEN
-        per_shard := config.rate / config.shards::float8;
+        per_shard := rate_limiter._div(config.rate, config.shards::float8);
         IF per_shard = 0 THEN
             RAISE EXCEPTION 'rate % split over % shards is too small to represent', rate_limiter._show(config.rate), config.shards
                 USING ERRCODE = '22023';
@@ -196,8 +236,8 @@ BEGIN
             USING ERRCODE = '22023';
     END IF;
     IF config.shards > 1 THEN
-        capacity := 2.0::float8 * (coalesce(config.capacity, config.rate) / config.shards::float8);
-        max_reserved := 2.0::float8 * (config.max_reserved / config.shards::float8);
+        capacity := rate_limiter._mul(2.0::float8, rate_limiter._div(coalesce(config.capacity, config.rate), config.shards::float8));
+        max_reserved := rate_limiter._mul(2.0::float8, rate_limiter._div(config.max_reserved, config.shards::float8));
         what := pg_catalog.format('what two of its %s shards hold', config.shards);
         debt := 'the debt two shards may owe';
     ELSE
@@ -210,7 +250,7 @@ BEGIN
         RAISE EXCEPTION 'count % exceeds % (%), so the call could never succeed (reserve => true may allow it)',
             rate_limiter._show(count), what, rate_limiter._show(capacity) USING ERRCODE = '22023';
     END IF;
-    IF reserve AND max_reserved IS NOT NULL AND count > capacity + max_reserved THEN
+    IF reserve AND max_reserved IS NOT NULL AND count > rate_limiter._ieee('+', capacity, max_reserved) THEN
         RAISE EXCEPTION 'count % exceeds % (%) plus % (%), so the call could never succeed',
             rate_limiter._show(count), what, rate_limiter._show(capacity), debt, rate_limiter._show(max_reserved)
             USING ERRCODE = '22023';
@@ -255,7 +295,13 @@ CREATE FUNCTION rate_limiter._window_start(anchor bigint, period bigint, now big
 RETURNS bigint
 LANGUAGE sql IMMUTABLE STRICT PARALLEL SAFE
 AS $$
-    SELECT greatest(least(anchor::numeric + pg_catalog.floor((now::numeric - anchor::numeric) / period) * period,
+    -- now less (now - anchor) modulo period, the remainder taken towards
+    -- minus infinity: exact integer arithmetic (a numeric quotient is
+    -- rounded to about 16 digits, which put now a few microseconds before
+    -- a boundary far from the anchor into the next window).
+    SELECT greatest(least(now::numeric - (pg_catalog.mod(now::numeric - anchor::numeric, period::numeric)
+                                          + CASE WHEN pg_catalog.mod(now::numeric - anchor::numeric, period::numeric) < 0
+                                                 THEN period ELSE 0 END),
                           9223372036854775807), -9223372036854775808)::bigint
 $$;
 

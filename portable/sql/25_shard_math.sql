@@ -14,22 +14,22 @@ DECLARE
 BEGIN
     -- The fuller first; on a tie, the first of the pair.
     IF v1 > v0 THEN
-        IF writable1 AND v1 - count >= -allowed THEN
-            how := 'single 1'; value := v1 - count; RETURN;
+        IF writable1 AND rate_limiter._sub(v1, count) >= -allowed THEN
+            how := 'single 1'; value := rate_limiter._sub(v1, count); RETURN;
         END IF;
-        IF writable0 AND v0 - count >= -allowed THEN
-            how := 'single 0'; value := v0 - count; RETURN;
+        IF writable0 AND rate_limiter._sub(v0, count) >= -allowed THEN
+            how := 'single 0'; value := rate_limiter._sub(v0, count); RETURN;
         END IF;
     ELSE
-        IF writable0 AND v0 - count >= -allowed THEN
-            how := 'single 0'; value := v0 - count; RETURN;
+        IF writable0 AND rate_limiter._sub(v0, count) >= -allowed THEN
+            how := 'single 0'; value := rate_limiter._sub(v0, count); RETURN;
         END IF;
-        IF writable1 AND v1 - count >= -allowed THEN
-            how := 'single 1'; value := v1 - count; RETURN;
+        IF writable1 AND rate_limiter._sub(v1, count) >= -allowed THEN
+            how := 'single 1'; value := rate_limiter._sub(v1, count); RETURN;
         END IF;
     END IF;
     IF writable0 AND writable1 THEN
-        level := (v0 + v1 - count) / 2.0::float8;
+        level := rate_limiter._div(rate_limiter._sub(rate_limiter._add(v0, v1), count), 2.0::float8);
         -- Taking from both never adds to either.
         IF level >= -allowed AND level <= least(v0, v1) THEN
             how := 'both'; value := level; RETURN;
@@ -94,10 +94,10 @@ CREATE FUNCTION rate_limiter._evaluate_pair(kind rate_limiter.kind, config_rate 
 LANGUAGE plpgsql IMMUTABLE PARALLEL SAFE
 AS $evaluate_pair$
 DECLARE
-    rate float8 := config_rate / shards::float8;
-    capacity float8 := config_capacity / shards::float8;
-    max_reserved float8 := config_max_reserved / shards::float8;
-    allowed float8 := CASE WHEN NOT reserve THEN 0 ELSE coalesce(config_max_reserved / shards::float8, 'Infinity'::float8) END;
+    rate float8 := rate_limiter._div(config_rate, shards::float8);
+    capacity float8 := rate_limiter._div(config_capacity, shards::float8);
+    max_reserved float8 := rate_limiter._div(config_max_reserved, shards::float8);
+    allowed float8 := CASE WHEN NOT reserve THEN 0 ELSE coalesce(rate_limiter._div(config_max_reserved, shards::float8), 'Infinity'::float8) END;
     initial record;
     a record;
     b record;
@@ -121,7 +121,8 @@ BEGIN
         ok := false;
         retry_after := rate_limiter._pair_retry_after(kind, rate, period, capacity, value0, ts0, value1, ts1,
                                                       count, allowed, now);
-        remaining := (a.new_value + b.new_value) / 2.0::float8 * shards::float8;
+        remaining := rate_limiter._mul(rate_limiter._div(rate_limiter._add(a.new_value, b.new_value), 2.0::float8),
+                                       shards::float8);
         RETURN;
     END IF;
     IF chosen.value = 'NaN'::float8 OR chosen.value = 'Infinity'::float8 OR chosen.value = '-Infinity'::float8 THEN
@@ -147,7 +148,7 @@ BEGIN
         wait := rate_limiter._retry_after(kind, rate, period, capacity, new_value1, new_ts1, 0, 0, now);
         retry_after := greatest(retry_after, wait);
     END IF;
-    remaining := (after0 + after1) / 2.0::float8 * shards::float8;
+    remaining := rate_limiter._mul(rate_limiter._div(rate_limiter._add(after0, after1), 2.0::float8), shards::float8);
 END
 $evaluate_pair$;
 
@@ -169,8 +170,8 @@ CREATE FUNCTION rate_limiter._evaluate_fullest(kind rate_limiter.kind, config_ra
 LANGUAGE plpgsql IMMUTABLE PARALLEL SAFE
 AS $evaluate_fullest$
 DECLARE
-    rate float8 := config_rate / shards::float8;
-    capacity float8 := config_capacity / shards::float8;
+    rate float8 := rate_limiter._div(config_rate, shards::float8);
+    capacity float8 := rate_limiter._div(config_capacity, shards::float8);
     values_now float8[] := ARRAY[]::float8[];
     initial record;
     refilled record;
@@ -203,11 +204,11 @@ BEGIN
         stored_values[best1 + 1], stored_tss[best1 + 1], true,
         now, count, reserve);
     FOR i IN 1..shards LOOP
-        total := total + values_now[i];
+        total := rate_limiter._add(total, values_now[i]);
     END LOOP;
     ok := decision.ok;
     retry_after := decision.retry_after;
-    remaining := CASE WHEN decision.ok THEN total - count ELSE total END;
+    remaining := CASE WHEN decision.ok THEN rate_limiter._sub(total, count) ELSE total END;
     new_value0 := decision.new_value0; new_ts0 := decision.new_ts0;
     new_value1 := decision.new_value1; new_ts1 := decision.new_ts1;
 END
@@ -255,8 +256,8 @@ CREATE FUNCTION rate_limiter._status(kind rate_limiter.kind, config_rate float8,
 LANGUAGE plpgsql IMMUTABLE PARALLEL SAFE
 AS $status$
 DECLARE
-    rate float8 := config_rate / shards::float8;
-    capacity float8 := config_capacity / shards::float8;
+    rate float8 := rate_limiter._div(config_rate, shards::float8);
+    capacity float8 := rate_limiter._div(config_capacity, shards::float8);
     state_value float8;
     state_ts bigint;
     initial record;
@@ -273,7 +274,7 @@ BEGIN
             state_value := initial.value; state_ts := initial.ts;
         END IF;
         refilled := rate_limiter._refill(kind, rate, period, capacity, state_value, state_ts, now);
-        value := value + refilled.new_value;
+        value := rate_limiter._add(value, refilled.new_value);
         IF refilled.new_value < capacity THEN
             wait := rate_limiter._retry_after(kind, rate, period, capacity, state_value, state_ts, capacity, 0, now);
             full_at := greatest(full_at, rate_limiter._add_sat(now, wait));

@@ -115,7 +115,7 @@ BEGIN
     PERFORM rate_limiter._config(config);
     -- The seeds' sizing rule: 5 tokens a shard at least.
     IF config.shards > 1 THEN
-        per_shard := coalesce(config.capacity, config.rate) / config.shards::float8;
+        per_shard := rate_limiter._div(coalesce(config.capacity, config.rate), config.shards::float8);
         IF per_shard < 5 THEN
             RAISE WARNING 'each of the % shards of rate limit "%" holds only % tokens',
                 config.shards, rate_limiter._for_message(name), rate_limiter._show(per_shard)

@@ -109,6 +109,12 @@ pub fn statement(rng: &mut StdRng, clock: &mut i64, edges: bool) -> (String, Str
         1 => rng.random_range(0..100_000_000_000),
         _ => rng.random_range(0..30_000_000),
     };
+    // With the edge cases: sometimes a few microseconds before the next
+    // whole hour, where a window that starts on the hour ends.
+    if edges && rng.random_bool(0.1) {
+        const HOUR: i64 = 3_600_000_000;
+        *clock = (clock.div_euclid(HOUR) + 1) * HOUR - rng.random_range(1..8);
+    }
     // Each statement seeds the choice of shards afresh: a statement that
     // fails (a refusal with throws => true) rolls back what the portable
     // edition wrote of its generator's state (a setting), while the native
@@ -229,7 +235,7 @@ pub fn statement(rng: &mut StdRng, clock: &mut i64, edges: bool) -> (String, Str
         // What review found (errors raised while the state table is open):
         // a check that raises its refusal, a credit of an invalid tiny
         // count, and floats at the edges of their range.
-        _ => match rng.random_range(0..5) {
+        _ => match rng.random_range(0..8) {
             0 => format!(
                 "SELECT ok, (extract(epoch FROM retry_after) * 1000000)::bigint, remaining FROM rate_limiter.rate_check({}, {}, {}, reserve => {reserve}, throws => true{inline})",
                 literal(Some(name)), literal(key), count(rng)
@@ -247,6 +253,24 @@ pub fn statement(rng: &mut StdRng, clock: &mut i64, edges: bool) -> (String, Str
                 "SELECT ok, (extract(epoch FROM retry_after) * 1000000)::bigint, remaining FROM rate_limiter.rate_limit({}, {}, {}, reserve => true, config => rate_limiter.token_bucket(0.5, '3 milliseconds', 0.25))",
                 literal(Some(name)), literal(key),
                 float([1e6, 0.25, 5e-324, 1e308][rng.random_range(0..4)])
+            ),
+            5 => format!(
+                "SELECT ok, (extract(epoch FROM retry_after) * 1000000)::bigint, remaining FROM rate_limiter.rate_limit({}, {}, {}, reserve => {reserve}, config => rate_limiter.token_bucket({}, '{}', shards => 3))",
+                literal(Some(name)), literal(key),
+                float([5e-324, 1.0, 1e308][rng.random_range(0..3)]),
+                float([1.7e308, 1.79e308, f64::MAX][rng.random_range(0..3)]),
+                PERIODS[rng.random_range(0..PERIODS.len())]
+            ),
+            6 => format!(
+                "SELECT ok, (extract(epoch FROM retry_after) * 1000000)::bigint, remaining FROM rate_limiter.rate_limit({}, {}, 5e-324, reserve => {reserve}, config => rate_limiter.fixed_window({}, '{}', shards => 3))",
+                literal(Some(name)), literal(key),
+                float([3.0, 1e-300, 1e308][rng.random_range(0..3)]),
+                PERIODS[rng.random_range(0..PERIODS.len())]
+            ),
+            7 => format!(
+                "SELECT ok, (extract(epoch FROM retry_after) * 1000000)::bigint, remaining FROM rate_limiter.rate_limit({}, {}, 1, config => rate_limiter.fixed_window(1, '1 hour', start => '{}'))",
+                literal(Some(name)), literal(key),
+                ["200000-01-01 00:00:00+00", "2000-01-01 00:00:00+00", "4713-01-01 00:00:00+00 BC"][rng.random_range(0..3)]
             ),
             _ => format!(
                 "SELECT ok, (extract(epoch FROM retry_after) * 1000000)::bigint, remaining FROM rate_limiter.rate_limit({}, {}, {}, reserve => {reserve}, throws => true, config => rate_limiter.token_bucket({}, '{}', {}, {}))",

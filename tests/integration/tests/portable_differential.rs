@@ -19,13 +19,20 @@
 
 use postgres::{Client, SimpleQueryMessage};
 use rand::rngs::StdRng;
-use rand::{Rng, SeedableRng};
+use rand::SeedableRng;
 use rate_limiter_integration_tests::calls::statement;
 use rate_limiter_integration_tests::{fresh_database, portable};
 
 const NATIVE: &str = "rate_limiter_differential_native";
 const PORTABLE: &str = "rate_limiter_differential_portable";
-const CALLS: usize = 12_000;
+/// Calls of the long sequence, from one state that builds up.
+const CALLS: usize = 8_000;
+/// Short sequences, each from no state and no definitions, with the edge
+/// cases of the generator (floats at the edges of their range, the calls
+/// that raise while the state table is open).
+const SEQUENCES: u64 = 5_000;
+/// Calls in each short sequence.
+const SEQUENCE_CALLS: usize = 3;
 
 /// What a statement gave: its rows as text, or its error.
 #[derive(Debug, Clone, PartialEq)]
@@ -96,28 +103,124 @@ fn same(a: &Outcome, b: &Outcome) -> bool {
     }
 }
 
-#[test]
-fn the_portable_edition_answers_as_the_native_extension() {
+/// The two sessions and what comparing them found.
+struct Pair {
+    native: Client,
+    portable: Client,
+    differences: Vec<String>,
+    errors: usize,
+    calls: usize,
+    recent: std::collections::VecDeque<String>,
+}
+
+/// What a short sequence starts with defined, so that its few calls do
+/// more than find the names undefined.
+const DEFINED: &str =
+    "SELECT rate_limiter.define('alpha', rate_limiter.token_bucket(10, '1 minute')); \
+    SELECT rate_limiter.define('beta', rate_limiter.fixed_window(10, '1 second', shards => 2))";
+
+/// The settings each session starts with, and has again after a reset.
+const SETUP: &str =
+    "SET rate_limiter.random_seed = 7; SET TimeZone = 'UTC'; SET extra_float_digits = 1";
+
+impl Pair {
+    /// Runs `sql` on both and compares the answers, then the state rows;
+    /// `false` when the states differ (the sequence cannot go on).
+    fn call(&mut self, label: &str, sql: &str) -> bool {
+        let (a, b) = (run(&mut self.native, sql), run(&mut self.portable, sql));
+        self.calls += 1;
+        if matches!(a, Outcome::Error { .. }) {
+            self.errors += 1;
+        }
+        if !same(&a, &b) {
+            self.differences.push(format!(
+                "{label}: {sql}\n  native:   {a:?}\n  portable: {b:?}"
+            ));
+        }
+        self.recent.push_back(sql.to_string());
+        if self.recent.len() > 8 {
+            self.recent.pop_front();
+        }
+        // The state after every call, so that a difference shows at the
+        // call that made it, with the calls before it.
+        let rows =
+            "SELECT name, key, shard, value, ts FROM rate_limiter.rate_limits ORDER BY 1, 2, 3";
+        let (a, b) = (run(&mut self.native, rows), run(&mut self.portable, rows));
+        if !same(&a, &b) {
+            self.differences.push(format!(
+                "state after {label}, after:\n    {}\n  native:   {a:?}\n  portable: {b:?}",
+                Vec::from(self.recent.clone()).join("\n    ")
+            ));
+            return false;
+        }
+        true
+    }
+
+    /// Compares the definitions.
+    fn definitions(&mut self, label: &str) {
+        let definitions = "SELECT * FROM rate_limiter.definitions ORDER BY name";
+        let (a, b) = (
+            run(&mut self.native, definitions),
+            run(&mut self.portable, definitions),
+        );
+        if !same(&a, &b) {
+            self.differences.push(format!(
+                "definitions after {label}:\n  native:   {a:?}\n  portable: {b:?}"
+            ));
+        }
+    }
+
+    /// Both databases without state or definitions, both sessions with
+    /// their settings as at the start.
+    fn reset(&mut self) {
+        let sql = format!(
+            "RESET ALL; DELETE FROM rate_limiter.rate_limits; DELETE FROM rate_limiter.definitions; {SETUP}; {DEFINED}"
+        );
+        self.native
+            .batch_execute(&sql)
+            .expect("reset the native database");
+        self.portable
+            .batch_execute(&sql)
+            .expect("reset the portable database");
+        self.recent.clear();
+    }
+}
+
+/// The seed of the run: `RATE_LIMITER_TEST_SEED`, else a random one; printed.
+fn seed() -> u64 {
     let seed: u64 = std::env::var("RATE_LIMITER_TEST_SEED")
         .ok()
         .and_then(|seed| seed.parse().ok())
         .unwrap_or_else(rand::random);
     eprintln!("RATE_LIMITER_TEST_SEED={seed}");
-    let mut rng = StdRng::seed_from_u64(seed);
+    seed
+}
+
+fn pair() -> Pair {
     let mut native = fresh_database(NATIVE);
     let mut portable = portable::fresh_database(PORTABLE, "postgres");
-    let setup =
-        "SET rate_limiter.random_seed = 7; SET TimeZone = 'UTC'; SET extra_float_digits = 1";
     native
-        .batch_execute(setup)
+        .batch_execute(SETUP)
         .expect("set up the native session");
     portable
-        .batch_execute(setup)
+        .batch_execute(SETUP)
         .expect("set up the portable session");
+    Pair {
+        native,
+        portable,
+        differences: Vec::new(),
+        errors: 0,
+        calls: 0,
+        recent: std::collections::VecDeque::new(),
+    }
+}
+
+#[test]
+fn the_portable_edition_answers_as_the_native_extension() {
+    let seed = seed();
+    let mut rng = StdRng::seed_from_u64(seed);
+    let mut pair = pair();
     let mut clock = 0i64;
-    let mut differences = Vec::new();
-    let mut errors = 0;
-    let mut recent = std::collections::VecDeque::new();
     // RATE_LIMITER_TEST_STOP_AT=N stops before call N, leaving both
     // databases as they were then (to replay a difference by hand).
     let stop_at: usize = std::env::var("RATE_LIMITER_TEST_STOP_AT")
@@ -126,56 +229,81 @@ fn the_portable_edition_answers_as_the_native_extension() {
         .unwrap_or(CALLS);
     for call in 0..CALLS.min(stop_at) {
         let (settings, body) = statement(&mut rng, &mut clock, false);
-        let sql = format!("{settings}; {body}");
-        let (a, b) = (run(&mut native, &sql), run(&mut portable, &sql));
-        if matches!(a, Outcome::Error { .. }) {
-            errors += 1;
-        }
-        if !same(&a, &b) {
-            differences.push(format!(
-                "call {call}: {sql}\n  native:   {a:?}\n  portable: {b:?}"
-            ));
-        }
-        recent.push_back(sql.clone());
-        if recent.len() > 8 {
-            recent.pop_front();
-        }
-        // The state after every call, so that a difference shows at the
-        // call that made it, with the calls before it.
-        let rows =
-            "SELECT name, key, shard, value, ts FROM rate_limiter.rate_limits ORDER BY 1, 2, 3";
-        let (a, b) = (run(&mut native, rows), run(&mut portable, rows));
-        if !same(&a, &b) {
-            differences.push(format!(
-                "state after call {call}, after:\n    {}\n  native:   {a:?}\n  portable: {b:?}",
-                Vec::from(recent.clone()).join("\n    ")
-            ));
+        if !pair.call(&format!("call {call}"), &format!("{settings}; {body}")) {
             break;
         }
         if call % 250 == 249 || call == CALLS - 1 {
-            let definitions = "SELECT * FROM rate_limiter.definitions ORDER BY name";
-            let (a, b) = (
-                run(&mut native, definitions),
-                run(&mut portable, definitions),
-            );
-            if !same(&a, &b) {
-                differences.push(format!(
-                    "definitions after call {call}:\n  native:   {a:?}\n  portable: {b:?}"
-                ));
-            }
+            pair.definitions(&format!("call {call}"));
         }
-        if differences.len() >= 10 {
+        if pair.differences.len() >= 10 {
             break;
         }
     }
-    eprintln!("{CALLS} calls compared, {errors} of them errors on both");
-    assert!(
-        differences.is_empty(),
-        "the editions differ (RATE_LIMITER_TEST_SEED={seed}):\n{}",
-        differences.join("\n")
+    eprintln!(
+        "{CALLS} calls compared, {} of them errors on both",
+        pair.errors
     );
     assert!(
-        errors > 100 && errors < CALLS / 2,
-        "{errors} errors: the sequence exercises both paths"
+        pair.differences.is_empty(),
+        "the editions differ (RATE_LIMITER_TEST_SEED={seed}):\n{}",
+        pair.differences.join("\n")
+    );
+    assert!(
+        pair.errors > 100 && pair.errors < CALLS / 2,
+        "{} errors: the sequence exercises both paths",
+        pair.errors
+    );
+}
+
+/// Many short sequences, each from no state: sequence `n` of a run with
+/// seed S draws from seed S + n (`RATE_LIMITER_TEST_SEED=S` and
+/// `RATE_LIMITER_TEST_SEQUENCE=n` replay it alone). Run where
+/// `RATE_LIMITER_TEST_ONCE` is not 0 (scripts/test.sh: in the first
+/// version's run only; the long sequence above runs on every version).
+#[test]
+fn short_sequences_from_no_state_with_edge_cases_answer_alike() {
+    if std::env::var("RATE_LIMITER_TEST_ONCE").as_deref() == Ok("0") {
+        eprintln!("RATE_LIMITER_TEST_ONCE=0: the short sequences run in another version's run");
+        return;
+    }
+    let seed = seed();
+    let only: Option<u64> = std::env::var("RATE_LIMITER_TEST_SEQUENCE")
+        .ok()
+        .and_then(|n| n.parse().ok());
+    let mut pair = pair();
+    let mut failed = Vec::new();
+    for sequence in 0..SEQUENCES {
+        if only.is_some_and(|only| only != sequence) {
+            continue;
+        }
+        let mut rng = StdRng::seed_from_u64(seed.wrapping_add(sequence));
+        let mut clock = 0i64;
+        pair.reset();
+        let before = pair.differences.len();
+        for call in 0..SEQUENCE_CALLS {
+            let (settings, body) = statement(&mut rng, &mut clock, true);
+            if !pair.call(
+                &format!("sequence {sequence}, call {call}"),
+                &format!("{settings}; {body}"),
+            ) {
+                break;
+            }
+        }
+        pair.definitions(&format!("sequence {sequence}"));
+        if pair.differences.len() > before {
+            failed.push(sequence);
+        }
+        if pair.differences.len() >= 10 {
+            break;
+        }
+    }
+    eprintln!(
+        "{SEQUENCES} sequences of {SEQUENCE_CALLS} calls: {} calls compared, {} of them errors on both",
+        pair.calls, pair.errors
+    );
+    assert!(
+        pair.differences.is_empty(),
+        "the editions differ (RATE_LIMITER_TEST_SEED={seed}, sequences {failed:?}):\n{}",
+        pair.differences.join("\n")
     );
 }
