@@ -26,6 +26,41 @@ BEGIN
 END
 $shard_order$;
 
+-- The advisory lock that marks a new shard row while the transaction
+-- that inserts it is open: SQL cannot see a row another transaction has
+-- inserted and not committed, so a shard without a visible row may be
+-- one that is being inserted, and INSERT would then wait for that
+-- transaction (and two calls inserting in opposite orders deadlock). The
+-- native extension passes over such a shard; here, a call takes this lock
+-- (pg_try_advisory_xact_lock, never waiting) before it inserts a shard
+-- row, and a call that finds no row and cannot take the lock for a moment
+-- treats the shard as busy. The keys: the state table's OID and a hash of
+-- (name, key, shard) (a collision only makes a free shard look busy).
+CREATE FUNCTION rate_limiter._new_row_lock(name text, key text, shard int2, OUT k1 int, OUT k2 int)
+LANGUAGE sql STABLE PARALLEL SAFE
+AS $$
+    SELECT 'rate_limiter.rate_limits'::pg_catalog.regclass::pg_catalog.oid::int,
+           pg_catalog.hashtext(pg_catalog.concat_ws(E'\x1f', name, shard,
+                                                    CASE WHEN key IS NULL THEN 'n' ELSE 'k' || key END))
+$$;
+
+-- Whether another transaction holds the lock of a new shard row (it is
+-- inserting that row): taken and given back at once, at the session level.
+CREATE FUNCTION rate_limiter._new_row_busy(name text, key text, shard int2)
+RETURNS boolean
+LANGUAGE plpgsql VOLATILE
+AS $new_row_busy$
+DECLARE
+    lock record := rate_limiter._new_row_lock(name, key, shard);
+BEGIN
+    IF pg_catalog.pg_try_advisory_lock(lock.k1, lock.k2) THEN
+        PERFORM pg_catalog.pg_advisory_unlock(lock.k1, lock.k2);
+        RETURN false;
+    END IF;
+    RETURN true;
+END
+$new_row_busy$;
+
 -- A shard peeked at without a lock and without waiting (the native
 -- extension's peek with a dirty snapshot): 'row' with its state as the
 -- call's snapshot sees it, 'new' when it has no row, 'busy' when a
@@ -51,7 +86,7 @@ BEGIN
         WHERE r.name = _peek_shard.name AND r.key = _peek_shard.key AND r.shard = _peek_shard.shard;
     END IF;
     IF NOT FOUND THEN
-        how := 'new';
+        how := CASE WHEN rate_limiter._new_row_busy(name, key, shard) THEN 'busy' ELSE 'new' END;
         RETURN;
     END IF;
     how := 'row';
@@ -148,6 +183,7 @@ DECLARE
     inserted int[] := ARRAY[]::int[];
     new_value float8;
     new_ts bigint;
+    lock record;
 BEGIN
     restart := false;
     FOR round IN 1..4 * config.shards + 8 LOOP
@@ -192,6 +228,12 @@ BEGIN
                     ok := false; retry_after := committed.retry_after; remaining := committed.remaining;
                     RETURN;
                 END IF;
+            END IF;
+            IF busy_value[waiting] IS NULL THEN
+                -- A new row that another transaction is inserting: wait for
+                -- that transaction (for its lock), then read the row.
+                lock := rate_limiter._new_row_lock(name, key, busy_shard[waiting]::int2);
+                PERFORM pg_catalog.pg_advisory_xact_lock(lock.k1, lock.k2);
             END IF;
             looked := rate_limiter._row(name, key, busy_shard[waiting]::int2, true);
             free_shard := ARRAY[busy_shard[waiting]];
@@ -304,11 +346,14 @@ BEGIN
             new_value := CASE WHEN i = 1 THEN decision.new_value0 ELSE decision.new_value1 END;
             new_ts := CASE WHEN i = 1 THEN decision.new_ts0 ELSE decision.new_ts1 END;
             IF NOT free_exists[i] AND new_value IS NOT NULL THEN
-                IF rate_limiter._write(name, key, free_shard[i]::int2, false, new_value, new_ts) THEN
+                lock := rate_limiter._new_row_lock(name, key, free_shard[i]::int2);
+                IF pg_catalog.pg_try_advisory_xact_lock(lock.k1, lock.k2)
+                   AND rate_limiter._write(name, key, free_shard[i]::int2, false, new_value, new_ts) THEN
                     inserted := inserted || free_shard[i];
                 ELSE
-                    -- Another transaction inserted it first: delete what
-                    -- this attempt inserted and start again.
+                    -- Another transaction inserted it first, or is
+                    -- inserting it: delete what this attempt inserted and
+                    -- start again.
                     FOREACH index_ IN ARRAY inserted LOOP
                         IF key IS NULL THEN
                             DELETE FROM rate_limiter.rate_limits AS r
