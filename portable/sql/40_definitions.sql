@@ -3,6 +3,35 @@
 -- statements (src/definitions.rs), and a call resolves its config as the
 -- native one does: the inline config, else the definition, else 42704.
 
+-- Whether the definition of name that this transaction's snapshot sees
+-- was replaced or deleted by a transaction that has committed since: its
+-- row's xmax (as a full transaction id, in the epoch of the snapshot's
+-- xmax or the one before) is a committed transaction. (A row lock also
+-- sets xmax; define() locks the row only to change it, so a committed
+-- locker that changed nothing, which makes this answer true in vain,
+-- costs a retry, never a wrong decision.)
+CREATE FUNCTION rate_limiter._replaced_after_snapshot(name text)
+RETURNS boolean
+LANGUAGE plpgsql STABLE
+AS $replaced$
+DECLARE
+    replaced_by xid;
+    top numeric;
+    full_id numeric;
+BEGIN
+    SELECT d.xmax INTO replaced_by FROM rate_limiter.definitions AS d WHERE d.name = _replaced_after_snapshot.name;
+    IF NOT FOUND OR replaced_by::text = '0' THEN
+        RETURN false;
+    END IF;
+    top := pg_catalog.pg_snapshot_xmax(pg_catalog.pg_current_snapshot())::text::numeric;
+    full_id := pg_catalog.floor(top / 4294967296) * 4294967296 + replaced_by::text::numeric;
+    IF full_id > top + 2147483648 THEN
+        full_id := full_id - 4294967296;
+    END IF;
+    RETURN pg_catalog.pg_xact_status(full_id::text::xid8) = 'committed';
+END
+$replaced$;
+
 -- The config a call of name uses, and whether it enforces (false: shadow
 -- mode): inline when given (enforcing; for a defined name only a role
 -- that may call define may pass one, and only in a call made from no
@@ -46,6 +75,19 @@ BEGIN
             RAISE EXCEPTION 'rate limit "%" is not defined', rate_limiter._for_message(_resolve.name)
                 USING ERRCODE = '42704',
                       HINT = 'Define it with rate_limiter.define(), or pass config => rate_limiter.token_bucket(...) or rate_limiter.fixed_window(...).';
+        END IF;
+        -- Under REPEATABLE READ and SERIALIZABLE the row read is the one
+        -- the transaction's snapshot sees. A define or undefine that
+        -- committed after the snapshot was taken replaced it (its xmax is
+        -- a committed transaction): deciding under it would decide under
+        -- a definition that is gone, so the call fails as PostgreSQL fails
+        -- a write whose row changed after the snapshot (40001).
+        IF pg_catalog.current_setting('transaction_isolation') <> 'read committed'
+           AND rate_limiter._replaced_after_snapshot(_resolve.name) THEN
+            RAISE EXCEPTION 'could not serialize access: the definition of rate limit "%" changed after this transaction''s snapshot',
+                rate_limiter._for_message(_resolve.name)
+                USING ERRCODE = '40001',
+                      HINT = 'Retry the transaction: it will use the new definition.';
         END IF;
         config := ROW(defined.kind, defined.rate, defined.period, defined.capacity, defined.max_reserved,
                       defined.shards, defined.start)::rate_limiter.config;
