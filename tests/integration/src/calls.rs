@@ -127,7 +127,17 @@ pub fn statement(rng: &mut StdRng, clock: &mut i64, edges: bool) -> (String, Str
         rng.random_range(1..1_000_000_000u32)
     );
     let name = NAMES[rng.random_range(0..NAMES.len())];
-    let key = KEYS[rng.random_range(0..KEYS.len())];
+    // With the edge cases, sometimes a long key: beyond what the state
+    // table's index holds (54000 where a row would be written), and long
+    // enough that hashing it (a fixed window's phase) is real work.
+    let long_key = (edges && rng.random_bool(0.05)).then(|| {
+        let length = [300, 2_600, 3_000, 20_000][rng.random_range(0..4)];
+        "k".repeat(length)
+    });
+    let key = match &long_key {
+        Some(long) => Some(long.as_str()),
+        None => KEYS[rng.random_range(0..KEYS.len())],
+    };
     let inline = if name.starts_with("inline") {
         {
             let sharded = rng.random_bool(0.2);
@@ -255,17 +265,19 @@ pub fn statement(rng: &mut StdRng, clock: &mut i64, edges: bool) -> (String, Str
                 float([1e6, 0.25, 5e-324, 1e308][rng.random_range(0..4)])
             ),
             5 => format!(
-                "SELECT ok, (extract(epoch FROM retry_after) * 1000000)::bigint, remaining FROM rate_limiter.rate_limit({}, {}, {}, reserve => {reserve}, config => rate_limiter.token_bucket({}, '{}', shards => 3))",
+                "SELECT ok, (extract(epoch FROM retry_after) * 1000000)::bigint, remaining FROM rate_limiter.rate_limit({}, {}, {}, reserve => {reserve}, config => rate_limiter.token_bucket({}, '{}', shards => {}))",
                 literal(Some(name)), literal(key),
                 float([5e-324, 1.0, 1e308][rng.random_range(0..3)]),
                 float([1.7e308, 1.79e308, f64::MAX][rng.random_range(0..3)]),
-                PERIODS[rng.random_range(0..PERIODS.len())]
+                PERIODS[rng.random_range(0..PERIODS.len())],
+                [3, 64, 65, 1_000][rng.random_range(0..4)]
             ),
             6 => format!(
-                "SELECT ok, (extract(epoch FROM retry_after) * 1000000)::bigint, remaining FROM rate_limiter.rate_limit({}, {}, 5e-324, reserve => {reserve}, config => rate_limiter.fixed_window({}, '{}', shards => 3))",
+                "SELECT ok, (extract(epoch FROM retry_after) * 1000000)::bigint, remaining FROM rate_limiter.rate_limit({}, {}, 5e-324, reserve => {reserve}, config => rate_limiter.fixed_window({}, '{}', shards => {}))",
                 literal(Some(name)), literal(key),
                 float([3.0, 1e-300, 1e308][rng.random_range(0..3)]),
-                PERIODS[rng.random_range(0..PERIODS.len())]
+                PERIODS[rng.random_range(0..PERIODS.len())],
+                [3, 64, 65, 1_000][rng.random_range(0..4)]
             ),
             7 => format!(
                 "SELECT ok, (extract(epoch FROM retry_after) * 1000000)::bigint, remaining FROM rate_limiter.rate_limit({}, {}, 1, config => rate_limiter.fixed_window(1, '1 hour', start => '{}'))",
