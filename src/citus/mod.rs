@@ -37,6 +37,7 @@ mod define;
 mod elsewhere;
 mod internal_functions;
 mod metadata;
+mod node_hint;
 mod null_distribution_argument;
 mod prune;
 mod read;
@@ -50,9 +51,10 @@ mod value;
 use pgrx::pg_sys;
 
 /// Called once when the library is loaded: the transaction callbacks of
-/// two-phase commit, and the planner checks that keep a NULL distribution
+/// two-phase commit, the planner checks that keep a NULL distribution
 /// argument from Citus's function delegation and a split of the state
-/// table's shards from hanging.
+/// table's shards from hanging, and the hint that names `prepare_node()`
+/// when `citus_add_node()` fails for want of it.
 pub fn register() {
     // SAFETY: a flag PostgreSQL sets while it loads preloaded libraries.
     let preloaded = unsafe { pg_sys::process_shared_preload_libraries_in_progress };
@@ -60,6 +62,7 @@ pub fn register() {
     two_phase_commit::register();
     null_distribution_argument::register();
     shard_split::register();
+    node_hint::register();
     crate::placement::install(&cluster::Citus);
     crate::storage::route::explain_unrouted_with(metadata::unsupported);
 }
