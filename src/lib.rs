@@ -34,7 +34,8 @@
 //!   and calls run on that node (it installs itself from `_PG_init`);
 //! - [`catalog`]: the OIDs of the extension's schema, table, index and owner;
 //! - [`errors`]: turning errors and refusals into PostgreSQL errors;
-//! - [`compat`]: what differs between PostgreSQL 15, 16, 17 and 18.
+//! - [`compat`]: what differs between PostgreSQL 15, 16, 17 and 18;
+//! - [`transaction_end`]: which transaction-callback events end a transaction.
 //!
 //! The SQL objects are written by hand in `sql/`: `schema.sql` (types and
 //! tables), `functions.sql` (every `CREATE FUNCTION`, pointing at the
@@ -70,6 +71,7 @@ pub mod stats;
 pub mod status;
 pub mod storage;
 pub mod subtransaction;
+pub mod transaction_end;
 pub mod wait;
 
 pgrx::pg_module_magic!();

@@ -85,15 +85,7 @@ unsafe extern "C-unwind" fn at_transaction_end(
     event: pg_sys::XactEvent::Type,
     _arg: *mut std::ffi::c_void,
 ) {
-    use pg_sys::XactEvent::*;
-    if matches!(
-        event,
-        XACT_EVENT_COMMIT
-            | XACT_EVENT_PARALLEL_COMMIT
-            | XACT_EVENT_ABORT
-            | XACT_EVENT_PARALLEL_ABORT
-            | XACT_EVENT_PREPARE
-    ) {
+    if crate::transaction_end::ends(event) {
         CALL_CONTEXT.with(|cell| cell.set(std::ptr::null_mut()));
         drop(KEPT.with(Cell::take));
     }

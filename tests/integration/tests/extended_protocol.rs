@@ -215,21 +215,11 @@ fn long_sessions_over_the_extended_protocol_leave_nothing_open_and_never_crash()
             if outcome.is_ok() && rng.random_bool(0.2) {
                 outcome = plain(&mut rng, &mut client, &mut trace);
             }
-            let leaks: Vec<String> = warnings
-                .lock()
-                .unwrap()
-                .drain(..)
-                .filter(|message| is_leak(message))
-                .collect();
+            // (A leak warning is an Err of the statement that drew it.)
             let recent_text = trace.recent();
-            assert!(
-                leaks.is_empty(),
-                "session {number} (seed {}), call {call}: the server warned {leaks:?} after:\n    {recent_text}",
-                seed.wrapping_add(number)
-            );
             if let Err(error) = outcome {
                 panic!(
-                    "session {number} (seed {}), call {call}: the session broke ({error}) after:\n    {recent_text}",
+                    "session {number} (seed {}), call {call}: {error}, after:\n    {recent_text}",
                     seed.wrapping_add(number)
                 );
             }
