@@ -12,7 +12,8 @@
 -- * _xxh3(bytea): XXH3-64 with seed 0 and the default secret, for inputs
 --   of 9 bytes and more (what the fixed window's phase hashes: an 8-byte
 --   length, the name, a marker byte, the key), as the xxhash-rust crate
---   computes it (algorithm/src/fixed_window.rs).
+--   computes it (algorithm/src/fixed_window.rs); inputs of more than 240
+--   bytes by _xxh3_long(bytea), in 12_xxh3_long.sql.
 -- * _splitmix64(bigint): the generator behind rate_limiter.random_seed
 --   (src/shard_choice.rs): SplitMix64.
 
@@ -261,14 +262,6 @@ DECLARE
     lo bigint;
     hi bigint;
     rounds int;
-    accs bigint[];
-    stripes int;
-    blocks int;
-    block_len int;
-    partial int;
-    data_val bigint;
-    data_key bigint;
-    stripe_at int;
 BEGIN
     IF len < 9 THEN
         RAISE EXCEPTION 'rate_limiter._xxh3: an input of % bytes (9 or more expected)', len USING ERRCODE = 'XX000';
@@ -311,48 +304,8 @@ BEGIN
         acc := rate_limiter._add64(acc, rate_limiter._xxh3_mix16(input, len - 16, secret, 136 - 17));
         RETURN rate_limiter._xxh3_avalanche(acc);
     END IF;
-    -- Long inputs: 8 accumulators over 64-byte stripes, blocks of 16
-    -- stripes, each block ending with a scramble.
-    accs := ARRAY[3266489917::bigint, prime64_1, -4417276706812531889, 1609587929392839161,
-                  -8796714831421723037, 2246822519, 2870177450012600261, 2654435761];
-    stripes := (192 - 64) / 8;
-    block_len := 64 * stripes;
-    blocks := (len - 1) / block_len;
-    FOR b IN 0..blocks LOOP
-        partial := CASE WHEN b < blocks THEN stripes ELSE ((len - 1) - block_len * blocks) / 64 END;
-        FOR s IN 0..partial - 1 LOOP
-            stripe_at := b * block_len + s * 64;
-            FOR lane IN 0..7 LOOP
-                data_val := rate_limiter._le64(input, stripe_at + 8 * lane);
-                data_key := data_val # rate_limiter._le64(secret, s * 8 + 8 * lane);
-                accs[(lane # 1) + 1] := rate_limiter._add64(accs[(lane # 1) + 1], data_val);
-                accs[lane + 1] := rate_limiter._wrap(rate_limiter._u64(accs[lane + 1])
-                    + (data_key & 4294967295)::numeric * rate_limiter._shr64(data_key, 32)::numeric);
-            END LOOP;
-        END LOOP;
-        IF b < blocks THEN
-            FOR lane IN 0..7 LOOP
-                accs[lane + 1] := rate_limiter._mul64(
-                    (accs[lane + 1] # rate_limiter._shr64(accs[lane + 1], 47)) # rate_limiter._le64(secret, 192 - 64 + 8 * lane),
-                    2654435761);
-            END LOOP;
-        END IF;
-    END LOOP;
-    -- The last stripe.
-    FOR lane IN 0..7 LOOP
-        data_val := rate_limiter._le64(input, len - 64 + 8 * lane);
-        data_key := data_val # rate_limiter._le64(secret, 192 - 64 - 7 + 8 * lane);
-        accs[(lane # 1) + 1] := rate_limiter._add64(accs[(lane # 1) + 1], data_val);
-        accs[lane + 1] := rate_limiter._wrap(rate_limiter._u64(accs[lane + 1])
-            + (data_key & 4294967295)::numeric * rate_limiter._shr64(data_key, 32)::numeric);
-    END LOOP;
-    acc := rate_limiter._mul64(len, prime64_1);
-    FOR pair IN 0..3 LOOP
-        acc := rate_limiter._add64(acc, rate_limiter._fold64(
-            accs[2 * pair + 1] # rate_limiter._le64(secret, 11 + 16 * pair),
-            accs[2 * pair + 2] # rate_limiter._le64(secret, 11 + 16 * pair + 8)));
-    END LOOP;
-    RETURN rate_limiter._xxh3_avalanche(acc);
+    -- Long inputs: 12_xxh3_long.sql.
+    RETURN rate_limiter._xxh3_long(input);
 END
 $xxh3$;
 

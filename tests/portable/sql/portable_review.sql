@@ -240,6 +240,25 @@ SELECT rate_limiter._phase('review', 'a', 1000000) = pg_catalog.mod(rate_limiter
        rate_limiter._phase('review', 'a', 999) = pg_catalog.mod(rate_limiter._u64(rate_limiter._xxh3(
            '\x0600000000000000'::bytea || convert_to('review', 'UTF8') || '\x01'::bytea || convert_to('a', 'UTF8'))), 999) AS a_again;
 
+-- XXH3 of an input of more than 240 bytes sums each 1,024-byte block's
+-- terms in one query, then scrambles block by block (12_xxh3_long.sql;
+-- stripe by stripe in PL/pgSQL, a MiB took seconds): the hashes of the
+-- xxhash library, at the lengths around a stripe, a block and beyond, of
+-- bytes that are all high and all zero, and an input of a MiB is hashed.
+CREATE FUNCTION pg_temp.review_bytes(n int) RETURNS bytea LANGUAGE sql AS $$
+    SELECT pg_catalog.substr(pg_catalog.decode(pg_catalog.string_agg(pg_catalog.md5(i::text), '' ORDER BY i), 'hex'), 1, n)
+      FROM pg_catalog.generate_series(0, n / 16) AS i
+$$;
+SELECT n, rate_limiter._xxh3(pg_temp.review_bytes(n)) = expected AS same
+  FROM (VALUES (241, -7027169220535255167), (255, 9090742727913781373), (256, -3570918717362317146),
+               (1000, 8049357228503080663), (1023, 504247738757327892), (1024, -7109617612361795936),
+               (1025, -8701377221297069199), (1088, 8943498719642575858), (2048, -1367638225347233463),
+               (4096, 4557038312918453601), (100000, -9220437382205406201),
+               (1048576, -7069139169481771861)) AS v(n, expected)
+ ORDER BY n;
+SELECT rate_limiter._xxh3(pg_catalog.decode(pg_catalog.repeat('ff', 2048), 'hex')) = 8572660099920755171 AS high,
+       rate_limiter._xxh3(pg_catalog.decode(pg_catalog.repeat('00', 1500), 'hex')) = 1861305164627503844 AS zero;
+
 DROP OWNED BY rl_review_app, rl_review_admin;
 DROP ROLE rl_review_app;
 DROP ROLE rl_review_admin;
