@@ -27,6 +27,9 @@ SET rate_limiter.sqlstate = '   ';
 SELECT ok FROM rate_limiter.rate_limit('review', 'sqlstate', throws => true);
 RESET ALL;
 \set VERBOSITY default
+-- (No CONTEXT lines: PostgreSQL 15 calls a PL/pgSQL expression "SQL
+-- expression", 16 and later "PL/pgSQL expression".)
+\set SHOW_CONTEXT never
 SET timezone = 'UTC';
 SET datestyle = 'ISO';
 
