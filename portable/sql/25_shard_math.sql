@@ -175,17 +175,27 @@ DECLARE
     values_now float8[] := ARRAY[]::float8[];
     initial record;
     refilled record;
+    -- Every shard without a row has the same state now: computed once.
+    rowless float8;
+    rowless_known boolean := false;
     total float8 := 0;
     decision record;
 BEGIN
+    -- (Each element is assigned in place: appending would copy the array
+    -- for every shard, quadratic in their number.)
     FOR i IN 1..shards LOOP
         IF stored_values[i] IS NULL THEN
-            initial := rate_limiter._initial(kind, capacity, period, start, name, key, now);
-            refilled := rate_limiter._refill(kind, rate, period, capacity, initial.value, initial.ts, now);
+            IF NOT rowless_known THEN
+                initial := rate_limiter._initial(kind, capacity, period, start, name, key, now);
+                refilled := rate_limiter._refill(kind, rate, period, capacity, initial.value, initial.ts, now);
+                rowless := refilled.new_value;
+                rowless_known := true;
+            END IF;
+            values_now[i] := rowless;
         ELSE
             refilled := rate_limiter._refill(kind, rate, period, capacity, stored_values[i], stored_tss[i], now);
+            values_now[i] := refilled.new_value;
         END IF;
-        values_now := values_now || refilled.new_value;
     END LOOP;
     best0 := 0; best1 := 1;
     IF values_now[2] > values_now[1] THEN
@@ -263,21 +273,37 @@ DECLARE
     initial record;
     refilled record;
     wait bigint;
+    -- Every shard without a row has the same state: its value now and
+    -- when it is full, computed once.
+    rowless_value float8;
+    rowless_full_at bigint;
+    rowless_known boolean := false;
 BEGIN
     value := 0;
     full_at := now;
     FOR i IN 1..shards LOOP
         state_value := stored_values[i];
         state_ts := stored_tss[i];
+        IF state_value IS NULL AND rowless_known THEN
+            value := rate_limiter._add(value, rowless_value);
+            full_at := greatest(full_at, rowless_full_at);
+            CONTINUE;
+        END IF;
         IF state_value IS NULL THEN
             initial := rate_limiter._initial(kind, capacity, period, start, name, key, now);
             state_value := initial.value; state_ts := initial.ts;
         END IF;
         refilled := rate_limiter._refill(kind, rate, period, capacity, state_value, state_ts, now);
         value := rate_limiter._add(value, refilled.new_value);
+        wait := NULL;
         IF refilled.new_value < capacity THEN
             wait := rate_limiter._retry_after(kind, rate, period, capacity, state_value, state_ts, capacity, 0, now);
             full_at := greatest(full_at, rate_limiter._add_sat(now, wait));
+        END IF;
+        IF stored_values[i] IS NULL THEN
+            rowless_value := refilled.new_value;
+            rowless_full_at := CASE WHEN wait IS NULL THEN now ELSE rate_limiter._add_sat(now, wait) END;
+            rowless_known := true;
         END IF;
     END LOOP;
 END

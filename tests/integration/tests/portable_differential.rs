@@ -252,9 +252,11 @@ fn seed() -> u64 {
     seed
 }
 
-fn pair() -> Pair {
-    let mut native = fresh_database(NATIVE);
-    let mut portable = portable::fresh_database(PORTABLE, "postgres");
+/// The two sessions, in databases of their own named after `suffix` (so
+/// that the tests of this file can run at once).
+fn pair(suffix: &str) -> Pair {
+    let mut native = fresh_database(&format!("{NATIVE}{suffix}"));
+    let mut portable = portable::fresh_database(&format!("{PORTABLE}{suffix}"), "postgres");
     native
         .batch_execute(SETUP)
         .expect("set up the native session");
@@ -275,7 +277,7 @@ fn pair() -> Pair {
 fn the_portable_edition_answers_as_the_native_extension() {
     let seed = seed();
     let mut rng = StdRng::seed_from_u64(seed);
-    let mut pair = pair();
+    let mut pair = pair("");
     let mut clock = 0i64;
     // RATE_LIMITER_TEST_STOP_AT=N stops before call N, leaving both
     // databases as they were then (to replay a difference by hand).
@@ -327,7 +329,7 @@ fn short_sequences_from_no_state_with_edge_cases_answer_alike() {
     let only: Option<u64> = std::env::var("RATE_LIMITER_TEST_SEQUENCE")
         .ok()
         .and_then(|n| n.parse().ok());
-    let mut pair = pair();
+    let mut pair = pair("_short");
     let mut failed = Vec::new();
     for sequence in 0..SEQUENCES {
         if only.is_some_and(|only| only != sequence) {
