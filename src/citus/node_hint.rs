@@ -11,7 +11,7 @@
 //! an extension no way to do that inside `citus_add_node` itself, so this
 //! says it instead: PostgreSQL's `emit_log_hook` adds a HINT to those two
 //! messages (only to them: the first names `rate_limits`, and the second
-//! follows it in the same transaction).
+//! follows it, in a statement that adds a node).
 
 use pgrx::pg_sys;
 use std::cell::Cell;
@@ -42,8 +42,8 @@ fn hint(node: Option<(&str, &str)>) -> String {
         None => "SELECT rate_limiter.prepare_node('HOST', PORT);".to_string(),
     };
     format!(
-        "rate_limiter's state table is colocated with a table whose distribution column is not text, \
-         so a new node needs its table shaped first: run {call} on the coordinator, then citus_add_node() again."
+        "If rate_limiter's state table is colocated with a table whose distribution column is not text, \
+         a new node needs its table shaped first: run {call} on the coordinator, then citus_add_node() again."
     )
 }
 
@@ -53,6 +53,23 @@ fn essential_node(message: &str) -> Option<(&str, &str)> {
     let node = message.strip_prefix("failure on connection marked as essential: ")?;
     let (host, port) = node.rsplit_once(':')?;
     (!host.contains('\'') && port.chars().all(|c| c.is_ascii_digit())).then_some((host, port))
+}
+
+/// Whether the statement running is a call of `citus_add_node` (or
+/// `master_add_node`, `citus_activate_node`): the essential connection
+/// that failed is then the new node's. (Citus's refusal to colocate, which
+/// comes first, has not always set the flag by the time of the error.)
+fn adding_a_node() -> bool {
+    // SAFETY: the text of the statement the backend is running, or null.
+    let statement = unsafe { pg_sys::debug_query_string };
+    if statement.is_null() {
+        return false;
+    }
+    // SAFETY: a NUL-terminated string of the backend's.
+    let statement = unsafe { CStr::from_ptr(statement) }.to_string_lossy();
+    ["citus_add_node", "master_add_node", "citus_activate_node"]
+        .iter()
+        .any(|function| statement.contains(function))
 }
 
 #[pgrx::pg_guard]
@@ -74,7 +91,7 @@ unsafe extern "C-unwind" fn add_hint(edata: *mut pg_sys::ErrorData) {
                 COLOCATION_FAILED.with(|flag| flag.set(true));
                 hint(None)
             } else if let Some(node) = essential_node(message)
-                .filter(|_| COLOCATION_FAILED.with(|flag| flag.replace(false)))
+                .filter(|_| COLOCATION_FAILED.with(|flag| flag.replace(false)) || adding_a_node())
             {
                 hint(Some(node))
             } else {
