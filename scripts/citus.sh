@@ -44,8 +44,11 @@ citus_sources() {
 }
 
 # Builds and installs Citus unless this version is installed already.
+# RL_TOOLS_READY=1: the server is there and the packages installed
+# (scripts/test.sh's background build), so ensure_tools, which would also
+# register the version with pgrx, is not run.
 build() {
-    ensure_tools
+    [ "${RL_TOOLS_READY:-0}" = 1 ] || ensure_tools
     local installed
     installed=$(sed -n "s/^default_version = '\(.*\)'/\1/p" "$("$PG_CONFIG" --sharedir)/extension/citus.control" 2>/dev/null || true)
     if [ -f "$("$PG_CONFIG" --pkglibdir)/citus.so" ] && [ "${installed%%-*}" = "${CITUS_VERSION%.*}" ]; then

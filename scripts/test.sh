@@ -38,29 +38,35 @@ cd "$(dirname "$0")/.."
 run_started=$SECONDS
 if [ -z "${RL_PG:-}" ]; then
     passed=0 failed=0 status=0 summary=()
-    # What a new machine must build before the last run, PostgreSQL 15 with
-    # assertions and Citus 13.2.2 against it (about a third of a new
-    # machine's run), is built in the background while the runs of 15-18
-    # test (which leave a core idle much of the time); the last run waits
-    # for it. The packages and cargo-pgrx are installed first, so that the
-    # two never run apt or cargo install at once.
+    # What a new machine must build for the later runs, PostgreSQL 18 and
+    # Citus 14.0.1 against it, then PostgreSQL 15 with assertions and Citus
+    # 13.2.2 against that (together about a third of a new machine's
+    # run), is built in the background while the runs of 15-17 test
+    # (which leave a core idle much of the time); the run of 18 waits for
+    # it. The packages and cargo-pgrx are installed first, so that the two
+    # never run apt or cargo install at once, and the background touches
+    # no pgrx registration (RL_TOOLS_READY: the run of 18 registers 18).
     source scripts/lib.sh
     started=$SECONDS
     ensure_tools
     prebuild_log=$(mktemp)
-    (RL_PG=15 RL_ASSERTS=1 bash scripts/citus.sh build >"$prebuild_log" 2>&1) &
+    (
+        RL_PG=18 bash -c 'source scripts/lib.sh; ensure_postgres' &&
+            RL_PG=18 RL_TOOLS_READY=1 bash scripts/citus.sh build &&
+            RL_PG=15 RL_ASSERTS=1 bash scripts/citus.sh build
+    ) >"$prebuild_log" 2>&1 &
     prebuild=$!
     summary+=("packages and cargo-pgrx: $((SECONDS - started)) s")
     for version in 15 16 17 18 15-assertions; do
         log=$(mktemp)
         asserts=0
-        if [ "$version" = 15-assertions ]; then
-            asserts=1
+        [ "$version" = 15-assertions ] && asserts=1
+        if [ "$version" = 18 ]; then
             started=$SECONDS
             if wait "$prebuild"; then
-                summary+=("PostgreSQL 15 with assertions and its Citus, built in the background: waited $((SECONDS - started)) s")
+                summary+=("PostgreSQL 18 and Citus 14.0.1, PostgreSQL 15 with assertions and Citus 13.2.2, built in the background: waited $((SECONDS - started)) s")
             else
-                summary+=("PostgreSQL 15 with assertions and its Citus, built in the background: failed (the run below builds again); its last lines:")
+                summary+=("the background build of PostgreSQL 18, 15 with assertions and their Citus failed (the runs below build what is missing); its last lines:")
                 while IFS= read -r last; do summary+=("    $last"); done < <(tail -n 15 "$prebuild_log")
             fi
         fi
