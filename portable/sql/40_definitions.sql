@@ -32,6 +32,36 @@ BEGIN
 END
 $replaced$;
 
+-- Whether a definition of name that this transaction's snapshot does not
+-- see has committed since (REPEATABLE READ, SERIALIZABLE): an insert of
+-- the name, in a subtransaction that is always rolled back, meets the
+-- committed row in the primary key's index, which PostgreSQL reports
+-- as a serialization failure when the row is not visible to the
+-- snapshot (ON CONFLICT DO NOTHING). A read-only transaction cannot
+-- insert: there the answer is false (the call is 42704, as before).
+CREATE FUNCTION rate_limiter._defined_after_snapshot(name text)
+RETURNS boolean
+LANGUAGE plpgsql VOLATILE
+AS $defined_after$
+BEGIN
+    IF pg_catalog.current_setting('transaction_read_only')::boolean THEN
+        RETURN false;
+    END IF;
+    BEGIN
+        INSERT INTO rate_limiter.definitions AS d (name, kind, rate, period)
+        VALUES (_defined_after_snapshot.name, 'token bucket', 1, '1 second')
+        ON CONFLICT ON CONSTRAINT definitions_pkey DO NOTHING;
+        -- Never kept: the error rolls the insert back.
+        RAISE EXCEPTION USING ERRCODE = 'P0002';
+    EXCEPTION
+        WHEN serialization_failure THEN
+            RETURN true;
+        WHEN no_data_found THEN
+            RETURN false;
+    END;
+END
+$defined_after$;
+
 -- The config a call of name uses, and whether it enforces (false: shadow
 -- mode): inline when given (enforcing; for a defined name only a role
 -- that may call define may pass one, and only in a call made from no
@@ -71,6 +101,13 @@ BEGIN
         enforce := true;
     ELSE
         SELECT * INTO defined FROM rate_limiter.definitions AS d WHERE d.name = _resolve.name;
+        IF NOT FOUND AND pg_catalog.current_setting('transaction_isolation') <> 'read committed'
+           AND rate_limiter._defined_after_snapshot(_resolve.name) THEN
+            RAISE EXCEPTION 'could not serialize access: rate limit "%" was defined after this transaction''s snapshot',
+                rate_limiter._for_message(_resolve.name)
+                USING ERRCODE = '40001',
+                      HINT = 'Retry the transaction: it will use the new definition.';
+        END IF;
         IF NOT FOUND THEN
             RAISE EXCEPTION 'rate limit "%" is not defined', rate_limiter._for_message(_resolve.name)
                 USING ERRCODE = '42704',
