@@ -14,7 +14,12 @@ RETURNS bigint
 -- STABLE as extract(epoch FROM timestamptz) is, so that the planner
 -- inlines it (it inlines no function declared less volatile than its body).
 LANGUAGE sql STABLE STRICT PARALLEL SAFE
-AS $$ SELECT ((EXTRACT(epoch FROM at) - 946684800) * 1000000)::bigint $$;
+-- Through the interval since 2000-01-01, whose epoch PostgreSQL computes
+-- in integers: extract(epoch FROM timestamptz) divides in numeric past
+-- the year 294247 (where the timestamp minus the Unix epoch's offset no
+-- longer fits in int64) and keeps about 16 digits, which cut the last
+-- microseconds off (.789012 read as .789000).
+AS $$ SELECT (EXTRACT(epoch FROM at - '2000-01-01 00:00:00+00'::timestamptz) * 1000000)::bigint $$;
 
 -- Microseconds as an interval of only microseconds (as pgrx's
 -- Interval::from_micros: no days, no months), exactly.

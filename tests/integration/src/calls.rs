@@ -109,8 +109,14 @@ pub fn statement(rng: &mut StdRng, clock: &mut i64, edges: bool) -> (String, Str
         1 => rng.random_range(0..100_000_000_000),
         _ => rng.random_range(0..30_000_000),
     };
-    // With the edge cases: sometimes a few microseconds before the next
-    // whole hour, where a window that starts on the hour ends.
+    // With the edge cases: sometimes past the year 294247, near the end of
+    // the timestamp range (where PostgreSQL's extract(epoch) of a
+    // timestamptz loses microseconds); and sometimes a few microseconds
+    // before the next whole hour, where a window that starts on the hour
+    // ends.
+    if edges && *clock < 9_000_000_000_000_000_000 && rng.random_bool(0.02) {
+        *clock = 9_221_000_000_000_000_000 + rng.random_range(0..1_000_000_000_000);
+    }
     if edges && rng.random_bool(0.1) {
         const HOUR: i64 = 3_600_000_000;
         *clock = (clock.div_euclid(HOUR) + 1) * HOUR - rng.random_range(1..8);

@@ -67,3 +67,13 @@ WHERE l.ok;
 SELECT count(*) AS keys, count(DISTINCT ts) > 90 AS spread_across_keys,
        bool_and(ts > '2025-12-31 23:00:00+00' AND ts <= '2026-01-01 00:00:00+00') AS each_window_contains_now
 FROM rate_limiter.rate_limits WHERE name = 'jitter' AND key LIKE 'key%';
+
+-- Past the year 294247 the clock is still read to the microsecond (there
+-- PostgreSQL's extract(epoch FROM timestamptz) keeps about 16 digits): a
+-- window of 13 seconds anchored at 2000-01-01 ends 3.210988 s after
+-- 12:34:56.789012; 4 more tokens at 3 a window take one window more.
+SET rate_limiter.now_override = '294247-06-01 12:34:56.789012+00';
+SELECT (extract(epoch FROM retry_after) * 1000000)::bigint AS retry_after_us
+FROM rate_limiter.rate_check('far_future', 'k', 5, reserve => true,
+                             config => rate_limiter.fixed_window(3, '13 seconds', 1, 10, start => '2000-01-01 00:00:00+00'));
+RESET rate_limiter.now_override;
