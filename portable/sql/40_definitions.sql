@@ -101,30 +101,24 @@ BEGIN
         enforce := true;
     ELSE
         SELECT * INTO defined FROM rate_limiter.definitions AS d WHERE d.name = _resolve.name;
-        IF NOT FOUND AND pg_catalog.current_setting('transaction_isolation') <> 'read committed'
-           AND rate_limiter._defined_after_snapshot(_resolve.name) THEN
-            RAISE EXCEPTION 'could not serialize access: rate limit "%" was defined after this transaction''s snapshot',
-                rate_limiter._for_message(_resolve.name)
-                USING ERRCODE = '40001',
-                      HINT = 'Retry the transaction: it will use the new definition.';
-        END IF;
-        IF NOT FOUND THEN
-            RAISE EXCEPTION 'rate limit "%" is not defined', rate_limiter._for_message(_resolve.name)
-                USING ERRCODE = '42704',
-                      HINT = 'Define it with rate_limiter.define(), or pass config => rate_limiter.token_bucket(...) or rate_limiter.fixed_window(...).';
-        END IF;
         -- Under REPEATABLE READ and SERIALIZABLE the row read is the one
-        -- the transaction's snapshot sees. A define or undefine that
-        -- committed after the snapshot was taken replaced it (its xmax is
-        -- a committed transaction): deciding under it would decide under
-        -- a definition that is gone, so the call fails as PostgreSQL fails
-        -- a write whose row changed after the snapshot (40001).
+        -- the transaction's snapshot sees. A define or undefine that has
+        -- committed since the snapshot was taken replaced it, or added one
+        -- the snapshot does not see: deciding without it would decide
+        -- under a definition that is gone, so the call fails as PostgreSQL
+        -- fails a write whose row changed after the snapshot (40001).
         IF pg_catalog.current_setting('transaction_isolation') <> 'read committed'
-           AND rate_limiter._replaced_after_snapshot(_resolve.name) THEN
+           AND (CASE WHEN FOUND THEN rate_limiter._replaced_after_snapshot(_resolve.name)
+                     ELSE rate_limiter._defined_after_snapshot(_resolve.name) END) THEN
             RAISE EXCEPTION 'could not serialize access: the definition of rate limit "%" changed after this transaction''s snapshot',
                 rate_limiter._for_message(_resolve.name)
                 USING ERRCODE = '40001',
                       HINT = 'Retry the transaction: it will use the new definition.';
+        END IF;
+        IF defined.name IS NULL THEN
+            RAISE EXCEPTION 'rate limit "%" is not defined', rate_limiter._for_message(_resolve.name)
+                USING ERRCODE = '42704',
+                      HINT = 'Define it with rate_limiter.define(), or pass config => rate_limiter.token_bucket(...) or rate_limiter.fixed_window(...).';
         END IF;
         config := ROW(defined.kind, defined.rate, defined.period, defined.capacity, defined.max_reserved,
                       defined.shards, defined.start)::rate_limiter.config;
