@@ -74,7 +74,7 @@ pub unsafe extern "C-unwind" fn rate_limit_all_wrapper(
         Err(error) => report(error),
     };
     // A call refused as a whole consumed nothing: only its refusals count
-    // (SPEC §11), not the requests that alone could have been admitted.
+    // (docs/guarantees.md, "Statistics and shadow mode"), not the requests that alone could have been admitted.
     let refused = answers.iter().any(|answer| !answer.ok);
     for ((request, answer), contended) in requests.iter().zip(&answers).zip(contended) {
         if refused && answer.verdict == Verdict::Admitted {

@@ -280,10 +280,17 @@ DECLARE
                    || pg_catalog.convert_to(name, pg_catalog.getdatabaseencoding())
                    || CASE WHEN key IS NULL THEN '\x00'::bytea
                            ELSE '\x01'::bytea || pg_catalog.convert_to(key, pg_catalog.getdatabaseencoding()) END;
-    digest text := pg_catalog.encode(pg_catalog.sha256(input), 'hex');
-    kept text := pg_catalog.current_setting('rate_limiter_portable.phase', true);
+    digest text;
+    kept text;
     hash numeric;
 BEGIN
+    -- A short input (the usual name and key) is hashed at once: keeping
+    -- it would cost more than hashing it again.
+    IF pg_catalog.octet_length(input) <= 240 THEN
+        RETURN pg_catalog.mod(rate_limiter._u64(rate_limiter._xxh3(input)), period)::bigint;
+    END IF;
+    digest := pg_catalog.encode(pg_catalog.sha256(input), 'hex');
+    kept := pg_catalog.current_setting('rate_limiter_portable.phase', true);
     IF kept IS NOT NULL AND pg_catalog.split_part(kept, ':', 1) = digest THEN
         hash := pg_catalog.split_part(kept, ':', 2)::numeric;
     ELSE
