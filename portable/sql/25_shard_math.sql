@@ -152,6 +152,32 @@ BEGIN
 END
 $evaluate_pair$;
 
+-- The sum of values in their order, as a loop of IEEE additions from
+-- from_ gives it: from -0 in shards::evaluate_fullest (Rust's f64 sum),
+-- from +0 in status::current. largest: at least every |value| (the
+-- caller knows it). One aggregate when no partial sum can overflow
+-- (largest at most 8.9e307 / their number, so each float8 addition is
+-- IEEE's and never raises), else the loop of rate_limiter._add. (from_ +
+-- the aggregate, which starts from the first value: the two differ only
+-- in the sign of a zero sum.)
+CREATE FUNCTION rate_limiter._sum(values_ float8[], from_ float8, largest float8)
+RETURNS float8
+LANGUAGE plpgsql IMMUTABLE STRICT PARALLEL SAFE
+AS $sum$
+DECLARE
+    total float8 := from_;
+    v float8;
+BEGIN
+    IF largest <= 8.9e307 / greatest(pg_catalog.cardinality(values_), 1) THEN
+        RETURN from_ + coalesce((SELECT pg_catalog.sum(u.v) FROM pg_catalog.unnest(values_) AS u(v)), from_);
+    END IF;
+    FOREACH v IN ARRAY values_ LOOP
+        total := rate_limiter._add(total, v);
+    END LOOP;
+    RETURN total;
+END
+$sum$;
+
 -- What rate_check answers for a sharded limit given every shard's stored
 -- state (values[i], tss[i] for shard i - 1; NULL: no row, full), and what
 -- rate_limit_all decides on them (shards::evaluate_fullest): the answer
@@ -175,47 +201,61 @@ DECLARE
     values_now float8[] := ARRAY[]::float8[];
     initial record;
     refilled record;
-    -- Every shard without a row has the same state now: computed once.
-    rowless float8;
-    rowless_known boolean := false;
-    total float8 := 0;
+    total float8;
     decision record;
+    i bigint;
+    v float8;
+    largest float8 := 0;
+    -- The lowest two shards without a row (1-based; NULL: fewer), their
+    -- value now, and the two fullest shards with a row and their values.
+    rowless0 int;
+    rowless1 int;
+    rowless float8;
+    row0 bigint;
+    row0_value float8;
+    row1 bigint;
+    row1_value float8;
+    best bigint[];
 BEGIN
-    -- (Each element is assigned in place: appending would copy the array
-    -- for every shard, quadratic in their number.)
-    FOR i IN 1..shards LOOP
-        IF stored_values[i] IS NULL THEN
-            IF NOT rowless_known THEN
-                initial := rate_limiter._initial(kind, capacity, period, start, name, key, now);
-                refilled := rate_limiter._refill(kind, rate, period, capacity, initial.value, initial.ts, now);
-                rowless := refilled.new_value;
-                rowless_known := true;
-            END IF;
-            values_now[i] := rowless;
-        ELSE
-            refilled := rate_limiter._refill(kind, rate, period, capacity, stored_values[i], stored_tss[i], now);
-            values_now[i] := refilled.new_value;
-        END IF;
-    END LOOP;
-    best0 := 0; best1 := 1;
-    IF values_now[2] > values_now[1] THEN
-        best0 := 1; best1 := 0;
+    -- Every shard without a row has the same state now: computed once,
+    -- and the array filled with it in one step; then each stored row's
+    -- state replaces its element in place. The two fullest (ties: the
+    -- lower shard) are the best two of the two fullest rows and the two
+    -- lowest rowless shards: work per row, not per shard.
+    rowless0 := pg_catalog.array_position(stored_values, NULL);
+    IF rowless0 IS NOT NULL THEN
+        rowless1 := pg_catalog.array_position(stored_values, NULL, rowless0 + 1);
+        initial := rate_limiter._initial(kind, capacity, period, start, name, key, now);
+        refilled := rate_limiter._refill(kind, rate, period, capacity, initial.value, initial.ts, now);
+        rowless := refilled.new_value;
+        values_now := pg_catalog.array_fill(rowless, ARRAY[shards]);
+        largest := pg_catalog.abs(rowless);
+    ELSE
+        values_now := pg_catalog.array_fill(0::float8, ARRAY[shards]);
     END IF;
-    FOR i IN 2..shards - 1 LOOP
-        IF values_now[i + 1] > values_now[best0 + 1] THEN
-            best1 := best0; best0 := i;
-        ELSIF values_now[i + 1] > values_now[best1 + 1] THEN
-            best1 := i;
+    FOR i IN SELECT o.n FROM pg_catalog.unnest(stored_values) WITH ORDINALITY AS o(v, n) WHERE o.v IS NOT NULL LOOP
+        refilled := rate_limiter._refill(kind, rate, period, capacity, stored_values[i], stored_tss[i], now);
+        v := refilled.new_value;
+        values_now[i] := v;
+        largest := greatest(largest, pg_catalog.abs(v));
+        IF row0 IS NULL OR v > row0_value THEN
+            row1 := row0; row1_value := row0_value;
+            row0 := i; row0_value := v;
+        ELSIF row1 IS NULL OR v > row1_value THEN
+            row1 := i; row1_value := v;
         END IF;
     END LOOP;
+    best := ARRAY(SELECT c.n - 1 FROM (VALUES (row0, row0_value), (row1, row1_value),
+                                             (rowless0, rowless), (rowless1, rowless)) AS c(n, v)
+                  WHERE c.n IS NOT NULL ORDER BY c.v DESC, c.n LIMIT 2);
+    best0 := best[1];
+    best1 := best[2];
     decision := rate_limiter._evaluate_pair(kind, config_rate, period, config_capacity, config_max_reserved, shards,
         start, name, key,
         stored_values[best0 + 1], stored_tss[best0 + 1], true,
         stored_values[best1 + 1], stored_tss[best1 + 1], true,
         now, count, reserve);
-    FOR i IN 1..shards LOOP
-        total := rate_limiter._add(total, values_now[i]);
-    END LOOP;
+    total := rate_limiter._sum(values_now, '-0'::float8, largest);
     ok := decision.ok;
     retry_after := decision.retry_after;
     remaining := CASE WHEN decision.ok THEN rate_limiter._sub(total, count) ELSE total END;
@@ -268,43 +308,37 @@ AS $status$
 DECLARE
     rate float8 := rate_limiter._div(config_rate, shards::float8);
     capacity float8 := rate_limiter._div(config_capacity, shards::float8);
-    state_value float8;
-    state_ts bigint;
     initial record;
     refilled record;
-    wait bigint;
-    -- Every shard without a row has the same state: its value now and
-    -- when it is full, computed once.
-    rowless_value float8;
-    rowless_full_at bigint;
-    rowless_known boolean := false;
+    values_now float8[];
+    i bigint;
+    largest float8 := 0;
 BEGIN
-    value := 0;
     full_at := now;
-    FOR i IN 1..shards LOOP
-        state_value := stored_values[i];
-        state_ts := stored_tss[i];
-        IF state_value IS NULL AND rowless_known THEN
-            value := rate_limiter._add(value, rowless_value);
-            full_at := greatest(full_at, rowless_full_at);
-            CONTINUE;
-        END IF;
-        IF state_value IS NULL THEN
-            initial := rate_limiter._initial(kind, capacity, period, start, name, key, now);
-            state_value := initial.value; state_ts := initial.ts;
-        END IF;
-        refilled := rate_limiter._refill(kind, rate, period, capacity, state_value, state_ts, now);
-        value := rate_limiter._add(value, refilled.new_value);
-        wait := NULL;
+    -- Every shard without a row has the same state: its value now and
+    -- when it is full are computed once, and the array filled with it;
+    -- then each stored row's state replaces its element (work per row).
+    IF pg_catalog.array_position(stored_values, NULL) IS NOT NULL THEN
+        initial := rate_limiter._initial(kind, capacity, period, start, name, key, now);
+        refilled := rate_limiter._refill(kind, rate, period, capacity, initial.value, initial.ts, now);
+        values_now := pg_catalog.array_fill(refilled.new_value, ARRAY[shards]);
+        largest := pg_catalog.abs(refilled.new_value);
         IF refilled.new_value < capacity THEN
-            wait := rate_limiter._retry_after(kind, rate, period, capacity, state_value, state_ts, capacity, 0, now);
-            full_at := greatest(full_at, rate_limiter._add_sat(now, wait));
+            full_at := greatest(full_at, rate_limiter._add_sat(now,
+                rate_limiter._retry_after(kind, rate, period, capacity, initial.value, initial.ts, capacity, 0, now)));
         END IF;
-        IF stored_values[i] IS NULL THEN
-            rowless_value := refilled.new_value;
-            rowless_full_at := CASE WHEN wait IS NULL THEN now ELSE rate_limiter._add_sat(now, wait) END;
-            rowless_known := true;
+    ELSE
+        values_now := pg_catalog.array_fill(0::float8, ARRAY[shards]);
+    END IF;
+    FOR i IN SELECT o.n FROM pg_catalog.unnest(stored_values) WITH ORDINALITY AS o(v, n) WHERE o.v IS NOT NULL LOOP
+        refilled := rate_limiter._refill(kind, rate, period, capacity, stored_values[i], stored_tss[i], now);
+        values_now[i] := refilled.new_value;
+        largest := greatest(largest, pg_catalog.abs(refilled.new_value));
+        IF refilled.new_value < capacity THEN
+            full_at := greatest(full_at, rate_limiter._add_sat(now,
+                rate_limiter._retry_after(kind, rate, period, capacity, stored_values[i], stored_tss[i], capacity, 0, now)));
         END IF;
     END LOOP;
+    value := rate_limiter._sum(values_now, 0::float8, largest);
 END
 $status$;

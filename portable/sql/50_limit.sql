@@ -56,6 +56,33 @@ BEGIN
 END
 $row$;
 
+-- The stored states of the shards of (name, key): values[i], tss[i] for
+-- shard i - 1 (NULL: no row), without a lock.
+CREATE FUNCTION rate_limiter._states(name text, key text, shards int,
+                                     OUT stored_values float8[], OUT stored_tss bigint[])
+LANGUAGE plpgsql STABLE
+AS $states$
+DECLARE
+    found_row record;
+BEGIN
+    stored_values := pg_catalog.array_fill(NULL::float8, ARRAY[shards]);
+    stored_tss := pg_catalog.array_fill(NULL::bigint, ARRAY[shards]);
+    IF key IS NULL THEN
+        FOR found_row IN SELECT r.shard, r.value, r.ts FROM rate_limiter.rate_limits AS r
+                         WHERE r.name = _states.name AND r.key IS NULL AND r.shard < shards LOOP
+            stored_values[found_row.shard + 1] := found_row.value;
+            stored_tss[found_row.shard + 1] := rate_limiter._micros(found_row.ts);
+        END LOOP;
+    ELSE
+        FOR found_row IN SELECT r.shard, r.value, r.ts FROM rate_limiter.rate_limits AS r
+                         WHERE r.name = _states.name AND r.key = _states.key AND r.shard < shards LOOP
+            stored_values[found_row.shard + 1] := found_row.value;
+            stored_tss[found_row.shard + 1] := rate_limiter._micros(found_row.ts);
+        END LOOP;
+    END IF;
+END
+$states$;
+
 -- The state of (name, key, shard), locked FOR UPDATE (waiting for a
 -- holder), or NULLs when there is no row.
 CREATE FUNCTION rate_limiter._locked_row(name text, key text, shard int2, OUT value float8, OUT ts bigint)
@@ -211,18 +238,13 @@ AS $committed$
 DECLARE
     stored record;
     decision record;
-    values_ float8[] := ARRAY[]::float8[];
-    tss bigint[] := ARRAY[]::bigint[];
 BEGIN
     IF config.shards > 1 THEN
-        FOR shard IN 0..config.shards - 1 LOOP
-            stored := rate_limiter._row(name, key, shard::int2, false);
-            values_ := values_ || stored.value;
-            tss := tss || stored.ts;
-        END LOOP;
+        -- Every shard's row in one statement: work per row, not per shard.
+        stored := rate_limiter._states(name, key, config.shards);
         decision := rate_limiter._evaluate_fullest(config.kind, config.rate, period,
             coalesce(config.capacity, config.rate), config.max_reserved, config.shards, start, name, key,
-            values_, tss, rate_limiter._now(), count, reserve);
+            stored.stored_values, stored.stored_tss, rate_limiter._now(), count, reserve);
         IF decision.new_value0 IS NOT NULL THEN
             new_ts0 := decision.new_ts0;
         END IF;

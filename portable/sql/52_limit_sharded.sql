@@ -13,16 +13,10 @@ DECLARE
     first int := (random[1] % n)::int;
     second int := ((first + 1 + random[2] % (n - 1)) % n)::int;
     start int := (random[3] % n)::int;
-    shard int;
-    order_ int[] := ARRAY[first, second];
 BEGIN
-    FOR i IN 0..n - 1 LOOP
-        shard := (start + i) % n;
-        IF shard <> first AND shard <> second THEN
-            order_ := order_ || shard;
-        END IF;
-    END LOOP;
-    RETURN order_;
+    RETURN ARRAY[first, second]
+        || ARRAY(SELECT (start + i) % n FROM pg_catalog.generate_series(0, n - 1) AS i
+                 WHERE (start + i) % n NOT IN (first, second) ORDER BY i);
 END
 $shard_order$;
 
