@@ -29,8 +29,8 @@ sudo -u postgres "$PG_BIN/psql" -q -h "$work/pg" -p "$RL_PORT" -d postgres \
     -c "ALTER SYSTEM SET shared_buffers = '1GB'" -c "ALTER SYSTEM SET max_wal_size = '4GB'" >/dev/null
 sudo -u postgres env -u RUST_BACKTRACE "$PG_BIN/pg_ctl" -D "$work/pg/data" -w restart >/dev/null
 sudo -u postgres "$PG_BIN/createdb" -h "$work/pg" -p "$RL_PORT" bench
-# The portable edition (SPEC section 12) in a database of its own, for
-# scenario 1's comparison of the editions.
+# The portable edition (docs/guarantees.md, "Portable edition") in a
+# database of its own, for scenario 1's comparison of the editions.
 bash scripts/portable.sh >/dev/null
 sudo -u postgres "$PG_BIN/createdb" -h "$work/pg" -p "$RL_PORT" bench_portable
 sudo -u postgres env "LD_LIBRARY_PATH=$PG_LIBRARY_PATH" "$PG_BIN/psql" -X -q -v ON_ERROR_STOP=1 \

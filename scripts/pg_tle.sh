@@ -1,8 +1,8 @@
 #!/usr/bin/env bash
 # pg_tle (Trusted Language Extensions), for the tests of the portable
-# edition's pg_tle install (SPEC section 12): what AWS RDS, Aurora and
-# Supabase let a database owner use to install an extension written in SQL
-# and PL/pgSQL.
+# edition's pg_tle install (docs/guarantees.md, "Portable edition"): what
+# AWS RDS, Aurora and Supabase let a database owner use to install an
+# extension written in SQL and PL/pgSQL.
 #
 #   bash scripts/pg_tle.sh build   # builds and installs pg_tle into PostgreSQL $RL_PG, unless it is there
 #

@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
-# Builds the release files of the portable edition (SPEC section 12) from
-# the repository's SQL, into dist/:
+# Builds the release files of the portable edition (docs/guarantees.md,
+# "Portable edition") from the repository's SQL, into dist/:
 #
 #   dist/rate_limiter-portable.sql  for `psql -f` by a database owner, on a
 #       platform without pg_tle. On a database without rate_limiter it

@@ -17,11 +17,11 @@
 #      ../shared/citus (scripts/citus.sh), then the pg_regress schedule
 #      tests/pg_regress/citus_schedule against the coordinator and a worker
 #      of the distributed install
-#   7. (PostgreSQL 15 and 18) the portable edition (SPEC section 12, built
-#      first by scripts/portable.sh): its pg_regress schedule and the
-#      isolation specs from its plain SQL file, then through pg_tle (built
-#      from ../shared/pg_tle), on a server without the native library or
-#      extension (tests/portable/suite.sh)
+#   7. (PostgreSQL 15 and 18) the portable edition (docs/guarantees.md,
+#      "Portable edition"; built first by scripts/portable.sh): its
+#      pg_regress schedule and the isolation specs from its plain SQL file,
+#      then through pg_tle (built from ../shared/pg_tle), on a server
+#      without the native library or extension (tests/portable/suite.sh)
 # against a throwaway cluster, and prints a summary line
 # "tests: N passed, M failed", on every supported PostgreSQL version (15,
 # 16, 17, 18) in turn, then once more on PostgreSQL 15 built with

@@ -1,6 +1,7 @@
--- Citus (SPEC section 10): rate_limiter.distribute(), undistribute() and
--- prepare_node(), run by an administrator on the coordinator. The internal
--- functions a node calls on another are in citus_internal_functions.sql.
+-- Citus (docs/guarantees.md, "Citus"): rate_limiter.distribute(),
+-- undistribute() and prepare_node(), run by an administrator on the
+-- coordinator. The internal functions a node calls on another are in
+-- citus_internal_functions.sql.
 -- docs/citus-design.md says why each step is as it is.
 
 CREATE FUNCTION rate_limiter.distribute(colocate_with regclass DEFAULT NULL)

@@ -1,6 +1,6 @@
--- Citus (SPEC section 10): the internal functions that run a call on the
--- node holding its row (src/citus/internal_functions.rs), one overload per
--- type of distribution column (text, bigint, integer, uuid).
+-- Citus (docs/guarantees.md, "Citus"): the internal functions that run a
+-- call on the node holding its row (src/citus/internal_functions.rs), one
+-- overload per type of distribution column (text, bigint, integer, uuid).
 -- docs/citus-design.md says why each step is as it is.
 
 CREATE FUNCTION rate_limiter._rate_limit_at(

@@ -1,8 +1,8 @@
--- Privileges (SPEC section 7): nothing is granted to PUBLIC. The functions
--- run their statements as the extension's owner with a pinned search path
--- (src/security.rs), so callers need only USAGE on the schema and EXECUTE
--- on the functions a database owner grants them; they get no privilege on
--- the tables.
+-- Privileges (docs/guarantees.md, "Security and roles"): nothing is
+-- granted to PUBLIC. The functions run their statements as the extension's
+-- owner with a pinned search path (src/security.rs), so callers need only
+-- USAGE on the schema and EXECUTE on the functions a database owner grants
+-- them; they get no privilege on the tables.
 REVOKE ALL ON ALL FUNCTIONS IN SCHEMA rate_limiter FROM PUBLIC;
 REVOKE ALL ON ALL TABLES IN SCHEMA rate_limiter FROM PUBLIC;
 

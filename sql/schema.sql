@@ -66,7 +66,7 @@ CREATE TABLE rate_limiter.rate_limits (
     shard  int2 NOT NULL DEFAULT 0,
     value  float8 NOT NULL,
     ts     timestamptz NOT NULL,
-    -- Citus's distribution column (SPEC section 10): NULL until
+    -- Citus's distribution column (docs/guarantees.md, "Citus"): NULL until
     -- rate_limiter.distribute(), then the key (or name/shard for a global
     -- limit). A NULL costs no row bytes (the null bitmap fits in the
     -- header's padding).

@@ -16,7 +16,7 @@ use rate_limiter_algorithm::LimitError;
 
 const UNDEFINE: &str = "DELETE FROM rate_limiter.definitions WHERE name = $1 RETURNING true";
 
-/// Tokens a shard should hold at least (the seeds' sizing rule).
+/// Tokens a shard should hold at least (below this, `define` warns).
 const MIN_TOKENS_PER_SHARD: f64 = 5.0;
 
 /// Warns when each shard of a sharded limit would hold fewer than

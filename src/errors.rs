@@ -44,9 +44,9 @@ pub enum CallError {
     /// A feature (named) needs the tables of the library's version: the
     /// database still has an older version's (SQLSTATE 55000).
     NeedsUpdate(&'static str),
-    /// Citus (SPEC section 10): the call cannot be made where it is made,
-    /// or the tables are not distributed the way the limiter needs
-    /// (SQLSTATE 55000); a message and a hint that says what to do.
+    /// Citus (docs/guarantees.md, "Citus"): the call cannot be made where
+    /// it is made, or the tables are not distributed the way the limiter
+    /// needs (SQLSTATE 55000); a message and a hint that says what to do.
     Cluster(String, &'static str),
     /// Citus: something this version does not do on a distributed install
     /// yet (SQLSTATE 0A000); the message says what.

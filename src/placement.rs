@@ -17,7 +17,8 @@
 //! read (inside one of Citus's shard queries nothing else may run first),
 //! then 42704 for an undefined limit, then 25006 in a read-only
 //! transaction, before the call goes anywhere (another node's part of the
-//! transaction would not be read-only: SPEC §8).
+//! transaction would not be read-only: docs/guarantees.md, "Citus",
+//! "Transactions across nodes").
 
 use crate::call::{Answers, Call, RequestArgument};
 use crate::catalog;

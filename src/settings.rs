@@ -16,11 +16,11 @@
 //! - `rate_limiter.max_inline_shards` (superuser only, default 64): the
 //!   most shards an inline config may have (`54000` beyond): a definition
 //!   may have more, since only a role that may `define` makes one.
-//! - `rate_limiter.lock_free_refusals` (superuser only, default on): a
-//!   call that the committed state already refuses answers without taking
-//!   the row lock (SPEC §5, "Refusals never wait"). Off, every consuming
-//!   call locks its rows first, as before 0.6.0: for benchmarks and tests
-//!   that compare the two.
+//! - `rate_limiter.lock_free_refusals` (superuser only, default on): a call
+//!   that the committed state already refuses answers without taking the
+//!   row lock (refusals never wait: docs/guarantees.md, "Concurrency and
+//!   exactness"). Off, every consuming call locks its rows first, as before
+//!   0.6.0: for benchmarks and tests that compare the two.
 //!
 //! All are validated by check hooks and decoded once into per-backend
 //! caches by assign hooks, so reading them on every call costs nothing.
@@ -131,7 +131,7 @@ pub fn max_inline_shards() -> i32 {
 
 /// `rate_limiter.lock_free_refusals`: whether a consuming call first
 /// decides on the committed state, without a lock, and answers a refusal
-/// from it (SPEC §5).
+/// from it (docs/guarantees.md, "Concurrency and exactness").
 pub fn lock_free_refusals() -> bool {
     LOCK_FREE_REFUSALS.get()
 }

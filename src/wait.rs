@@ -8,8 +8,8 @@
 //! try is refused and its subtransaction rolled back, which releases the
 //! row lock, so others can use the limit while this call sleeps. Only the
 //! call's final answer is counted in `rate_limiter.stats` (one decision per
-//! call, as SPEC §11 asks): the admitted try, or the refusal at the
-//! timeout.
+//! call, as docs/guarantees.md, "Statistics and shadow mode", says): the
+//! admitted try, or the refusal at the timeout.
 //!
 //! Sleeps on the real clock (the deadline is `clock_timestamp() +
 //! timeout`, as `pg_sleep` sleeps), can be cancelled (57014), and

@@ -1,8 +1,9 @@
-//! Which statistics entries make room for a new name (SPEC §11): the
-//! policy behind `rate_limiter.stats_max`, pure so that it can be tested
-//! on its own. The extension keeps one shared table of at most
-//! `stats_max` counted names for every database of the server; when it is
-//! full and a name not in it is counted, [`victims`] says which entries go.
+//! Which statistics entries make room for a new name (docs/guarantees.md,
+//! "Statistics and shadow mode"): the policy behind
+//! `rate_limiter.stats_max`, pure so that it can be tested on its own. The
+//! extension keeps one shared table of at most `stats_max` counted names
+//! for every database of the server; when it is full and a name not in it
+//! is counted, [`victims`] says which entries go.
 //!
 //! Rules, in order:
 //! 1. **Names anyone can invent never push out defined limits.** An entry

@@ -1,5 +1,6 @@
 //! How a consuming decision is answered and counted: shadow mode and the
-//! statistics' classes (SPEC §11).
+//! statistics' classes (docs/guarantees.md, "Statistics and shadow
+//! mode").
 //!
 //! A limit in **shadow mode** (`define(..., enforce => false)`) decides and
 //! writes its state exactly as an enforcing limit does (a refused decision

@@ -1,6 +1,6 @@
-//! Property test of the statistics' eviction policy (SPEC §11): on random
-//! full tables, whatever is evicted obeys the rules, and room is found
-//! whenever the rules allow any.
+//! Property test of the statistics' eviction policy (docs/guarantees.md,
+//! "Statistics and shadow mode"): on random full tables, whatever is
+//! evicted obeys the rules, and room is found whenever the rules allow any.
 
 use proptest::prelude::*;
 use rate_limiter_algorithm::eviction::{fair_share, victims, Newcomer, Occupant};

@@ -3,12 +3,12 @@
 //! Requests arrive on their own schedule (pgbench `-R`: Poisson arrivals,
 //! 16 clients), at 90%, 100%, 150% and 300% of the limit's rate, whether or
 //! not the server keeps up; latencies count from each request's scheduled arrival,
-//! so queueing behind a locked row shows. The limit is sized as the seeds
-//! advise, 10 tokens per shard: a token bucket of RATE tokens per second
-//! with capacity 10 × shards, over 1, 8 and 16 shards. Transactions are the
-//! call alone (one statement, autocommit), or `BEGIN`, the call, 2 ms of
-//! other work (`pg_sleep`) with the row locked, `COMMIT`; synchronous_commit
-//! on throughout.
+//! so queueing behind a locked row shows. The limit is sized as `define`'s
+//! hint advises (10 or more tokens per shard), 10 tokens per shard: a token
+//! bucket of RATE tokens per second with capacity 10 × shards, over 1, 8 and
+//! 16 shards. Transactions are the call alone (one statement, autocommit), or
+//! `BEGIN`, the call, 2 ms of other work (`pg_sleep`) with the row locked,
+//! `COMMIT`; synchronous_commit on throughout.
 //!
 //! Each transaction adds its call and (when admitted) its admission to its
 //! client's row of `bench_hot_admitted` in the same statement as the call,
@@ -33,7 +33,7 @@ use rate_limiter_algorithm::{
 
 /// The limit's rate, tokens per second.
 const RATE: f64 = 1000.0;
-/// Capacity per shard (the seeds: 10 or more).
+/// Capacity per shard (`define`'s hint: 10 or more).
 const TOKENS_PER_SHARD: f64 = 10.0;
 const SHARDS: [i32; 3] = [1, 8, 16];
 /// Demand as a share of RATE.

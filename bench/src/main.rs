@@ -45,9 +45,9 @@ pub struct Bench {
     pub redis_everysec_url: String,
     /// Multiplier for sizes (1.0 normally, smaller for a smoke run).
     pub scale: f64,
-    /// The database with the portable edition (SPEC §12), for scenario
-    /// 1's comparison of the editions (`RATE_LIMITER_BENCH_PORTABLE_URL`;
-    /// none: left out).
+    /// The database with the portable edition (docs/guarantees.md,
+    /// "Portable edition"), for scenario 1's comparison of the editions
+    /// (`RATE_LIMITER_BENCH_PORTABLE_URL`; none: left out).
     pub portable_url: Option<String>,
 }
 

@@ -4,10 +4,10 @@
 //! limit's rate, on (a) one keyed limit and (b) one global limit of 8
 //! shards; one call per transaction (autocommit), or `BEGIN`, the call,
 //! 2 ms of other work (`pg_sleep`) when admitted, `COMMIT`;
-//! synchronous_commit on throughout. Each configuration runs with
-//! lock-free refusals (SPEC §5, the default) and with
-//! `rate_limiter.lock_free_refusals = off` (every call locks the row
-//! before it decides, as before), in the same rounds.
+//! synchronous_commit on throughout. Each configuration runs with lock-free
+//! refusals (the default: docs/guarantees.md, "Concurrency and exactness")
+//! and with `rate_limiter.lock_free_refusals = off` (every call locks the
+//! row before it decides, as before), in the same rounds.
 //!
 //! The client is this program rather than pgbench because the latencies of
 //! refused and admitted calls are reported apart: each call records its
@@ -35,7 +35,8 @@ const RATE: f64 = 500.0;
 const RATE_WITH_WORK: f64 = 100.0;
 /// The keyed limit's capacity (a tenth of a second of RATE).
 const KEYED_CAPACITY: f64 = 50.0;
-/// The global limit: 8 shards of 10 tokens (the seeds' sizing).
+/// The global limit: 8 shards of 10 tokens (the 10 or more a shard that
+/// `define`'s hint advises).
 const SHARDS: i32 = 8;
 const SHARDED_CAPACITY: f64 = 80.0;
 /// Demand as a share of RATE.

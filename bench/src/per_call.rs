@@ -5,8 +5,9 @@
 //! Each measurement is divided by the number of calls; every figure is the
 //! median of 3 rounds, the contenders taking turns.
 //!
-//! The portable edition (SPEC §12: the same limiter in SQL and PL/pgSQL)
-//! takes its turn beside them, in a database of its own on the same server
+//! The portable edition (the same limiter in SQL and PL/pgSQL:
+//! docs/guarantees.md, "Portable edition") takes its turn beside them, in a
+//! database of its own on the same server
 //! (`RATE_LIMITER_BENCH_PORTABLE_URL`; without it, it is left out), with
 //! the same call.
 //!
@@ -315,9 +316,10 @@ pub fn run(bench: &Bench, report: &mut Report) {
     );
 }
 
-/// The editions side by side (SPEC §12): the S1 workloads for the native
-/// extension, the portable edition, PL/pgSQL and the floor, from the same
-/// rounds (`new` and `old`: new keys, updates, in that order).
+/// The editions side by side (docs/guarantees.md, "Portable edition"): the
+/// S1 workloads for the native extension, the portable edition, PL/pgSQL
+/// and the floor, from the same rounds (`new` and `old`: new keys, updates,
+/// in that order).
 fn editions(
     report: &mut Report,
     new: [&Samples; 4],

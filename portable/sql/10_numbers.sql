@@ -1,6 +1,6 @@
--- The portable edition (SPEC section 12): numbers the native extension
--- computes in Rust, computed the same way in SQL so that both editions
--- answer alike.
+-- The portable edition (docs/guarantees.md, "Portable edition"): numbers
+-- the native extension computes in Rust, computed the same way in SQL so
+-- that both editions answer alike.
 --
 -- * _show(float8): a float in an error message as Rust's Display writes
 --   it (the shortest decimal that reads back as the same float, never an

@@ -1,8 +1,9 @@
--- The portable edition (SPEC section 12): the rate-limit math of
--- algorithm/src/ (the native extension's rate_limiter_algorithm crate),
--- step for step, with the same floating-point operations in the same
--- order, so that both editions answer alike (the differential test,
--- tests/integration/tests/portable_differential.rs, compares them).
+-- The portable edition (docs/guarantees.md, "Portable edition"): the
+-- rate-limit math of algorithm/src/ (the native extension's
+-- rate_limiter_algorithm crate), step for step, with the same floating-point
+-- operations in the same order, so that both editions answer alike (the
+-- differential test, tests/integration/tests/portable_differential.rs,
+-- compares them).
 --
 -- Times are microseconds since 2000-01-01 00:00 UTC (what a timestamptz
 -- stores), as bigint; durations are microseconds; tokens are float8.

@@ -1,5 +1,6 @@
--- The portable edition (SPEC section 12): the math of sharded limits
--- (algorithm/src/shards.rs), on top of 20_math.sql's single-state math.
+-- The portable edition (docs/guarantees.md, "Portable edition"): the math
+-- of sharded limits (algorithm/src/shards.rs), on top of 20_math.sql's
+-- single-state math.
 
 -- How a call is served from two shards with refilled values v0 and v1
 -- (shards::plan): 'single 0' / 'single 1' (wholly from that one, left with

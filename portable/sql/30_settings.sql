@@ -1,6 +1,6 @@
--- The portable edition (SPEC section 12): settings. Without C code the
--- extension cannot define its settings, so rate_limiter.* are placeholder
--- settings, which any role can SET. So:
+-- The portable edition (docs/guarantees.md, "Portable edition"):
+-- settings. Without C code the extension cannot define its settings, so
+-- rate_limiter.* are placeholder settings, which any role can SET. So:
 --
 -- * rate_limiter.now_override and rate_limiter.random_seed take effect
 --   only in a session whose login role is a member of the extension's
@@ -111,12 +111,12 @@ BEGIN
 END
 $now$;
 
--- rate_limiter.lock_free_refusals (SPEC section 5, "Refusals never
--- wait"): whether a consuming call first decides on the committed state,
--- without a lock, and answers a refusal from it. On unless set; a value
--- that is not a boolean is 22023 (with the message of the native
--- extension's SET); turning it off is for a member of the role that owns
--- rate_limiter's tables (a superuser setting in the native extension),
+-- rate_limiter.lock_free_refusals (docs/guarantees.md, "Concurrency and
+-- exactness": refusals never wait): whether a consuming call first decides on
+-- the committed state, without a lock, and answers a refusal from it. On
+-- unless set; a value that is not a boolean is 22023 (with the message of the
+-- native extension's SET); turning it off is for a member of the role that
+-- owns rate_limiter's tables (a superuser setting in the native extension),
 -- 42501 for any other role.
 CREATE FUNCTION rate_limiter._lock_free()
 RETURNS boolean

@@ -1,7 +1,8 @@
--- The portable edition (SPEC section 12): named limits. define() and
--- undefine() write rate_limiter.definitions with the native extension's
--- statements (src/definitions.rs), and a call resolves its config as the
--- native one does: the inline config, else the definition, else 42704.
+-- The portable edition (docs/guarantees.md, "Portable edition"): named
+-- limits. define() and undefine() write rate_limiter.definitions with the
+-- native extension's statements (src/definitions.rs), and a call resolves
+-- its config as the native one does: the inline config, else the
+-- definition, else 42704.
 
 -- Whether the definition of name that this transaction's snapshot sees
 -- was replaced or deleted by a transaction that has committed since: its
@@ -186,7 +187,7 @@ BEGIN
         RAISE EXCEPTION 'enforce must not be NULL' USING ERRCODE = '22004';
     END IF;
     PERFORM rate_limiter._config(config);
-    -- The seeds' sizing rule: 5 tokens a shard at least.
+    -- The sizing rule (as the native define): 5 tokens a shard at least.
     IF config.shards > 1 THEN
         per_shard := rate_limiter._div(coalesce(config.capacity, config.rate), config.shards::float8);
         IF per_shard < 5 THEN

@@ -1,8 +1,8 @@
--- The portable edition (SPEC section 12): the refusal of a call with
--- throws => true, raised as the native extension raises it
--- (src/errors.rs): SQLSTATE rate_limiter.sqlstate (default RL429), a
--- message naming the limit and key, a DETAIL that is a JSON object as
--- serde_json writes it, and a HINT.
+-- The portable edition (docs/guarantees.md, "Portable edition"): the
+-- refusal of a call with throws => true, raised as the native extension
+-- raises it (src/errors.rs): SQLSTATE rate_limiter.sqlstate (default
+-- RL429), a message naming the limit and key, a DETAIL that is a JSON
+-- object as serde_json writes it, and a HINT.
 
 -- A float as serde_json writes it (the ryu crate's format: "12000.0",
 -- "0.5", "1e21", "1.5e-7"; null when not finite).

@@ -1,7 +1,7 @@
--- The portable edition (SPEC section 12): rate_limit, rate_check and
--- rate_reset. The state is read, locked and written with ordinary
--- statements in the caller's transaction (SELECT ... FOR UPDATE, UPDATE,
--- INSERT ... ON CONFLICT DO NOTHING), so PostgreSQL itself applies
+-- The portable edition (docs/guarantees.md, "Portable edition"): rate_limit,
+-- rate_check and rate_reset. The state is read, locked and written with
+-- ordinary statements in the caller's transaction (SELECT ... FOR UPDATE,
+-- UPDATE, INSERT ... ON CONFLICT DO NOTHING), so PostgreSQL itself applies
 -- whatever the table carries, and:
 -- * under READ COMMITTED concurrent callers serialize on the row;
 -- * under REPEATABLE READ or SERIALIZABLE a row changed after the
@@ -177,9 +177,10 @@ BEGIN
         limit_ := rate_limiter._resolve(name, inline, inline_given);
         config := limit_.config;
         PERFORM rate_limiter._validate_count(config, count, reserve);
-        -- Refusals never wait (SPEC section 5): decide first on the rows as
-        -- committed, without a lock; only a call that state could admit
-        -- locks, waits if it must, and decides again.
+        -- Refusals never wait (docs/guarantees.md, "Concurrency and
+        -- exactness"): decide first on the rows as committed, without a lock;
+        -- only a call that state could admit locks, waits if it must, and
+        -- decides again.
         -- (A sharded limit reads its shards as committed only before it
         -- would wait for one: _consume_sharded.)
         refused := false;
@@ -227,8 +228,9 @@ $consume$;
 -- SERIALIZABLE the transaction's snapshot (with SERIALIZABLE's predicate
 -- locks: a refusal is a read). A sharded limit answers for its two fullest
 -- shards. What rate_check answers, and the refusal a consuming call gives
--- without locking (SPEC section 5, "Refusals never wait"); new_ts* are the
--- timestamps the call would store (NULL: none).
+-- without locking (docs/guarantees.md, "Concurrency and exactness":
+-- refusals never wait); new_ts* are the timestamps the call would store
+-- (NULL: none).
 CREATE FUNCTION rate_limiter._committed(name text, key text, count float8, reserve boolean,
                                         config rate_limiter.config, period bigint, start bigint,
                                         OUT ok boolean, OUT retry_after bigint, OUT remaining float8,
@@ -354,13 +356,13 @@ DECLARE
     windows bigint;
 BEGIN
     -- The fast path: a call of a defined, unsharded token bucket (or fixed
-    -- window with a start) with a key and a count in the usual range,
-    -- under READ COMMITTED, that is admitted without a debt. It reads the
+    -- window with a start) with a key and a count in the usual range, under
+    -- READ COMMITTED, that is admitted without a debt. It reads the
     -- definition and the row as committed (no lock: a refusal goes to the
-    -- general path, which answers it without a lock, SPEC section 5), then
-    -- locks the row (SELECT ... FOR UPDATE: it waits for a holder and
-    -- reads the row as the holder committed it), reads the clock, and
-    -- decides again and updates the row, or inserts a new key's row while the
+    -- general path, which answers it without a lock: refusals never wait),
+    -- then locks the row (SELECT ... FOR UPDATE: it waits for a holder and
+    -- reads the row as the holder committed it), reads the clock, and decides
+    -- again and updates the row, or inserts a new key's row while the
     -- version of the definition it read is still the committed one (the
     -- INSERT's SELECT sees what committed before it: a define() that
     -- discarded the row while the call waited for it leaves it no row, and
@@ -394,13 +396,14 @@ BEGIN
            AND (lock_free = 'on' OR lock_free IS NULL OR lock_free = '' OR rate_limiter._lock_free()) THEN
             limit_period := limit_period_us::bigint;
             override := pg_catalog.current_setting('rate_limiter.now_override', true);
-            -- Refusals never wait (SPEC section 5): the row as committed,
-            -- without a lock. A refusal (or a state outside this path's
-            -- range) goes to the general path, which answers it from the
-            -- committed state too; otherwise lock that version (its name
-            -- and key checked: a TID may be reused once the version is
-            -- gone) and decide again under the lock. A version changed or
-            -- deleted meanwhile is not found: general path.
+            -- Refusals never wait (docs/guarantees.md, "Concurrency and
+            -- exactness"): the row as committed, without a lock. A refusal
+            -- (or a state outside this path's range) goes to the general
+            -- path, which answers it from the committed state too; otherwise
+            -- lock that version (its name and key checked: a TID may be
+            -- reused once the version is gone) and decide again under the
+            -- lock. A version changed or deleted meanwhile is not found:
+            -- general path.
             SELECT r.ctid, r.value, r.ts INTO row_ctid, row_value, row_ts
             FROM rate_limiter.rate_limits AS r
             WHERE r.name = rate_limit.name AND r.key = rate_limit.key AND r.shard = 0;

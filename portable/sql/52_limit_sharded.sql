@@ -1,6 +1,6 @@
--- The portable edition (SPEC section 12): a consuming call of a sharded
--- limit (storage/shards.rs with SQL's row locks), for _consume in
--- 50_limit.sql.
+-- The portable edition (docs/guarantees.md, "Portable edition"): a
+-- consuming call of a sharded limit (storage/shards.rs with SQL's row
+-- locks), for _consume in 50_limit.sql.
 
 -- The order in which a call of a limit with n (>= 2) shards looks at them
 -- (shards::shard_order): two distinct shards drawn (the power of two
@@ -139,7 +139,8 @@ $lock_shard$;
 -- only if it is what stands in the way. When every shard is busy, the
 -- call waits for the first one drawn. Before any such wait, with
 -- lock-free refusals, every shard as committed (_committed): a refusal
--- there is the answer instead (SPEC section 5). It waits for a shard only while
+-- there is the answer instead (refusals never wait: docs/guarantees.md,
+-- "Concurrency and exactness"). It waits for a shard only while
 -- every shard it holds has a lower number (no deadlock). restart: a new
 -- row lost a race, or the definition changed: the caller starts again.
 CREATE FUNCTION rate_limiter._consume_sharded(name text, key text, count float8, reserve boolean,
@@ -214,8 +215,9 @@ BEGIN
                 ok := decision.ok; retry_after := decision.retry_after; remaining := decision.remaining;
                 RETURN;
             END IF;
-            -- Refusals never wait (SPEC section 5): before waiting, every
-            -- shard as committed; its refusal is the answer.
+            -- Refusals never wait (docs/guarantees.md, "Concurrency and
+            -- exactness"): before waiting, every shard as committed; its
+            -- refusal is the answer.
             IF rate_limiter._lock_free() THEN
                 committed := rate_limiter._committed(name, key, count, reserve, config, period, start);
                 IF NOT committed.ok THEN

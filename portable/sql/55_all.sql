@@ -1,13 +1,13 @@
--- The portable edition (SPEC section 12): rate_limit_all, several limits
--- at once, all or nothing (src/all_or_nothing.rs and
--- src/storage/all_or_nothing.rs). Every state row of every limit named is
--- held in one order, (name, key, shard) bytewise with the global limit
--- first, before the next is looked at: an existing row is locked
--- (SELECT ... FOR UPDATE); a missing one that the call may consume from
--- (the first 2 m missing shards of a limit named m times) is held by
--- inserting a placeholder row, withdrawn again when nothing is written to
--- it. So overlapping calls never wait for each other in a cycle, whatever
--- the order of their requests.
+-- The portable edition (docs/guarantees.md, "Portable edition"):
+-- rate_limit_all, several limits at once, all or nothing
+-- (src/all_or_nothing.rs and src/storage/all_or_nothing.rs). Every state row
+-- of every limit named is held in one order, (name, key, shard) bytewise with
+-- the global limit first, before the next is looked at: an existing row is
+-- locked (SELECT ... FOR UPDATE); a missing one that the call may consume
+-- from (the first 2 m missing shards of a limit named m times) is held by
+-- inserting a placeholder row, withdrawn again when nothing is written to it.
+-- So overlapping calls never wait for each other in a cycle, whatever the
+-- order of their requests.
 
 -- The request in force for each element of requests, checked in the
 -- native order: 54000 more than rate_limiter.max_requests; per element
@@ -138,10 +138,11 @@ BEGIN
       FROM (SELECT j AS l, names[first_request[j]] AS name, keys[first_request[j]] AS key, s AS shard
               FROM pg_catalog.generate_series(1, coalesce(pg_catalog.cardinality(first_request), 0)) AS j,
                    pg_catalog.generate_series(0, shard_counts[j] - 1) AS s) AS o;
-    -- Refusals never wait (SPEC section 5): with lock_free_refusals (the
-    -- default), a first pass decides on every row as committed, without a
-    -- lock, and a refusal there is the answer, nothing held or written.
-    -- Otherwise the second pass holds every row in order and decides again.
+    -- Refusals never wait (docs/guarantees.md, "Concurrency and exactness"):
+    -- with lock_free_refusals (the default), a first pass decides on every
+    -- row as committed, without a lock, and a refusal there is the answer,
+    -- nothing held or written. Otherwise the second pass holds every row in
+    -- order and decides again.
     FOR pass IN CASE WHEN rate_limiter._lock_free() THEN 1 ELSE 2 END..2 LOOP
         held := ARRAY[]::text[];
         stored_values := ARRAY[]::float8[];

@@ -1,6 +1,7 @@
--- The portable edition (SPEC section 12): reading a limit without
--- consuming, status and http_headers (src/status.rs, src/http.rs). No
--- lock, no write: both work in read-only transactions and on standbys.
+-- The portable edition (docs/guarantees.md, "Portable edition"): reading
+-- a limit without consuming, status and http_headers (src/status.rs,
+-- src/http.rs). No lock, no write: both work in read-only transactions and
+-- on standbys.
 
 -- Where (name, key) stands now (status::current), and the time it was
 -- read at (microseconds).

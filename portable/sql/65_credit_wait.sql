@@ -1,5 +1,5 @@
--- The portable edition (SPEC section 12): rate_credit (src/credit.rs) and
--- rate_wait (src/wait.rs).
+-- The portable edition (docs/guarantees.md, "Portable edition"):
+-- rate_credit (src/credit.rs) and rate_wait (src/wait.rs).
 
 CREATE FUNCTION rate_limiter.rate_credit(
     name   text,

@@ -1,8 +1,8 @@
--- The portable edition (SPEC section 12): prune (src/prune.rs). The rows
--- are read in batches without a lock; a batch's candidates are read again
--- with FOR UPDATE SKIP LOCKED and judged again on the locked versions,
--- with the clock read after the locks, then deleted. A row another
--- transaction holds is in use and left alone.
+-- The portable edition (docs/guarantees.md, "Portable edition"): prune
+-- (src/prune.rs). The rows are read in batches without a lock; a batch's
+-- candidates are read again with FOR UPDATE SKIP LOCKED and judged again
+-- on the locked versions, with the clock read after the locks, then
+-- deleted. A row another transaction holds is in use and left alone.
 
 -- Whether a stored row goes (prune::doomed): a shard of a defined limit
 -- when a missing row would answer exactly as it does (prune::prunable);

@@ -1,8 +1,9 @@
--- The portable edition (SPEC section 12): the config constructors, and
--- what the portable edition does not have: statistics (shared memory) and
--- Citus (C code on every node). Those functions exist with the native
--- signatures and raise 0A000 with a hint naming the native extension, so
--- a caller learns why rather than meeting a missing function.
+-- The portable edition (docs/guarantees.md, "Portable edition"): the
+-- config constructors, and what the portable edition does not have:
+-- statistics (shared memory) and Citus (C code on every node). Those
+-- functions exist with the native signatures and raise 0A000 with a hint
+-- naming the native extension, so a caller learns why rather than meeting
+-- a missing function.
 
 CREATE FUNCTION rate_limiter.token_bucket(
     rate         float8,

@@ -1,4 +1,5 @@
-//! `rate_limit_all` on a distributed install (SPEC §8, §10): all or
+//! `rate_limit_all` on a distributed install (docs/guarantees.md, "Citus",
+//! "Transactions across nodes" and "Exactness across nodes"): all or
 //! nothing over rows that live on several nodes, inside the caller's
 //! distributed transaction.
 //!

@@ -107,16 +107,17 @@ pub fn consume_elsewhere(
 }
 
 /// `rate_limit` of a global limit with `shards` (>= 2) shards on a
-/// distributed install (SPEC §10): the shards on this node first (as on
-/// one server, over those shards only); only when they cannot serve the
-/// call, the other nodes', one node after the other in random order,
-/// through `_rate_limit_at` with the distribution value of one of its
-/// shards, until one admits. There the call uses only that node's shards
-/// and never waits for one another transaction holds (it passes over it,
-/// or answers as refused), so no two calls wait for each other across
-/// nodes. Every node consumes within its own shards' bounds, so the limit
-/// never admits more than the unsharded bound. A refusal answers with the
-/// soonest `retry_after` of the nodes asked.
+/// distributed install (docs/guarantees.md, "Citus", "Exactness across
+/// nodes"): the shards on this node first (as on one server, over those
+/// shards only); only when they cannot serve the call, the other nodes',
+/// one node after the other in random order, through `_rate_limit_at` with
+/// the distribution value of one of its shards, until one admits. There the
+/// call uses only that node's shards and never waits for one another
+/// transaction holds (it passes over it, or answers as refused), so no two
+/// calls wait for each other across nodes. Every node consumes within its
+/// own shards' bounds, so the limit never admits more than the unsharded
+/// bound. A refusal answers with the soonest `retry_after` of the nodes
+/// asked.
 ///
 /// Errors: 55000 as [`super::site`]; those of `rate_limit`.
 pub fn consume_spread(call: &Call<'_>, shards: i16) -> Result<(Decision, Counted), CallError> {

@@ -1,4 +1,4 @@
-//! Citus (SPEC section 10): where a state row lives once
+//! Citus (docs/guarantees.md, "Citus"): where a state row lives once
 //! `rate_limiter.distribute()` has made `rate_limiter.rate_limits` a
 //! distributed table, and running a call on the node that holds its row.
 //!

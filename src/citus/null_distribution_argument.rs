@@ -1,5 +1,5 @@
 //! No NULL distribution argument ever reaches Citus's function delegation
-//! (SPEC §10).
+//! (docs/guarantees.md, "Citus", "Routing and delegation").
 //!
 //! Citus delegates a call of a distributed function (the internal
 //! `_rate_limit_at`, `_rate_state_at`, `_rate_credit_at`,

@@ -53,14 +53,14 @@ pub fn site(dkey: &DistributionValue, for_write: bool) -> Result<Site, CallError
     ))
 }
 
-/// Where the shards `0..shards` of the global limit `name` live (SPEC
-/// §10: they spread over the nodes), read as [`site`] reads one: the ones
-/// on this node, each with its route and distribution value (Citus's
-/// metadata lock for a write to its shard taken), and every other node
-/// that holds some (the distribution value of one of them, and their
-/// numbers), those nodes in random order. Its work grows with `shards` (at most 32767).
-/// `for_write`: take the metadata locks (a read takes none, as
-/// [`site`]).
+/// Where the shards `0..shards` of the global limit `name` live (they
+/// spread over the nodes: docs/guarantees.md, "Citus", "Exactness across
+/// nodes"), read as [`site`] reads one: the ones on this node, each with
+/// its route and distribution value (Citus's metadata lock for a write to
+/// its shard taken), and every other node that holds some (the distribution
+/// value of one of them, and their numbers), those nodes in random order.
+/// Its work grows with `shards` (at most 32767). `for_write`: take the
+/// metadata locks (a read takes none, as [`site`]).
 ///
 /// Errors: 55000 as [`site`].
 pub fn spread(name: &[u8], shards: i16, for_write: bool) -> Result<Spread, CallError> {

@@ -1,15 +1,16 @@
-//! Calls that Citus evaluates inside its own per-shard queries (SPEC §10;
+//! Calls that Citus evaluates inside its own per-shard queries
+//! (docs/guarantees.md, "Citus", "Call shapes and node states";
 //! docs/citus-design.md §3). In `SELECT rate_limiter.rate_limit('l',
 //! tenant_id::text) FROM app.orders`, a multi-shard query over a table
 //! colocated with the state, Citus pushes the call down into the query it
 //! sends each worker for each shard, where it runs in a Citus-internal
-//! backend: outside a transaction block each of those commits on its own
-//! (a statement that fails keeps part of its consumption), and inside one
-//! a transaction that consumed on two workers would commit without
-//! two-phase commit. So a call that writes refuses to run in a
-//! Citus-internal backend (0A000), unless it runs inside one of the
-//! limiter's own delegated functions (`_rate_limit_at` and the others,
-//! which Citus runs inside the caller's distributed transaction).
+//! backend: outside a transaction block each of those commits on its own (a
+//! statement that fails keeps part of its consumption), and inside one a
+//! transaction that consumed on two workers would commit without two-phase
+//! commit. So a call that writes refuses to run in a Citus-internal backend
+//! (0A000), unless it runs inside one of the limiter's own delegated
+//! functions (`_rate_limit_at` and the others, which Citus runs inside the
+//! caller's distributed transaction).
 //!
 //! The same module knows whether a call may read and write this node's
 //! shards directly ([`local_execution`]).

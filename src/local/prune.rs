@@ -4,17 +4,19 @@
 //! The rows are read through SPI in batches, without locking them; the
 //! candidates of a batch are then read again with `FOR UPDATE SKIP LOCKED`
 //! and judged again on the locked versions, with the clock read after the
-//! locks (§4), so no consumption can slip in between the decision and the
-//! `DELETE`. Only the rows that go are locked: a prune does not make the
-//! callers of live limits wait for its transaction. A row another
+//! locks (as a consuming call reads it: docs/guarantees.md, "Concurrency
+//! and exactness"), so no consumption can slip in between the decision and
+//! the `DELETE`. Only the rows that go are locked: a prune does not make
+//! the callers of live limits wait for its transaction. A row another
 //! transaction holds (or changed meanwhile) is in use and left alone. A row
 //! of a defined limit (a shard the definition has) goes when
 //! `rate_limiter_algorithm::prunable` says so: it is full and a missing row
-//! would answer exactly as it does. Any other row (a name without a definition,
-//! used with inline configs, or a shard beyond the definition's) goes when
-//! `older_than` is given and its `ts` is older than `now - older_than`.
-//! `prune` goes through the executor, so it obeys everything attached to
-//! the table, and in a read-only transaction it fails with 25006.
+//! would answer exactly as it does. Any other row (a name without a
+//! definition, used with inline configs, or a shard beyond the
+//! definition's) goes when `older_than` is given and its `ts` is older than
+//! `now - older_than`. `prune` goes through the executor, so it obeys
+//! everything attached to the table, and in a read-only transaction it
+//! fails with 25006.
 //!
 //! On a distributed install each node prunes the shards placed on it, each
 //! through its own relation (where a ctid means something): the cluster

@@ -1,6 +1,7 @@
-//! Statistics (SPEC §11): counters per (database, limit name) in shared
-//! memory, summed over every backend since the last reset, read through the
-//! view `rate_limiter.stats` and zeroed by `rate_limiter.stats_reset(name)`.
+//! Statistics (docs/guarantees.md, "Statistics and shadow mode"): counters
+//! per (database, limit name) in shared memory, summed over every backend
+//! since the last reset, read through the view `rate_limiter.stats` and
+//! zeroed by `rate_limiter.stats_reset(name)`.
 //!
 //! They need `shared_preload_libraries = 'rate_limiter'`: the shared memory
 //! is set aside when the server starts. Without it every call works as

@@ -4,7 +4,8 @@
 //! `rate_limiter.stats_reset(name)`.
 //!
 //! **How a name is shown.** Every row's name is a distinct value that a
-//! client in any encoding can read (SPEC §11):
+//! client in any encoding can read (docs/guarantees.md, "Statistics and
+//! shadow mode"; "Input and errors" for encodings):
 //! - its bytes as [`crate::names::for_view`] shows them (in a UTF8
 //!   database as they are; in another, characters with no UTF-8
 //!   equivalent as `\xNN` and `\` as `\\`);

@@ -2,10 +2,10 @@
 //! of every limit the call names, held in one fixed order, then every
 //! consumption written, or none.
 //!
-//! 0. With `lock_free` (SPEC §5, "Refusals never wait"): `decide` runs
-//!    first on every row as committed (`read_committed`), before any lock;
-//!    a refusal from that state is the answer, with nothing held or
-//!    written. Otherwise:
+//! 0. With `lock_free` (refusals never wait: docs/guarantees.md,
+//!    "Concurrency and exactness"): `decide` runs first on every row as
+//!    committed (`read_committed`), before any lock; a refusal from that
+//!    state is the answer, with nothing held or written. Otherwise:
 //! 1. The rows are sorted by (name, key, shard), bytewise, the global limit
 //!    (key NULL) before every key, and each is *held* in that order before
 //!    the next is looked at:

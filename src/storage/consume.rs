@@ -22,19 +22,20 @@
 //!    new-key callers never get a unique violation: one inserts, the other
 //!    waits and updates (or gets 40001 under REPEATABLE READ).
 //!
-//! 0. When `lock_free` (SPEC §5, "Refusals never wait"): decide first on
-//!    the row as committed, without a lock. A refusal is answered from it
-//!    at once: nothing locked, nothing written, no wait for a transaction
-//!    holding the row. Anything else goes on to 1 and decides again under
-//!    the lock. Under READ COMMITTED the committed state comes from step
-//!    1's own look with the dirty snapshot (`peek`: a version another
-//!    running transaction is writing shows its committed state), so the
-//!    call still descends the index once; when another transaction is
-//!    writing the row, the call waits for it to end without locking and
-//!    comes back here, to decide on what it committed (a refusal after the
-//!    wait takes no lock either). Under REPEATABLE READ / SERIALIZABLE it
-//!    is the row the transaction's snapshot sees ([`read_committed`], with
-//!    the predicate lock a `SELECT` takes).
+//! 0. When `lock_free` (refusals never wait: docs/guarantees.md,
+//!    "Concurrency and exactness"): decide first on the row as committed,
+//!    without a lock. A refusal is answered from it at once: nothing
+//!    locked, nothing written, no wait for a transaction holding the row.
+//!    Anything else goes on to 1 and decides again under the lock. Under
+//!    READ COMMITTED the committed state comes from step 1's own look with
+//!    the dirty snapshot (`peek`: a version another running transaction is
+//!    writing shows its committed state), so the call still descends the
+//!    index once; when another transaction is writing the row, the call
+//!    waits for it to end without locking and comes back here, to decide on
+//!    what it committed (a refusal after the wait takes no lock either).
+//!    Under REPEATABLE READ / SERIALIZABLE it is the row the transaction's
+//!    snapshot sees ([`read_committed`], with the predicate lock a `SELECT`
+//!    takes).
 //!
 //! Every write is WAL-logged, counted in `pg_stat_user_tables`, and undone
 //! by a rollback, exactly like the statement it replaces. What this skips,

@@ -246,13 +246,13 @@ pub(super) unsafe fn peek(relations: &Relations, datums: &Datums) -> Peek {
     seen
 }
 
-/// The snapshot a refusal without a lock decides on (SPEC §5, "Refusals
-/// never wait"): under READ COMMITTED the latest one (what has committed
-/// by now, and this transaction's own earlier writes), as the row lock
-/// would read it; under REPEATABLE READ or SERIALIZABLE the transaction's
-/// snapshot, so that the refusal is a read of the row as of that snapshot
-/// and, under SERIALIZABLE, carries the predicate locks `SELECT` would
-/// take (an anomaly that involves it ends in 40001).
+/// The snapshot a refusal without a lock decides on (docs/guarantees.md,
+/// "Concurrency and exactness"): under READ COMMITTED the latest one (what
+/// has committed by now, and this transaction's own earlier writes), as the
+/// row lock would read it; under REPEATABLE READ or SERIALIZABLE the
+/// transaction's snapshot, so that the refusal is a read of the row as of
+/// that snapshot and, under SERIALIZABLE, carries the predicate locks
+/// `SELECT` would take (an anomaly that involves it ends in 40001).
 ///
 /// # Safety
 /// Inside a transaction; the snapshot is valid until the next call of

@@ -51,16 +51,16 @@
 //! from another node) starts with `held` at the highest shard number, so
 //! it passes over busy shards and answers for them instead.
 //!
-//! **Refusals never wait** (SPEC §5). The peeks above read committed
-//! states, so a call refused by the pair it looked at locks nothing and
-//! waits for nothing. The call waits only for a busy shard, as said; with
-//! `lock_free`, and when the call may use every shard
-//! ([`ShardPlaces::All`]), before it would wait it reads every shard as
-//! committed (`read_committed_shards`), without a lock, and when that
-//! state refuses it (not even the two fullest shards together could serve
-//! it, so no shard or pair could) answers that refusal instead of waiting.
-//! (Read only then, not on every call: a call that finds a free pair pays
-//! nothing for it.)
+//! **Refusals never wait** (docs/guarantees.md, "Concurrency and
+//! exactness"). The peeks above read committed states, so a call refused by
+//! the pair it looked at locks nothing and waits for nothing. The call
+//! waits only for a busy shard, as said; with `lock_free`, and when the
+//! call may use every shard ([`ShardPlaces::All`]), before it would wait it
+//! reads every shard as committed (`read_committed_shards`), without a
+//! lock, and when that state refuses it (not even the two fullest shards
+//! together could serve it, so no shard or pair could) answers that refusal
+//! instead of waiting. (Read only then, not on every call: a call that
+//! finds a free pair pays nothing for it.)
 //!
 //! New rows are inserted speculatively, one after the other; if another
 //! transaction inserted one of them first, that one is withdrawn, the ones
@@ -221,11 +221,12 @@ struct Attempt<'a> {
 /// `i`).
 type Committed<'a> = dyn FnMut(&[Option<State>]) -> Result<ShardedDecision, CallError> + 'a;
 
-/// Refusals never wait (SPEC §5): before the call waits for a busy shard,
-/// the decision on every shard as committed (`read_committed_shards`), when
-/// the call has lock-free refusals; `Some` refusal when that state refuses
-/// the call (not even the two fullest shards together could serve it), the
-/// answer instead of waiting.
+/// Refusals never wait (docs/guarantees.md, "Concurrency and exactness"):
+/// before the call waits for a busy shard, the decision on every shard as
+/// committed (`read_committed_shards`), when the call has lock-free
+/// refusals; `Some` refusal when that state refuses the call (not even the
+/// two fullest shards together could serve it), the answer instead of
+/// waiting.
 ///
 /// # Safety
 /// `places` opened by [`Places::open`].

@@ -2,9 +2,10 @@
 # Runs the isolation specs (tests/isolation, the same specs and expected
 # files as the native extension's, but for the portable edition's own
 # outputs in tests/portable/isolation/expected, each explained in the
-# README there) against the portable edition (SPEC section 12), installed
-# from its plain SQL file in a database of its own (the native schedule's
-# first spec, setup, creates the extension there instead: it is left out).
+# README there) against the portable edition (docs/guarantees.md,
+# "Portable edition"), installed from its plain SQL file in a database of
+# its own (the native schedule's first spec, setup, creates the extension
+# there instead: it is left out).
 #
 #   bash tests/portable/isolation.sh HOST PORT OUT
 #

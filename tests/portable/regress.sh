@@ -1,9 +1,10 @@
 #!/usr/bin/env bash
-# Runs the pg_regress schedule against the portable edition (SPEC section
-# 12): tests/portable/schedule, whose tests are the native extension's
-# (tests/pg_regress/sql, with the same expected files) and the portable
-# edition's own (tests/portable/sql and expected: what section 12 lets
-# differ, each file saying why at its top), through
+# Runs the pg_regress schedule against the portable edition
+# (docs/guarantees.md, "Portable edition"): tests/portable/schedule, whose
+# tests are the native extension's (tests/pg_regress/sql, with the same
+# expected files) and the portable edition's own (tests/portable/sql and
+# expected: what the portable edition may do differently, each file saying
+# why at its top), through
 # tests/portable/psql_launcher.sh, which installs the portable edition
 # where a test says CREATE EXTENSION rate_limiter.
 #

@@ -1,9 +1,9 @@
 #!/usr/bin/env bash
-# The portable edition's suite (SPEC section 12), on PostgreSQL $RL_PG, on
-# a server of its own where the native library is not loaded (so the
-# rate_limiter.* settings are placeholders, as on a managed platform) and
-# the native extension is not installed (pg_tle refuses a name whose
-# control file exists on the server's disk, so rate_limiter.control is
+# The portable edition's suite (docs/guarantees.md, "Portable edition"), on
+# PostgreSQL $RL_PG, on a server of its own where the native library is not
+# loaded (so the rate_limiter.* settings are placeholders, as on a managed
+# platform) and the native extension is not installed (pg_tle refuses a name
+# whose control file exists on the server's disk, so rate_limiter.control is
 # moved aside for the run and put back after); pg_tle is preloaded:
 #
 #   0. the pg_regress schedule of the portable edition

@@ -242,7 +242,8 @@ pub const REFUSALS_TO_STOP: u32 = 20;
 /// refused at all, [`hammer`]'s rule). For "exactly the capacity" of a
 /// sharded limit without refill, pass [`REFUSALS_TO_STOP`]: one refusal is
 /// not enough there, as a sharded limit refuses a call whose two drawn
-/// shards are empty while another shard still holds tokens (SPEC §6), and
+/// shards are empty while another shard still holds tokens
+/// (docs/guarantees.md, "Sharding"), and
 /// on the assertion build under SERIALIZABLE all 16 connections once
 /// stopped on such refusals with 3 of 240 tokens left. (Not for a limit
 /// that refills: its refusals may never come 20 in a row.)

@@ -1,9 +1,9 @@
-//! The portable edition (SPEC §12) on the test server: databases where it
-//! is installed from its plain SQL release file
-//! (`dist/rate_limiter-portable.sql`, built by `scripts/portable.sh`), run
-//! with psql as a user would run it. The native extension's files on the
-//! server change nothing for it, so it runs beside the native extension's
-//! databases.
+//! The portable edition (docs/guarantees.md, "Portable edition") on the
+//! test server: databases where it is installed from its plain SQL release
+//! file (`dist/rate_limiter-portable.sql`, built by `scripts/portable.sh`),
+//! run with psql as a user would run it. The native extension's files on
+//! the server change nothing for it, so it runs beside the native
+//! extension's databases.
 
 use postgres::{Client, NoTls};
 use std::path::PathBuf;

@@ -1,5 +1,6 @@
-//! Citus, day two (issue 32, SPEC §8 and §10): call shapes that must keep
-//! the transaction contract or fail closed, on the real cluster of
+//! Citus, day two (issue 32; docs/guarantees.md, "Citus": "Transactions
+//! across nodes" and "Call shapes and node states"): call shapes that must
+//! keep the transaction contract or fail closed, on the real cluster of
 //! `scripts/citus.sh` (Citus 13.2.2 on PostgreSQL 15, 14.0.1 on 18):
 //! - a consuming or crediting call in a read-only transaction is `25006`
 //!   on every node, before it is routed anywhere, and consumes nothing;
@@ -21,11 +22,12 @@ use rate_limiter_integration_tests::citus::{
     urls, NODES,
 };
 
-/// SPEC §8 and §10: every consuming and crediting entry point raises 25006
-/// in a read-only transaction, whichever node the call is made on and
-/// wherever its row lives (before, a call for another node's row consumed
-/// there: that node's part of the transaction was not read-only); reading
-/// (`rate_check`, `status`) works.
+/// docs/guarantees.md, "Citus", "Transactions across nodes": every
+/// consuming and crediting entry point raises 25006 in a read-only
+/// transaction, whichever node the call is made on and wherever its row
+/// lives (before, a call for another node's row consumed there: that node's
+/// part of the transaction was not read-only); reading (`rate_check`,
+/// `status`) works.
 #[test]
 #[ignore = "needs the Citus cluster of scripts/test.sh"]
 fn a_read_only_transaction_consumes_nowhere() {

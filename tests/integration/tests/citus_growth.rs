@@ -1,10 +1,11 @@
-//! Citus, day two (issue 32, SPEC §10): a cluster that grows and
-//! rebalances after `distribute()`, on the real cluster of
-//! `scripts/citus.sh` (Citus 13.2.2 on PostgreSQL 15, 14.0.1 on 18), each
-//! under load: a node added with `prepare_node()` for every type of tenant
-//! column the limiter may be colocated with, takes shards and is drained
-//! and removed; splits and tenant isolation keep every row in the mode
-//! that works and are refused at once in the others; the rebalancer.
+//! Citus, day two (issue 32; docs/guarantees.md, "Citus", "Shard moves,
+//! splits and new nodes"): a cluster that grows and rebalances after
+//! `distribute()`, on the real cluster of `scripts/citus.sh` (Citus 13.2.2
+//! on PostgreSQL 15, 14.0.1 on 18), each under load: a node added with
+//! `prepare_node()` for every type of tenant column the limiter may be
+//! colocated with, takes shards and is drained and removed; splits and
+//! tenant isolation keep every row in the mode that works and are refused
+//! at once in the others; the rebalancer.
 //!
 //! Ignored by default; `scripts/test.sh` runs them with `--ignored`, one at
 //! a time, after `citus/`.

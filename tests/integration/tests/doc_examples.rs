@@ -1,6 +1,7 @@
 //! Every example in the README that claims a result, run as written and
 //! checked against what it claims, on the native extension and on the
-//! portable edition (SPEC §12: the same answers).
+//! portable edition (the same answers: docs/guarantees.md, "Portable
+//! edition").
 //!
 //! An example is the block between `<!-- example-NAME:begin -->` and
 //! `<!-- example-NAME:end -->` (found by `readme_sql`'s rules: in README.md

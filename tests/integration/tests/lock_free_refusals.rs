@@ -1,12 +1,13 @@
-//! Refusals never wait (SPEC §5), with real connections. One transaction
-//! holds a limit's row with an uncommitted credit; eight other connections
-//! call a limit that the committed state has used up. Each has
-//! `lock_timeout = 200ms`, which a call waiting for the row would hit
-//! (`55P03`): with lock-free refusals (the default) every call is answered
-//! with a refusal and nothing is written; with
-//! `rate_limiter.lock_free_refusals = off` every call times out on the
-//! lock. Then the holder commits, and the credit admits exactly one call.
-//! For a keyed limit, a global limit of 4 shards and `rate_limit_all`.
+//! Refusals never wait (docs/guarantees.md, "Concurrency and exactness"),
+//! with real connections. One transaction holds a limit's row with an
+//! uncommitted credit; eight other connections call a limit that the
+//! committed state has used up. Each has `lock_timeout = 200ms`, which a
+//! call waiting for the row would hit (`55P03`): with lock-free refusals
+//! (the default) every call is answered with a refusal and nothing is
+//! written; with `rate_limiter.lock_free_refusals = off` every call times
+//! out on the lock. Then the holder commits, and the credit admits exactly
+//! one call. For a keyed limit, a global limit of 4 shards and
+//! `rate_limit_all`.
 
 use postgres::error::SqlState;
 use postgres::Client;

@@ -1,14 +1,15 @@
-//! SPEC §12 and §5 on the portable edition: concurrency with real
-//! connections, as `concurrency.rs` and `sharding.rs` test the native
-//! extension. 16 connections call one limit as fast as they can, each call
-//! in its own transaction, on a fixed window with no refill during the run
-//! (one window longer than the run): exactly the capacity is admitted and
-//! recorded (the stored values sum to zero), under READ COMMITTED,
-//! REPEATABLE READ and SERIALIZABLE (where conflicts are 40001, never an
-//! over-admission), unsharded and with 8 shards (the power of two choices
-//! with `FOR UPDATE SKIP LOCKED`); and `rate_limit_all` over two limits
-//! from 8 connections naming them in opposite orders never deadlocks and
-//! admits exactly the capacity.
+//! docs/guarantees.md, "Portable edition" and "Concurrency and exactness",
+//! on the portable edition: concurrency with real connections, as
+//! `concurrency.rs` and `sharding.rs` test the native extension. 16
+//! connections call one limit as fast as they can, each call in its own
+//! transaction, on a fixed window with no refill during the run (one window
+//! longer than the run): exactly the capacity is admitted and recorded (the
+//! stored values sum to zero), under READ COMMITTED, REPEATABLE READ and
+//! SERIALIZABLE (where conflicts are 40001, never an over-admission),
+//! unsharded and with 8 shards (the power of two choices with `FOR UPDATE
+//! SKIP LOCKED`); and `rate_limit_all` over two limits from 8 connections
+//! naming them in opposite orders never deadlocks and admits exactly the
+//! capacity.
 
 use postgres::IsolationLevel;
 use rate_limiter_integration_tests::{hammer_until, portable, unique_name, REFUSALS_TO_STOP};

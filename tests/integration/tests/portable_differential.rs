@@ -1,4 +1,4 @@
-//! SPEC §12 ("Two editions, one contract"): the portable edition answers
+//! docs/guarantees.md, "Portable edition": the portable edition answers
 //! exactly as the native extension. One session on each (the native
 //! extension in one database, the portable edition in another, on the same
 //! server) runs the same random sequence of calls, from a seeded

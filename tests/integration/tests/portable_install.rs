@@ -1,11 +1,12 @@
-//! SPEC §12, "Install" (b) and (c): the portable edition's plain SQL file,
-//! run with psql by a database owner who is not superuser, creates the
-//! schema in one transaction; a later version's file (built from the same
-//! SQL with another version, as `scripts/portable.sh` builds releases)
-//! upgrades it in place, keeping every definition, state row and grant;
-//! the file refuses a database where the native extension is installed or
-//! where a schema `rate_limiter` is something else, changing nothing.
-//! (Through pg_tle: `tests/portable/pg_tle.sh`.)
+//! docs/guarantees.md, "Portable edition" (its install through pg_tle and
+//! as plain SQL): the portable edition's plain SQL file, run with psql by a
+//! database owner who is not superuser, creates the schema in one
+//! transaction; a later version's file (built from the same SQL with
+//! another version, as `scripts/portable.sh` builds releases) upgrades it
+//! in place, keeping every definition, state row and grant; the file
+//! refuses a database where the native extension is installed or where a
+//! schema `rate_limiter` is something else, changing nothing. (Through
+//! pg_tle: `tests/portable/pg_tle.sh`.)
 
 use postgres::{Client, NoTls};
 use rate_limiter_integration_tests::{connect_to, drop_database, portable, test_env};

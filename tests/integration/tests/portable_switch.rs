@@ -1,7 +1,8 @@
-//! SPEC §12, "Switching editions": the README's two procedures, run as
-//! written (the blocks between `<!-- switch-to-portable:begin -->` /
-//! `end` and `<!-- switch-to-native:begin -->` / `end`, with psql, as the
-//! README says), keep every definition and state row and every answer.
+//! docs/guarantees.md, "Portable edition" (switching editions): the
+//! README's two procedures, run as written (the blocks between
+//! `<!-- switch-to-portable:begin -->` / `end` and
+//! `<!-- switch-to-native:begin -->` / `end`, with psql, as the README
+//! says), keep every definition and state row and every answer.
 //!
 //! Two databases get the same calls at the same (overridden) times: one
 //! keeps the native extension throughout, the other switches to the

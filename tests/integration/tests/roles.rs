@@ -4,10 +4,11 @@
 //! does what the README says it may, and is refused (42501) what it may
 //! not. If the README's grants stop being enough, or start giving too
 //! much, this fails. The same block, unchanged, on the portable edition
-//! (SPEC §12), installed from its plain SQL file by a database owner who is
-//! not superuser: the roles get the same answers but where §12 lets them
-//! differ (no statistics: 0A000; the placeholder settings an application
-//! role may SET, which then move no clock and raise no bound).
+//! (docs/guarantees.md, "Portable edition"), installed from its plain SQL
+//! file by a database owner who is not superuser: the roles get the same
+//! answers but where the portable edition may differ: no statistics
+//! (0A000), and the placeholder settings an application role may SET,
+//! which then move no clock and raise no bound.
 
 use postgres::error::SqlState;
 use postgres::{Client, NoTls};
@@ -77,9 +78,9 @@ fn each_readme_role_works_with_exactly_its_grants() {
     check_roles(owner, Edition::Native);
 }
 
-/// SPEC §12: the portable edition, installed by a database owner who is
-/// not superuser (who then owns it), with the README's block run as
-/// written by that owner.
+/// docs/guarantees.md, "Portable edition": the portable edition, installed
+/// by a database owner who is not superuser (who then owns it), with the
+/// README's block run as written by that owner.
 #[test]
 fn each_readme_role_works_with_exactly_its_grants_on_the_portable_edition() {
     let mut superuser = Client::connect(&base_url(), NoTls).expect("connect as superuser");
@@ -122,7 +123,8 @@ fn each_readme_role_works_with_exactly_its_grants_on_the_portable_edition() {
 /// database `owner` is connected to.
 fn check_roles(mut owner: Client, edition: Edition) {
     let portable = edition == Edition::Portable;
-    // No statistics in the portable edition (0A000, SPEC §12).
+    // No statistics in the portable edition (0A000; docs/guarantees.md,
+    // "Portable edition").
     let statistics = if portable {
         Some(SqlState::FEATURE_NOT_SUPPORTED)
     } else {

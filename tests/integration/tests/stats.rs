@@ -171,7 +171,8 @@ fn work(limits: &Limits, seed: u64) -> Observed {
             // rate_limit_all over a keyed limit and the global one: a row
             // per request, as answered.
             // A call refused as a whole consumed nothing: only its
-            // refused requests count (SPEC §11).
+            // refused requests count (docs/guarantees.md, "Statistics and
+            // shadow mode").
             4 => {
                 let rows = transaction
                     .query(

@@ -1,11 +1,11 @@
-//! The statistics' room (SPEC §11), against the real server: counters
-//! survive a backend exiting and start from zero after a restart; past
-//! `rate_limiter.stats_max` the least-used names are evicted, names that
-//! any caller can invent never push out a defined limit's counters, no
-//! database takes another's room, and `rate_limiter.stats_info` counts
-//! what was evicted and what found no room; without
-//! `shared_preload_libraries` calls work and the statistics are 55000.
-//! Each test leaves the server as it found it.
+//! The statistics' room (docs/guarantees.md, "Statistics and shadow mode"),
+//! against the real server: counters survive a backend exiting and start
+//! from zero after a restart; past `rate_limiter.stats_max` the least-used
+//! names are evicted, names that any caller can invent never push out a
+//! defined limit's counters, no database takes another's room, and
+//! `rate_limiter.stats_info` counts what was evicted and what found no
+//! room; without `shared_preload_libraries` calls work and the statistics
+//! are 55000. Each test leaves the server as it found it.
 
 use postgres::error::SqlState;
 use postgres::{Client, NoTls};

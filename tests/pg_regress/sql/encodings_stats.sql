@@ -1,7 +1,8 @@
 -- Statistics of names in every database encoding, read by a UTF8 client
 -- (as postgres_exporter reads them): the names of encodings.sql. (Apart
--- from encodings.sql because the portable edition, SPEC section 12, has
--- no statistics: its schedule leaves this test out.)
+-- from encodings.sql because the portable edition has no statistics
+-- (docs/guarantees.md, "Portable edition"): its schedule leaves this test
+-- out.)
 SELECT current_database() AS regression_database \gset
 CREATE DATABASE rl_stats_latin1 ENCODING 'LATIN1' LC_COLLATE 'C' LC_CTYPE 'C' TEMPLATE template0;
 CREATE DATABASE rl_stats_sql_ascii ENCODING 'SQL_ASCII' LC_COLLATE 'C' LC_CTYPE 'C' TEMPLATE template0;

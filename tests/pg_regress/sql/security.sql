@@ -1,5 +1,6 @@
--- Security (SPEC section 7): a role that uses limits cannot change them, and
--- the work one call can cause is bounded.
+-- Security (docs/guarantees.md, "Security and roles" and "Input and
+-- errors"): a role that uses limits cannot change them, and the work one
+-- call can cause is bounded.
 SET timezone = 'UTC';
 SET datestyle = 'ISO';
 SET intervalstyle = 'postgres';
@@ -84,12 +85,12 @@ SELECT ok FROM rate_limiter.rate_limit('wide_defined', 'k');
 -- request naming it (the math takes the lowest-numbered full shards). Four
 -- requests with inline configs of 64 shards and one empty limit: refused.
 -- By default the committed state refuses the call before it holds any row
--- (SPEC section 5, "Refusals never wait"): nothing inserted. With
--- rate_limiter.lock_free_refusals off the call holds its rows first: 2
--- placeholders per sharded limit were inserted (and deleted again), 8 in
--- all, not 256. (Counted as differences inside one transaction: the
--- counter also holds earlier transactions' inserts until stats are
--- flushed.)
+-- (refusals never wait: docs/guarantees.md, "Concurrency and exactness"):
+-- nothing inserted. With rate_limiter.lock_free_refusals off the call holds
+-- its rows first: 2 placeholders per sharded limit were inserted (and
+-- deleted again), 8 in all, not 256. (Counted as differences inside one
+-- transaction: the counter also holds earlier transactions' inserts until
+-- stats are flushed.)
 BEGIN;
 SELECT ok FROM rate_limiter.rate_limit('spread_empty', config => rate_limiter.token_bucket(1, '1 hour'));
 SELECT pg_stat_get_xact_tuples_inserted('rate_limiter.rate_limits'::regclass) AS inserted \gset

@@ -1,9 +1,10 @@
--- The native extension's settings (SPEC section 7): a SET is checked when
--- it is made, so a bad value, a misspelled name of the rate_limiter prefix,
--- or a superuser setting SET by another role is an error at once. (The
--- portable edition, SPEC section 12, has no C code to check a SET: it
--- refuses such values when a call would use them, tests/portable/sql/
--- portable_settings.sql; so this test is not in its schedule.)
+-- The native extension's settings (docs/guarantees.md, "Input and
+-- errors"): a SET is checked when it is made, so a bad value, a misspelled
+-- name of the rate_limiter prefix, or a superuser setting SET by another
+-- role is an error at once. (The portable edition, docs/guarantees.md,
+-- "Portable edition", has no C code to check a SET: it refuses such values
+-- when a call would use them, tests/portable/sql/portable_settings.sql; so
+-- this test is not in its schedule.)
 SET timezone = 'UTC';
 SET datestyle = 'ISO';
 \set VERBOSITY terse
@@ -83,8 +84,8 @@ SET rate_limiter.lock_free_refusals = off;
 \echo :LAST_ERROR_SQLSTATE
 RESET ROLE;
 DROP ROLE rl_settings_user;
--- rate_limiter.lock_free_refusals (SPEC section 5, "Refusals never
--- wait"): on by default, a boolean.
+-- rate_limiter.lock_free_refusals (refusals never wait: docs/guarantees.md,
+-- "Concurrency and exactness"): on by default, a boolean.
 SHOW rate_limiter.lock_free_refusals;
 SET rate_limiter.lock_free_refusals = 'sometimes';
 SET rate_limiter.lock_free_refusals = off;

@@ -39,8 +39,8 @@ ROLLBACK;
 -- rate_limit takes a row-exclusive lock on the table and locks the row
 -- until the transaction ends; rate_check takes only the plain read lock.
 -- (Listed without RowShareLock, which conflicts with no more than
--- RowExclusiveLock does: the portable edition, SPEC section 12, takes it
--- too, as its SELECT ... FOR UPDATE does.)
+-- RowExclusiveLock does: the portable edition (docs/guarantees.md,
+-- "Portable edition") takes it too, as its SELECT ... FOR UPDATE does.)
 BEGIN;
 SELECT ok FROM rate_limiter.rate_check('tx', 'a', 0);
 SELECT mode FROM pg_locks WHERE pid = pg_backend_pid() AND relation = 'rate_limiter.rate_limits'::regclass AND mode <> 'RowShareLock' ORDER BY mode;

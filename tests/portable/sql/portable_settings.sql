@@ -1,16 +1,17 @@
--- The portable edition's settings (SPEC section 12), in place of the
--- native settings.sql, whose SETs the native extension checks when they
--- are made. Without C code the rate_limiter.* settings are placeholders,
--- which any role can SET, so: rate_limiter.now_override and
+-- The portable edition's settings (docs/guarantees.md, "Portable edition"),
+-- in place of the native settings.sql, whose SETs the native extension
+-- checks when they are made. Without C code the rate_limiter.* settings are
+-- placeholders, which any role can SET, so: rate_limiter.now_override and
 -- rate_limiter.random_seed take effect only in a session whose login role
 -- is a member of the role that owns rate_limiter's tables (in any other a
 -- call with either set is 42501: refused, not ignored);
 -- rate_limiter.lock_free_refusals may be turned off only there too (else
--- 42501); rate_limiter.max_requests and rate_limiter.max_inline_shards count from
--- such a session, else from the database's own settings (ALTER DATABASE
--- ... SET, which only its owner or a superuser may run), never from the
--- session; and rate_limiter.sqlstate is checked when a refusal raises it
--- (22023 for a value the native extension refuses when it is SET).
+-- 42501); rate_limiter.max_requests and rate_limiter.max_inline_shards
+-- count from such a session, else from the database's own settings (ALTER
+-- DATABASE ... SET, which only its owner or a superuser may run), never
+-- from the session; and rate_limiter.sqlstate is checked when a refusal
+-- raises it (22023 for a value the native extension refuses when it is
+-- SET).
 SET timezone = 'UTC';
 SET datestyle = 'ISO';
 SELECT current_database() AS database \gset
@@ -49,8 +50,9 @@ SET rate_limiter.random_seed = 'lucky';
 SELECT ok FROM rate_limiter.rate_limit('settings_sharded');
 \echo :LAST_ERROR_SQLSTATE
 RESET rate_limiter.random_seed;
--- rate_limiter.lock_free_refusals (SPEC section 5): the owner may turn it
--- off; a value that is not a boolean is 22023.
+-- rate_limiter.lock_free_refusals (refusals never wait: docs/guarantees.md,
+-- "Concurrency and exactness"): the owner may turn it off; a value that is
+-- not a boolean is 22023.
 SET rate_limiter.lock_free_refusals = off;
 SELECT ok FROM rate_limiter.rate_limit('settings');
 SET rate_limiter.lock_free_refusals = 'sometimes';

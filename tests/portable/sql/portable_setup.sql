@@ -1,10 +1,10 @@
--- The portable edition (SPEC section 12) in place of setup.sql: installing
--- it creates the native extension's schema, types, tables and functions,
--- written in SQL and PL/pgSQL. setup.sql's listing differs by section 12:
--- the functions are PL/pgSQL, the ones that read or write the tables run
--- as their owner (SECURITY DEFINER) with search_path = pg_catalog,
--- pg_temp, and there are internal helpers (names starting with _) where
--- the native extension has C code.
+-- The portable edition (docs/guarantees.md, "Portable edition") in place of
+-- setup.sql: installing it creates the native extension's schema, types,
+-- tables and functions, written in SQL and PL/pgSQL. setup.sql's listing
+-- differs as the portable edition may: the functions are PL/pgSQL, the ones
+-- that read or write the tables run as their owner (SECURITY DEFINER) with
+-- search_path = pg_catalog, pg_temp, and there are internal helpers (names
+-- starting with _) where the native extension has C code.
 CREATE EXTENSION rate_limiter;
 
 -- Same tables, same columns (collations included), same keys.

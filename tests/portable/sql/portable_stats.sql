@@ -1,8 +1,8 @@
--- The portable edition (SPEC section 12) in place of stats.sql: it has no
--- statistics (they live in shared memory, which only a native extension
--- loaded with shared_preload_libraries can have). The view and functions
--- exist and raise 0A000 with a hint naming the native extension; the
--- Citus functions likewise.
+-- The portable edition (docs/guarantees.md, "Portable edition") in place of
+-- stats.sql: it has no statistics (they live in shared memory, which only a
+-- native extension loaded with shared_preload_libraries can have). The view
+-- and functions exist and raise 0A000 with a hint naming the native
+-- extension; the Citus functions likewise.
 \set VERBOSITY default
 SELECT * FROM rate_limiter.stats;
 \echo :LAST_ERROR_SQLSTATE

@@ -1,14 +1,14 @@
--- The portable edition (SPEC section 12) in place of storage.sql, which
--- tests the native extension's direct writes (and how they fail closed on
--- a table altered in ways they could not honour). The portable edition
--- writes the state with ordinary statements (SELECT ... FOR UPDATE,
--- UPDATE, INSERT ... ON CONFLICT), so PostgreSQL itself applies whatever
--- the table carries: triggers fire (a trigger function runs with the
--- calls' search_path, pg_catalog and pg_temp, so it names its tables with
--- their schema), CHECK constraints are checked, user indexes are
--- maintained, and row-level security applies when it binds the owner
--- (FORCE ROW LEVEL SECURITY, an owner that is not superuser). Each alteration is made, a call tried, and everything
--- rolled back.
+-- The portable edition (docs/guarantees.md, "Portable edition") in place of
+-- storage.sql, which tests the native extension's direct writes (and how
+-- they fail closed on a table altered in ways they could not honour). The
+-- portable edition writes the state with ordinary statements (SELECT ...
+-- FOR UPDATE, UPDATE, INSERT ... ON CONFLICT), so PostgreSQL itself applies
+-- whatever the table carries: triggers fire (a trigger function runs with
+-- the calls' search_path, pg_catalog and pg_temp, so it names its tables
+-- with their schema), CHECK constraints are checked, user indexes are
+-- maintained, and row-level security applies when it binds the owner (FORCE
+-- ROW LEVEL SECURITY, an owner that is not superuser). Each alteration is
+-- made, a call tried, and everything rolled back.
 SET timezone = 'UTC';
 SET datestyle = 'ISO';
 SET rate_limiter.now_override = '2026-01-01 00:00:00+00';

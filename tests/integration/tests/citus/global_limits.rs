@@ -55,7 +55,8 @@ fn a_sharded_global_limit_prefers_the_shards_of_the_node_it_runs_on() {
     );
     // It goes on until its own shards are empty. A pair of them that
     // cannot serve a call sends it to worker 2, whose own drawn pair may
-    // be empty too (§6: two shards are looked at, not all), so some calls
+    // be empty too (two shards are looked at, not all: docs/guarantees.md,
+    // "Sharding"), so some calls
     // may be refused on the way.
     let mut admitted = 19;
     for _ in 0..1000 {

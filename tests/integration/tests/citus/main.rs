@@ -1,7 +1,7 @@
 //! A real Citus cluster (a coordinator and two workers on loopback, started
 //! by `scripts/citus.sh`; their connection strings, coordinator first, in
 //! `RATE_LIMITER_TEST_CITUS_URLS`, separated by `;`), with Citus 13.2.2 on
-//! PostgreSQL 15 and 14.0.1 on 18. SPEC §10:
+//! PostgreSQL 15 and 14.0.1 on 18. docs/guarantees.md, "Citus":
 //! - `CREATE EXTENSION` on the coordinator creates the extension on every
 //!   node, at the same version; `ALTER EXTENSION ... UPDATE` from 0.4.0
 //!   keeps every row, and then `distribute()` works;

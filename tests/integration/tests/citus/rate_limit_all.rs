@@ -118,7 +118,8 @@ fn rate_limit_all_is_all_or_nothing_across_workers() {
     }
     // Each request's decision is counted once, on the node called, not
     // again on the node that decided it; in a call refused as a whole only
-    // the refused request counts (SPEC §11): 3 + 1 + 1 + 1 + 2 + 1 + 2 + 1
+    // the refused request counts (docs/guarantees.md, "Statistics and
+    // shadow mode"): 3 + 1 + 1 + 1 + 2 + 1 + 2 + 1
     // = 12 per node, 36 summed over every node.
     let calls: Vec<i64> = urls
         .iter()
