@@ -12,6 +12,8 @@
 #      hot standby promoted (last)
 #   5. (PostgreSQL 15) the Debian package, installed with dpkg into a
 #      clean Debian 12 made with debootstrap           (scripts/package_test.sh)
+#  5b. (PostgreSQL 15) the README's install on your own server, its lines
+#      run in another clean Debian 12            (scripts/source_install_test.sh)
 #   6. (PostgreSQL 15, with and without assertions, and 18) tests against a
 #      Citus cluster, a coordinator and two workers, with Citus built from
 #      ../shared/citus (scripts/citus.sh), then the pg_regress schedule
@@ -249,6 +251,11 @@ if [ "$RL_PG" = 15 ] && [ "$RL_ASSERTS" != 1 ]; then
     bash scripts/package_test.sh 2>&1 | tee "$results/package.log" || broken+=("package")
     line=$(grep -E '^package: [0-9]+ passed, [0-9]+ failed$' "$results/package.log" || echo "package: 0 passed, 1 failed")
     read -r p f < <(sed -E 's/^package: ([0-9]+) passed, ([0-9]+) failed$/\1 \2/' <<<"$line")
+    passed=$((passed + p)); failed=$((failed + f))
+    step "5b. the README's install on your own server, in a clean Debian 12 (debootstrap)"
+    bash scripts/source_install_test.sh 2>&1 | tee "$results/source_install.log" || broken+=("source install")
+    line=$(grep -E '^source install: [0-9]+ passed, [0-9]+ failed$' "$results/source_install.log" || echo "source install: 0 passed, 1 failed")
+    read -r p f < <(sed -E 's/^source install: ([0-9]+) passed, ([0-9]+) failed$/\1 \2/' <<<"$line")
     passed=$((passed + p)); failed=$((failed + f))
 fi
 

@@ -1,8 +1,8 @@
--- BASELINE (a): the seed article's token bucket as hand-written PL/pgSQL,
--- the way an application would write it without this extension:
+-- BASELINE (a): a token bucket as hand-written PL/pgSQL, as blog posts on
+-- rate limiting in PostgreSQL write it, without this extension:
 -- SELECT ... FOR UPDATE, then UPDATE or INSERT. Same math as
 -- rate_limiter's token bucket (rate per period_ms, capacity).
--- The seed's plain INSERT fails with a unique violation when two sessions
+-- Their plain INSERT fails with a unique violation when two sessions
 -- create the same key at once (pgbench hits it within seconds), so the
 -- INSERT here is ON CONFLICT DO NOTHING and the loser loops to lock the
 -- winner's row: the race-free version a careful author ends up with.

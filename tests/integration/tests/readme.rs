@@ -213,3 +213,57 @@ fn every_sql_block_of_the_readme_runs_as_written_and_gives_what_it_claims() {
         drop_role(&mut admin, role);
     }
 }
+
+/// Versions in the documentation come from one place, Cargo.toml's
+/// `version` (which the control file and the packages take): every
+/// package file name and every "version X.Y.Z" of this extension in
+/// README.md and docs/*.md says either that version, `<version>`, or a
+/// released version that has its script in sql/released/.
+#[test]
+fn the_documentation_names_only_versions_that_exist() {
+    let root = PathBuf::from(concat!(env!("CARGO_MANIFEST_DIR"), "/../.."));
+    let cargo = std::fs::read_to_string(root.join("Cargo.toml")).expect("read Cargo.toml");
+    let current = cargo
+        .lines()
+        .find_map(|line| line.strip_prefix("version = \""))
+        .and_then(|rest| rest.strip_suffix('"'))
+        .expect("Cargo.toml's version");
+    let released: Vec<String> = std::fs::read_dir(root.join("sql/released"))
+        .expect("read sql/released")
+        .filter_map(|entry| {
+            let name = entry.expect("an entry").file_name().into_string().ok()?;
+            name.strip_prefix("rate_limiter--")?
+                .strip_suffix(".sql")
+                .map(str::to_string)
+        })
+        .collect();
+    let mut files = vec![root.join("README.md")];
+    files.extend(
+        std::fs::read_dir(root.join("docs"))
+            .expect("read docs/")
+            .map(|entry| entry.expect("an entry of docs/").path())
+            .filter(|path| path.extension().is_some_and(|ext| ext == "md")),
+    );
+    for path in files {
+        let text = std::fs::read_to_string(&path).expect("read a document");
+        for (at, _) in text.match_indices("rate-limiter_") {
+            let version: String = text[at + "rate-limiter_".len()..]
+                .chars()
+                .take_while(|c| c.is_ascii_digit() || *c == '.' || *c == '<' || *c == '>' || c.is_ascii_lowercase())
+                .collect();
+            let version = version.trim_end_matches('.');
+            assert!(
+                version == current || version == "<version>" || released.iter().any(|r| r == version),
+                "{}: a package of version {version:?}, which is neither {current} nor released",
+                path.display()
+            );
+        }
+    }
+    // The README itself names no version of the extension: what it
+    // installs is the clone's.
+    let readme = std::fs::read_to_string(root.join("README.md")).expect("read README.md");
+    assert!(
+        !readme.contains(current) && !released.iter().any(|r| readme.contains(&format!(" {r}"))),
+        "README.md names a version of the extension; it should name none"
+    );
+}

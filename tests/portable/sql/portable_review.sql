@@ -1,6 +1,6 @@
 -- The portable edition's answers where a placeholder setting, a SECURITY
 -- DEFINER caller, a per-role setting or a snapshot could make it answer
--- otherwise than the native extension (README.md, "Managed PostgreSQL":
+-- otherwise than the native extension (docs/managed-platforms.md:
 -- what differs, and nothing else).
 SET timezone = 'UTC';
 SET datestyle = 'ISO';
