@@ -151,6 +151,7 @@ fn null_in(position: usize, field: &str) -> CallError {
         kind: ErrorKind::NullValue,
         parameter: "requests",
         message: format!("requests[{position}]{field} must not be NULL"),
+        hint: None,
     })
 }
 

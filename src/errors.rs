@@ -97,7 +97,7 @@ pub fn report(error: CallError) -> ! {
                 ErrorKind::OutOfRange => PgSqlErrorCode::ERRCODE_NUMERIC_VALUE_OUT_OF_RANGE,
                 ErrorKind::TimestampOutOfRange => PgSqlErrorCode::ERRCODE_DATETIME_FIELD_OVERFLOW,
             };
-            (code, error.message, None)
+            (code, error.message, error.hint.map(str::to_string))
         }
         CallError::Undefined(name) => (
             PgSqlErrorCode::ERRCODE_UNDEFINED_OBJECT,

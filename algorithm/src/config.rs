@@ -35,6 +35,12 @@ impl Kind {
 /// `smallint`, numbered `0..shards`.
 pub const MAX_SHARDS: i32 = i16::MAX as i32;
 
+/// The HINT of a count no call could ever be admitted with: its first
+/// remedy works from every function that takes a count (`guard()` and
+/// `rate_wait` have no `reserve`), the second names the ones that can
+/// reserve.
+pub const COUNT_HINT: &str = "Ask for at most that much in one call, or raise the limit's capacity (rate_limiter.define, or the inline config). rate_limit, rate_check and rate_limit_all can also pass reserve => true, to go into debt up to max_reserved.";
+
 /// A limit's configuration (SQL composite `rate_limiter.config`).
 ///
 /// Invariants after [`Config::validate`]: `rate` finite and > 0, `period`
@@ -191,10 +197,11 @@ impl Config {
             return Err(LimitError::invalid(
                 "count",
                 format!(
-                    "count {count} exceeds {} ({capacity}), so the call could never succeed (reserve => true may allow it)",
+                    "count {count} exceeds {} ({capacity}), so the call could never succeed",
                     what()
                 ),
-            ));
+            )
+            .with_hint(COUNT_HINT));
         }
         if let (true, Some(max_reserved)) = (reserve, max_reserved) {
             if count > capacity + max_reserved {
@@ -204,7 +211,8 @@ impl Config {
                         "count {count} exceeds {} ({capacity}) plus {debt} ({max_reserved}), so the call could never succeed",
                         what()
                     ),
-                ));
+                )
+                .with_hint(COUNT_HINT));
             }
         }
         Ok(())

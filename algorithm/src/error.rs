@@ -26,6 +26,9 @@ pub struct LimitError {
     pub parameter: &'static str,
     /// A complete sentence for the caller, naming the parameter.
     pub message: String,
+    /// What the caller can do about it (PostgreSQL's HINT), when one
+    /// remedy works wherever the error can come from.
+    pub hint: Option<&'static str>,
 }
 
 impl LimitError {
@@ -35,6 +38,7 @@ impl LimitError {
             kind: ErrorKind::NullValue,
             parameter,
             message: format!("{parameter} must not be NULL"),
+            hint: None,
         }
     }
 
@@ -44,6 +48,7 @@ impl LimitError {
             kind: ErrorKind::InvalidParameter,
             parameter,
             message,
+            hint: None,
         }
     }
 
@@ -53,7 +58,15 @@ impl LimitError {
             kind: ErrorKind::OutOfRange,
             parameter,
             message,
+            hint: None,
         }
+    }
+
+    /// The same error with `hint`.
+    #[must_use]
+    pub fn with_hint(mut self, hint: &'static str) -> Self {
+        self.hint = Some(hint);
+        self
     }
 }
 

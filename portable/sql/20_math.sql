@@ -224,6 +224,16 @@ RETURNS bigint
 LANGUAGE sql IMMUTABLE STRICT PARALLEL SAFE
 AS $$ SELECT greatest(least(a::numeric + b::numeric, 9223372036854775807), -9223372036854775808)::bigint $$;
 
+-- The HINT of a count no call could ever be admitted with
+-- (config::COUNT_HINT): its first remedy works from every function that
+-- takes a count (guard() and rate_wait have no reserve).
+CREATE FUNCTION rate_limiter._count_hint()
+RETURNS text
+LANGUAGE sql IMMUTABLE PARALLEL SAFE
+AS $$
+    SELECT 'Ask for at most that much in one call, or raise the limit''s capacity (rate_limiter.define, or the inline config). rate_limit, rate_check and rate_limit_all can also pass reserve => true, to go into debt up to max_reserved.'::text
+$$;
+
 -- Checks a request's count against a valid config (Config::validate_count):
 -- finite and >= 0, and within what the limit (for a sharded one: two of
 -- its shards) could ever serve. 22023 naming count.
@@ -253,13 +263,14 @@ BEGIN
         debt := 'max_reserved';
     END IF;
     IF NOT reserve AND count > capacity THEN
-        RAISE EXCEPTION 'count % exceeds % (%), so the call could never succeed (reserve => true may allow it)',
-            rate_limiter._show(count), what, rate_limiter._show(capacity) USING ERRCODE = '22023';
+        RAISE EXCEPTION 'count % exceeds % (%), so the call could never succeed',
+            rate_limiter._show(count), what, rate_limiter._show(capacity)
+            USING ERRCODE = '22023', HINT = rate_limiter._count_hint();
     END IF;
     IF reserve AND max_reserved IS NOT NULL AND count > rate_limiter._ieee('+', capacity, max_reserved) THEN
         RAISE EXCEPTION 'count % exceeds % (%) plus % (%), so the call could never succeed',
             rate_limiter._show(count), what, rate_limiter._show(capacity), debt, rate_limiter._show(max_reserved)
-            USING ERRCODE = '22023';
+            USING ERRCODE = '22023', HINT = rate_limiter._count_hint();
     END IF;
 END
 $validate_count$;

@@ -231,6 +231,7 @@ pub fn timestamp(ts: Micros) -> Result<TimestampWithTimeZone, CallError> {
                 kind: ErrorKind::TimestampOutOfRange,
                 parameter: "ts",
                 message: "the limit's new timestamp is out of range for timestamptz".to_string(),
+                hint: None,
             })
         })
 }

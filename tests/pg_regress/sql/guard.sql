@@ -31,6 +31,13 @@ SELECT key, value FROM rate_limiter.rate_limits WHERE name = 'guard_seats' ORDER
 -- Updates are guarded too.
 UPDATE guard_members SET seats = 4 WHERE org = 'acme';
 SELECT key, value FROM rate_limiter.rate_limits WHERE name = 'guard_seats' ORDER BY key;
+-- A row asking for more than the capacity is an error (22023), not a
+-- refusal, and its hint works in a trigger, which cannot pass reserve.
+\set VERBOSITY default
+\set SHOW_CONTEXT never
+INSERT INTO guard_members VALUES ('initech', 11);
+\set SHOW_CONTEXT errors
+\set VERBOSITY terse
 
 -- Misuse is an error when the trigger fires.
 CREATE TABLE guard_misuse (x int);
