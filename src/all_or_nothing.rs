@@ -111,7 +111,7 @@ pub unsafe extern "C-unwind" fn rate_limit_all_wrapper(
                 .retry_after
                 .map(crate::result_row::interval)
                 .and_then(IntoDatum::into_datum),
-            answer.remaining.into_datum(),
+            rate_limiter_algorithm::shown(answer.remaining).into_datum(),
         ]
     });
     result_row::put_rows(fcinfo, rows)

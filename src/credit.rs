@@ -53,5 +53,5 @@ fn credit(
     let value = placement::credit(name, key, count, inline, config_argument)?;
     // Counted on the node where rate_credit was called.
     stats::credited(name, count);
-    Ok(value)
+    Ok(rate_limiter_algorithm::shown(value))
 }

@@ -236,7 +236,7 @@ pub fn refusal_texts(
         name: names::for_json(name),
         key: key.map(names::for_json),
         retry_after_ms,
-        remaining,
+        remaining: rate_limiter_algorithm::shown(remaining),
     })
     .unwrap_or_else(|_| String::from("{}"));
     let detail = if names::json_needs_ascii() {

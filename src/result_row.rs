@@ -42,7 +42,8 @@ pub unsafe fn put(fcinfo: pg_sys::FunctionCallInfo, row: ResultRow) -> pg_sys::D
     let values = [
         Some(pg_sys::Datum::from(row.ok)),
         retry_after,
-        row.remaining.into_datum(),
+        // Shown without float noise (docs/semantics.md, "What a call shows").
+        rate_limiter_algorithm::shown(row.remaining).into_datum(),
     ];
     put_rows(fcinfo, [values])
 }

@@ -57,7 +57,12 @@ fn status(
     let result = arguments(name, config).and_then(|(name, config)| {
         let (status, _) = current(name, key, &config)?;
         let full_at = storage::timestamp(status.full_at)?;
-        Ok((status.value, status.capacity, full_at, config.shards))
+        Ok((
+            rate_limiter_algorithm::shown(status.value),
+            status.capacity,
+            full_at,
+            config.shards,
+        ))
     });
     match result {
         Ok(row) => TableIterator::once(row),

@@ -2,6 +2,7 @@
 
 use crate::config::{Config, Kind};
 use crate::error::LimitError;
+use crate::shown::available;
 use crate::state::{LimitId, Request, State};
 use crate::time::Micros;
 use crate::{fixed_window, token_bucket};
@@ -55,7 +56,11 @@ pub fn evaluate(
             ),
         ));
     }
-    if value >= 0.0 {
+    // What the call may take: the value, or what is shown of it when that
+    // is more, so that a count equal to the shown remaining is admitted
+    // (crate::shown).
+    let available = available(refilled.value);
+    if request.count <= available {
         return Ok(Decision {
             ok: true,
             retry_after: None,
@@ -67,7 +72,7 @@ pub fn evaluate(
         });
     }
     let allowed_debt = allowed_debt(config, request.reserve);
-    if -value <= allowed_debt {
+    if request.count - available <= allowed_debt {
         // A reservation: the work may run once the debt is paid back.
         let new_state = State {
             value,
@@ -75,7 +80,7 @@ pub fn evaluate(
         };
         return Ok(Decision {
             ok: true,
-            retry_after: Some(retry_after(config, new_state, 0.0, 0.0, now)?),
+            retry_after: Some(earliest(config, new_state, 0.0, 0.0, now, Admission::Shown)?),
             remaining: value,
             new_state: Some(new_state),
         });
@@ -84,12 +89,13 @@ pub fn evaluate(
     // allowed_debt.
     Ok(Decision {
         ok: false,
-        retry_after: Some(retry_after(
+        retry_after: Some(earliest(
             config,
             state,
             request.count,
             allowed_debt,
             now,
+            Admission::Shown,
         )?),
         remaining: refilled.value,
         new_state: None,
@@ -128,24 +134,52 @@ pub(crate) fn refill(config: &Config, state: State, now: Micros) -> State {
 /// needs at most one or two.
 const MAX_ADJUSTMENTS: usize = 4;
 
+/// Which test a delay must pass in [`earliest`].
+#[derive(Clone, Copy)]
+pub(crate) enum Admission {
+    /// The refilled value itself (what two shards, `status` and the
+    /// bounds of a search compare).
+    Exact,
+    /// What a call of [`evaluate`] compares: the value or what is shown of
+    /// it ([`available`]).
+    Shown,
+}
+
 /// The smallest delay `t > 0` (in whole microseconds; for a fixed window,
 /// the start of a window) after which a call for `count` tokens from state
 /// `base` is admitted with a debt of at most `allowed_debt`, i.e.
-/// `-(refill(base, now + t).value - count) <= allowed_debt`, the very test
-/// [`evaluate`] applies.
-///
-/// Starts from the formula (token bucket: `(ts - now) + tokens * period /
-/// rate` rounded up; fixed window: `ts + period * ceil(tokens / rate) -
-/// now`), then checks it with the arithmetic a later call will use and
-/// moves it by a step if float rounding made it early or late, so that
-/// calling again exactly `retry_after` later succeeds and whole numbers of
-/// microseconds stay exact.
+/// `count - refill(base, now + t).value <= allowed_debt`, the exact test.
+/// See [`earliest`].
 pub(crate) fn retry_after(
     config: &Config,
     base: State,
     count: f64,
     allowed_debt: f64,
     now: Micros,
+) -> Result<Micros, LimitError> {
+    earliest(config, base, count, allowed_debt, now, Admission::Exact)
+}
+
+/// The smallest delay `t > 0` after which `count` from state `base` passes
+/// `admission`'s test with a debt of at most `allowed_debt`: the very test
+/// [`evaluate`] (for [`Admission::Shown`]) applies.
+///
+/// Starts from the formula (token bucket: `(ts - now) + tokens * period /
+/// rate` rounded up; fixed window: `ts + period * ceil(tokens / rate) -
+/// now`), then checks it with the arithmetic a later call will use: later
+/// by a step (at most four) if float rounding made it early, then earlier
+/// by as many steps as still pass (a galloping search: what is shown can
+/// admit a call up to 5 * 10^-10 tokens early, which for a slow limit is
+/// many microseconds), so that calling again exactly `retry_after` later
+/// succeeds and one step earlier does not. The test is monotone: refills
+/// only add tokens as time passes, and what is shown grows with the value.
+pub(crate) fn earliest(
+    config: &Config,
+    base: State,
+    count: f64,
+    allowed_debt: f64,
+    now: Micros,
+    admission: Admission,
 ) -> Result<Micros, LimitError> {
     let refilled = refill(config, base, now);
     let tokens = (count - allowed_debt) - refilled.value;
@@ -165,8 +199,12 @@ pub(crate) fn retry_after(
         ));
     }
     let admitted = |delay: Micros| {
-        let value = refill(config, base, now.saturating_add(delay)).value - count;
-        -value <= allowed_debt
+        let value = refill(config, base, now.saturating_add(delay)).value;
+        let value = match admission {
+            Admission::Exact => value,
+            Admission::Shown => available(value),
+        };
+        count - value <= allowed_debt
     };
     let mut delay = (estimate as Micros).max(1);
     for _ in 0..MAX_ADJUSTMENTS {
@@ -175,15 +213,27 @@ pub(crate) fn retry_after(
         }
         delay = delay.saturating_add(step);
     }
-    for _ in 0..MAX_ADJUSTMENTS {
-        let earlier = delay.saturating_sub(step);
-        if earlier > 0 && admitted(earlier) {
-            delay = earlier;
+    // Whether the delay `steps` steps earlier is still admitted.
+    let earlier_admitted = |steps: Micros| {
+        let earlier = delay.saturating_sub(steps.saturating_mul(step));
+        earlier > 0 && admitted(earlier)
+    };
+    // Gallop back (1, 2, 4, ... steps) while admitted, then bisect between
+    // the last admitted and the first refused.
+    let (mut admitted_steps, mut refused_steps): (Micros, Micros) = (0, 1);
+    while earlier_admitted(refused_steps) {
+        admitted_steps = refused_steps;
+        refused_steps = refused_steps.saturating_mul(2);
+    }
+    while refused_steps - admitted_steps > 1 {
+        let middle = admitted_steps + (refused_steps - admitted_steps) / 2;
+        if earlier_admitted(middle) {
+            admitted_steps = middle;
         } else {
-            break;
+            refused_steps = middle;
         }
     }
-    Ok(delay)
+    Ok(delay - admitted_steps * step)
 }
 
 #[cfg(test)]

@@ -23,6 +23,7 @@ pub mod eviction;
 pub mod fixed_window;
 mod prune;
 pub mod shards;
+mod shown;
 mod state;
 mod status;
 mod time;
@@ -39,6 +40,7 @@ pub use shards::{
     evaluate_all, evaluate_fullest, evaluate_looked_at, evaluate_pair, evaluate_single,
     shard_order, Candidate, ShardedDecision,
 };
+pub use shown::{available, shown};
 pub use state::{LimitId, Request, State};
 pub use status::{status, Status};
 pub use time::{period_micros, Micros, MICROS_PER_MILLISECOND};

@@ -6,7 +6,7 @@ mod common;
 use common::{config, kind};
 
 use proptest::prelude::*;
-use rate_limiter_algorithm::{evaluate, Config, LimitId, Micros, Request, State};
+use rate_limiter_algorithm::{evaluate, shown, Config, LimitId, Micros, Request, State};
 
 const ID: LimitId<'static> = LimitId {
     name: b"prop",
@@ -138,6 +138,37 @@ proptest! {
         let nothing = Request { count: 0.0, reserve: false };
         prop_assert!(evaluate(&config, ID, Some(state), now + retry, nothing).unwrap().ok);
         prop_assert!(!evaluate(&config, ID, Some(state), now + retry - 1, nothing).unwrap().ok);
+    }
+
+    /// A call asking for exactly the `remaining` it was shown (at most
+    /// nine decimals: docs/semantics.md, "What a call shows") is admitted,
+    /// at once and later, without reserving, after an admission or a
+    /// refusal; and it never leaves the limit more than noise (10^-12,
+    /// relative above one token) below zero.
+    #[test]
+    fn a_count_equal_to_the_shown_remaining_is_admitted(
+        config in config(),
+        value_fraction in 0.0f64..1.0,
+        noise in -1e-12f64..1e-12,
+        age in 0i64..(3600 * SECOND),
+        now in -(1i64 << 40)..(1i64 << 40),
+        count_fraction in 0.0f64..1.5,
+        later in 0i64..(60 * SECOND),
+    ) {
+        let capacity = config.capacity();
+        let state = State { value: value_fraction * capacity + noise, ts: now - age };
+        let first = Request { count: count_fraction * capacity, reserve: false };
+        let Ok(decision) = evaluate(&config, ID, Some(state), now, first) else { return Ok(()) };
+        let after = decision.new_state.unwrap_or(state);
+        let remaining = shown(decision.remaining);
+        prop_assume!(remaining > 0.0 && remaining <= capacity);
+        let exactly = Request { count: remaining, reserve: false };
+        for at in [now, now + later] {
+            let call = evaluate(&config, ID, Some(after), at, exactly).unwrap();
+            prop_assert!(call.ok, "count {remaining} = the shown remaining refused at {at}: {call:?}");
+            let left = call.new_state.unwrap().value;
+            prop_assert!(left >= -1e-12 * remaining.max(1.0), "left {left} tokens");
+        }
     }
 
     /// A clock step backwards adds no tokens and never moves ts back.

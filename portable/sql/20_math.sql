@@ -376,25 +376,61 @@ BEGIN
 END
 $refill$;
 
--- The smallest delay (whole microseconds; for a fixed window, a window
--- start) after which a call for count tokens from state (value, ts) is
--- admitted with a debt of at most allowed (decision::retry_after): the
--- formula, checked with the arithmetic a later call uses and moved by a
--- step when float rounding made it early or late. 22003 when it would be
--- out of range.
-CREATE FUNCTION rate_limiter._retry_after(kind rate_limiter.kind, rate float8, period bigint, capacity float8,
-                                          value float8, ts bigint, count float8, allowed float8, now bigint)
+-- A token amount as a caller is shown it (shown::shown): at most nine
+-- decimals, rounded down to a multiple of 1e-9, except that a value
+-- within 1e-12 (relative above one token) below a multiple is shown as
+-- that multiple (float noise); never -0; 9007199.254740992 (2^53 / 1e9)
+-- tokens or more, NaN and infinities as they are. round() of a float8 is
+-- ties-to-even, as Rust's round_ties_even: the same IEEE operations as
+-- the native extension, so the same float.
+CREATE FUNCTION rate_limiter._shown(value float8)
+RETURNS float8
+LANGUAGE sql IMMUTABLE STRICT PARALLEL SAFE
+AS $$
+    SELECT CASE WHEN NOT (pg_catalog.abs(value) < 9007199.254740992::float8) THEN value + 0::float8
+                WHEN nearest / 1e9::float8 - value > 1e-12::float8 * greatest(pg_catalog.abs(value), 1::float8)
+                THEN (nearest - 1::float8) / 1e9::float8 + 0::float8
+                ELSE nearest / 1e9::float8 + 0::float8 END
+    FROM (SELECT pg_catalog.round(value * 1e9::float8) AS nearest) AS n
+$$;
+
+-- What a call of an unsharded limit may take (shown::available): the
+-- refilled value, or what is shown of it when that is more, so that a
+-- count equal to the shown remaining is admitted.
+CREATE FUNCTION rate_limiter._available(value float8)
+RETURNS float8
+LANGUAGE sql IMMUTABLE STRICT PARALLEL SAFE
+AS $$
+    SELECT greatest(value, rate_limiter._shown(value))
+$$;
+
+-- The smallest delay after which count from state (value, ts) passes the
+-- test a call applies, with a debt of at most allowed
+-- (decision::earliest): on the refilled value itself, or (shown) on what
+-- a call of _evaluate may take (_available). The formula, checked with
+-- the arithmetic a later call uses: later by a step (at most four) when
+-- float rounding made it early, then earlier by as many steps as still
+-- pass (galloping back 1, 2, 4, ... steps, then bisecting). 22003 when it
+-- would be out of range.
+CREATE FUNCTION rate_limiter._earliest(kind rate_limiter.kind, rate float8, period bigint, capacity float8,
+                                       value float8, ts bigint, count float8, allowed float8, now bigint,
+                                       shown boolean)
 RETURNS bigint
 LANGUAGE plpgsql IMMUTABLE STRICT PARALLEL SAFE
-AS $retry_after$
+AS $earliest$
 DECLARE
     refilled record;
     tokens float8;
     estimate float8;
     step bigint;
     delay bigint;
-    earlier bigint;
     later record;
+    available float8;
+    admitted_steps numeric := 0;
+    refused_steps numeric := 1;
+    middle numeric;
+    earlier numeric;
+    passes boolean;
 BEGIN
     refilled := rate_limiter._refill(kind, rate, period, capacity, value, ts, now);
     tokens := rate_limiter._ieee('-', rate_limiter._ieee('-', count, allowed), refilled.new_value);
@@ -414,19 +450,54 @@ BEGIN
     delay := CASE WHEN estimate < 1 THEN 1 ELSE pg_catalog.trunc(estimate)::bigint END;
     FOR attempt IN 1..4 LOOP
         later := rate_limiter._refill(kind, rate, period, capacity, value, ts, rate_limiter._add_sat(now, delay));
-        EXIT WHEN -rate_limiter._ieee('-', later.new_value, count) <= allowed;
+        available := CASE WHEN shown THEN rate_limiter._available(later.new_value) ELSE later.new_value END;
+        EXIT WHEN rate_limiter._ieee('-', count, available) <= allowed;
         delay := rate_limiter._add_sat(delay, step);
     END LOOP;
-    FOR attempt IN 1..4 LOOP
-        earlier := rate_limiter._sub_sat(delay, step);
-        EXIT WHEN earlier <= 0;
-        later := rate_limiter._refill(kind, rate, period, capacity, value, ts, rate_limiter._add_sat(now, earlier));
-        EXIT WHEN NOT (-rate_limiter._ieee('-', later.new_value, count) <= allowed);
-        delay := earlier;
+    -- Back while still admitted: gallop, then bisect between the last
+    -- admitted number of steps and the first refused one.
+    LOOP
+        earlier := delay::numeric - refused_steps * step::numeric;
+        passes := false;
+        IF earlier > 0 THEN
+            later := rate_limiter._refill(kind, rate, period, capacity, value, ts, rate_limiter._add_sat(now, earlier::bigint));
+            available := CASE WHEN shown THEN rate_limiter._available(later.new_value) ELSE later.new_value END;
+            passes := rate_limiter._ieee('-', count, available) <= allowed;
+        END IF;
+        EXIT WHEN NOT passes;
+        admitted_steps := refused_steps;
+        refused_steps := refused_steps * 2;
     END LOOP;
-    RETURN delay;
+    WHILE refused_steps - admitted_steps > 1 LOOP
+        middle := admitted_steps + pg_catalog.div(refused_steps - admitted_steps, 2);
+        earlier := delay::numeric - middle * step::numeric;
+        passes := false;
+        IF earlier > 0 THEN
+            later := rate_limiter._refill(kind, rate, period, capacity, value, ts, rate_limiter._add_sat(now, earlier::bigint));
+            available := CASE WHEN shown THEN rate_limiter._available(later.new_value) ELSE later.new_value END;
+            passes := rate_limiter._ieee('-', count, available) <= allowed;
+        END IF;
+        IF passes THEN
+            admitted_steps := middle;
+        ELSE
+            refused_steps := middle;
+        END IF;
+    END LOOP;
+    RETURN (delay::numeric - admitted_steps * step::numeric)::bigint;
 END
-$retry_after$;
+$earliest$;
+
+-- The smallest delay (whole microseconds; for a fixed window, a window
+-- start) after which a call for count tokens from state (value, ts) is
+-- admitted with a debt of at most allowed (decision::retry_after, the
+-- exact test): see _earliest.
+CREATE FUNCTION rate_limiter._retry_after(kind rate_limiter.kind, rate float8, period bigint, capacity float8,
+                                          value float8, ts bigint, count float8, allowed float8, now bigint)
+RETURNS bigint
+LANGUAGE sql IMMUTABLE STRICT PARALLEL SAFE
+AS $$
+    SELECT rate_limiter._earliest(kind, rate, period, capacity, value, ts, count, allowed, now, false)
+$$;
 
 -- One call of an unsharded limit, or of one shard of a sharded one
 -- (decision::evaluate): rate, capacity and max_reserved are the
@@ -448,6 +519,7 @@ DECLARE
     refilled record;
     value float8;
     allowed float8;
+    available float8;
 BEGIN
     IF base_value IS NULL THEN
         initial := rate_limiter._initial(kind, capacity, period, start, name, key, now);
@@ -459,7 +531,10 @@ BEGIN
     IF value = 'NaN'::float8 OR value = 'Infinity'::float8 OR value = '-Infinity'::float8 THEN
         RAISE EXCEPTION 'the limit''s value would be out of range (%)', rate_limiter._show(value) USING ERRCODE = '22003';
     END IF;
-    IF value >= 0 THEN
+    -- What the call may take: the value, or what is shown of it when that
+    -- is more, so that a count equal to the shown remaining is admitted.
+    available := rate_limiter._available(refilled.new_value);
+    IF count <= available THEN
         ok := true;
         remaining := value;
         new_value := value;
@@ -467,17 +542,17 @@ BEGIN
         RETURN;
     END IF;
     allowed := CASE WHEN NOT reserve THEN 0 ELSE coalesce(max_reserved, 'Infinity'::float8) END;
-    IF -value <= allowed THEN
+    IF rate_limiter._ieee('-', count, available) <= allowed THEN
         -- A reservation: the work may run once the debt is paid back.
         ok := true;
         new_value := value;
         new_ts := refilled.new_ts;
-        retry_after := rate_limiter._retry_after(kind, rate, period, capacity, new_value, new_ts, 0, 0, now);
+        retry_after := rate_limiter._earliest(kind, rate, period, capacity, new_value, new_ts, 0, 0, now, true);
         remaining := value;
         RETURN;
     END IF;
     ok := false;
-    retry_after := rate_limiter._retry_after(kind, rate, period, capacity, base_value, base_ts, count, allowed, now);
+    retry_after := rate_limiter._earliest(kind, rate, period, capacity, base_value, base_ts, count, allowed, now, true);
     remaining := refilled.new_value;
 END
 $evaluate$;

@@ -167,7 +167,7 @@ BEGIN
         DETAIL = '{"name":' || rate_limiter._json_string(name)
                  || ',"key":' || coalesce(rate_limiter._json_string(key), 'null')
                  || ',"retry_after_ms":' || rate_limiter._json_number(milliseconds)
-                 || ',"remaining":' || rate_limiter._json_number(remaining) || '}',
+                 || ',"remaining":' || rate_limiter._json_number(rate_limiter._shown(remaining)) || '}',
         HINT = 'Retry after ' || rate_limiter._show(milliseconds) || ' ms.';
 END
 $refuse$;

@@ -476,7 +476,7 @@ BEGIN
             IF new_value >= 0 AND FOUND THEN
                 ok := true;
                 retry_after := NULL;
-                remaining := new_value;
+                remaining := rate_limiter._shown(new_value);
                 RETURN NEXT;
                 RETURN;
             END IF;
@@ -492,7 +492,7 @@ BEGIN
     END IF;
     ok := answer.ok;
     retry_after := rate_limiter._interval(answer.retry_after);
-    remaining := answer.remaining;
+    remaining := rate_limiter._shown(answer.remaining);
     RETURN NEXT;
 END
 $rate_limit$;
@@ -522,7 +522,7 @@ BEGIN
     END IF;
     ok := answer.ok;
     retry_after := rate_limiter._interval(answer.retry_after);
-    remaining := answer.remaining;
+    remaining := rate_limiter._shown(answer.remaining);
     RETURN NEXT;
 END
 $rate_check$;

@@ -327,7 +327,7 @@ BEGIN
         key := checked.keys[i];
         ok := answers.oks[i];
         retry_after := rate_limiter._interval(answers.retry_afters[i]);
-        remaining := answers.remainings[i];
+        remaining := rate_limiter._shown(answers.remainings[i]);
         RETURN NEXT;
     END LOOP;
 END

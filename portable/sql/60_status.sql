@@ -53,7 +53,7 @@ DECLARE
     c rate_limiter.config := resolved.config;
     now_state record := rate_limiter._current(name, key, c, resolved.period, resolved.start);
 BEGIN
-    value := now_state.value;
+    value := rate_limiter._shown(now_state.value);
     capacity := coalesce(c.capacity, c.rate);
     full_at := rate_limiter._timestamp(now_state.full_at);
     shards := c.shards;

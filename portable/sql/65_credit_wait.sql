@@ -71,7 +71,7 @@ BEGIN
         FOR shard IN 0..greatest(c.shards, 1) - 1 LOOP
             value_after := value_after + coalesce(credited.new_values[pg_catalog.array_position(held, shard)], shard_capacity);
         END LOOP;
-        RETURN value_after;
+        RETURN rate_limiter._shown(value_after);
     END LOOP;
     PERFORM rate_limiter._kept_changing(name);
 END
@@ -123,7 +123,7 @@ BEGIN
                 IF attempt.ok THEN
                     ok := true;
                     retry_after := rate_limiter._interval(attempt.retry_after);
-                    remaining := attempt.remaining;
+                    remaining := rate_limiter._shown(attempt.remaining);
                     RETURN NEXT;
                     RETURN;
                 END IF;
@@ -137,7 +137,7 @@ BEGIN
         IF rate_limiter._micros(pg_catalog.clock_timestamp())::numeric + retry > deadline THEN
             ok := false;
             retry_after := rate_limiter._interval(retry);
-            remaining := left_;
+            remaining := rate_limiter._shown(left_);
             RETURN NEXT;
             RETURN;
         END IF;

@@ -109,3 +109,16 @@ SELECT retry_after, (extract(epoch FROM retry_after) * 1000000)::bigint AS micro
 FROM rate_limiter.rate_check('centuries', 'k', 4, reserve => true,
                              config => rate_limiter.token_bucket(3, '1100 years 3 seconds', 3, 3));
 RESET rate_limiter.now_override;
+
+-- remaining is shown without float noise: at most nine decimals, rounded
+-- down, a value just below a multiple of 1e-9 being that multiple (the
+-- stored 0.3 - 0.1 is 0.19999999999999998). A call for exactly the
+-- remaining shown is admitted, though it is above what is stored; a third
+-- of a token is shown rounded down.
+SET rate_limiter.now_override = '2026-01-01 00:00:00+00';
+SELECT ok, remaining FROM rate_limiter.rate_limit('noise', 'k', 0.1, config => rate_limiter.token_bucket(0.3, '1 hour'));
+SELECT value FROM rate_limiter.rate_limits WHERE name = 'noise';
+SELECT ok, remaining FROM rate_limiter.rate_limit('noise', 'k', 0.2, config => rate_limiter.token_bucket(0.3, '1 hour'));
+SELECT ok, remaining FROM rate_limiter.rate_check('thirds', 'k', 1, config => rate_limiter.token_bucket(3, '1 hour', 4.0 / 3));
+SELECT value FROM rate_limiter.status('thirds', 'k', config => rate_limiter.token_bucket(3, '1 hour', 4.0 / 3));
+RESET rate_limiter.now_override;
