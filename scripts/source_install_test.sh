@@ -50,8 +50,8 @@ chmod 755 "$root"   # its / must be readable by postgres
 mounts=()
 cleanup() {
     local i
-    chroot "$root" su postgres -s /bin/sh -c '/usr/lib/postgresql/15/bin/pg_ctl -D /tmp/data -m fast -w stop' \
-        >/dev/null 2>&1 || true
+    chroot "$root" env -i PATH=/usr/bin:/bin su postgres -s /bin/sh -c \
+        '/usr/lib/postgresql/15/bin/pg_ctl -D /tmp/data -m fast -w stop' >/dev/null 2>&1 || true
     for ((i = ${#mounts[@]} - 1; i >= 0; i--)); do
         umount "${mounts[$i]}" 2>/dev/null || umount -l "${mounts[$i]}" 2>/dev/null || true
     done
@@ -103,7 +103,12 @@ if ! in_system "set -x; $build" >"$out" 2>&1; then
     fail "the README's build lines failed"
 fi
 rm -f "$out"
-chroot "$root" su postgres -s /bin/sh -c '
+# (env -i: nothing of this machine's environment, such as the suite's
+# PGHOST and PGPORT, reaches the clean system.)
+as_postgres() { # a script, run by sh as postgres in the clean system
+    chroot "$root" env -i PATH=/usr/bin:/bin su postgres -s /bin/sh -c "$1"
+}
+as_postgres '
     set -e
     bin=/usr/lib/postgresql/15/bin
     $bin/initdb -D /tmp/data -U postgres --auth=trust --encoding=UTF8 --locale=C >/dev/null
@@ -120,8 +125,7 @@ ALTER EXTENSION rate_limiter UPDATE;
 SELECT extversion FROM pg_extension WHERE extname = 'rate_limiter';
 SQL
 version=$(sed -n 's/^version = "\(.*\)"$/\1/p' Cargo.toml | head -n 1)
-answers=$(chroot "$root" su postgres -s /bin/sh -c \
-    '/usr/lib/postgresql/15/bin/psql -X -q -At -d yourdb -v ON_ERROR_STOP=1 -f /tmp/check.sql' 2>&1) ||
+answers=$(as_postgres '/usr/lib/postgresql/15/bin/psql -X -q -At -d yourdb -v ON_ERROR_STOP=1 -f /tmp/check.sql' 2>&1) ||
     fail "$answers"
 sed 's/^/  /' <<<"$answers"
 [ "$(tr '\n' ' ' <<<"$answers")" = "$version t f $version " ] || fail "unexpected answers"
