@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
 # A Citus cluster on this machine, for developing and testing the Citus
-# support of issue 16 (docs/guarantees.md, "Citus"); scripts/test.sh runs tests/integration/tests/citus/
+# support (docs/guarantees.md, "Citus"); scripts/test.sh runs tests/integration/tests/citus/
 # against it on PostgreSQL 15 and 18.
 #
 #   bash scripts/citus.sh build        # build and install Citus into PostgreSQL $RL_PG

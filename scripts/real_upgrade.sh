@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# A real upgrade, with the old binary (issue 18, item 4): builds 0.1.0's
+# A real upgrade, with the old binary: builds 0.1.0's
 # library from its commit (48d680c) in a git worktree, lets it write state
 # under real calls on PostgreSQL 15, swaps in the current library (a new
 # file renamed over the old one, as a package upgrade does, so running

@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# Soak (issue 18, item 9): calls from many connections while VACUUM FULL,
+# Soak: calls from many connections while VACUUM FULL,
 # CLUSTER, REINDEX CONCURRENTLY, TRUNCATE, plain VACUUM and an eager
 # autovacuum work on the state table; then amcheck of the state table and
 # the bound checked from what committed; then prune() on many rows (time,

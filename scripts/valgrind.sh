@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
 # The pg_regress and isolation schedules against a server run under
-# Valgrind (issue 18, item 2): PostgreSQL 15 built from Debian's source with
+# Valgrind: PostgreSQL 15 built from Debian's source with
 # assertions and USE_VALGRIND (RL_ASSERTS=1 in scripts/lib.sh), every
 # process of the server under memcheck with PostgreSQL's own suppressions
 # (src/tools/valgrind.supp). Prints a report: the schedules' results, the

@@ -80,7 +80,14 @@ pub fn evaluate(
         };
         return Ok(Decision {
             ok: true,
-            retry_after: Some(earliest(config, new_state, 0.0, 0.0, now, Admission::Shown)?),
+            retry_after: Some(earliest(
+                config,
+                new_state,
+                0.0,
+                0.0,
+                now,
+                Admission::Shown,
+            )?),
             remaining: value,
             new_state: Some(new_state),
         });

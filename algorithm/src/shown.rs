@@ -87,8 +87,19 @@ mod tests {
 
     #[test]
     fn a_shown_value_is_at_most_noise_above_the_value() {
-        for value in [0.2922020000000005, 0.29220199999999995, 1.0 / 3.0, 2.0 / 3.0, -4e-10, 1e-13, 123.456_789_999_999_99] {
-            assert!(shown(value) - value <= NOISE * value.abs().max(1.0), "{value}");
+        for value in [
+            0.2922020000000005,
+            0.29220199999999995,
+            1.0 / 3.0,
+            2.0 / 3.0,
+            -4e-10,
+            1e-13,
+            123.456_789_999_999_99,
+        ] {
+            assert!(
+                shown(value) - value <= NOISE * value.abs().max(1.0),
+                "{value}"
+            );
         }
     }
 
@@ -109,7 +120,12 @@ mod tests {
 
     #[test]
     fn showing_twice_changes_nothing() {
-        for value in [0.2922020000000005, 1.0 / 3.0, -7.123_456_789_000_001, 9_000_000.123_456_79] {
+        for value in [
+            0.2922020000000005,
+            1.0 / 3.0,
+            -7.123_456_789_000_001,
+            9_000_000.123_456_79,
+        ] {
             assert_eq!(shown(shown(value)), shown(value));
         }
     }

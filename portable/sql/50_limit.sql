@@ -374,7 +374,7 @@ BEGIN
     -- a start, a lost race to insert, read-only or stricter isolation,
     -- lock-free refusals turned off) takes the general path, which then
     -- holds the lock taken here, if any.
-    -- Cost (issue 33): every column a statement here computes, and every
+    -- Cost: every column a statement here computes, and every
     -- function it names, is compiled again each time the statement runs;
     -- so the statements read and write plain columns and PL/pgSQL, whose
     -- expressions are compiled once per transaction, does the arithmetic.

@@ -1,5 +1,5 @@
-//! Splits of the limiter's shards only in a mode that works (issue 32;
-//! docs/guarantees.md, "Citus", "Shard moves, splits and new nodes").
+//! Splits of the limiter's shards only in a mode that works
+//! (docs/guarantees.md, "Citus", "Shard moves, splits and new nodes").
 //!
 //! Citus 13.2.2 and 14.0.1 split a shard group without blocking writes
 //! (`citus_split_shard_by_split_points` and `isolate_tenant_to_new_shard`

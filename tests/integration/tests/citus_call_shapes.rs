@@ -1,4 +1,4 @@
-//! Citus, day two (issue 32; docs/guarantees.md, "Citus": "Transactions
+//! Citus, day two (docs/guarantees.md, "Citus": "Transactions
 //! across nodes" and "Call shapes and node states"): call shapes that must
 //! keep the transaction contract or fail closed, on the real cluster of
 //! `scripts/citus.sh` (Citus 13.2.2 on PostgreSQL 15, 14.0.1 on 18):

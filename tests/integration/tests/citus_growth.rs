@@ -1,4 +1,4 @@
-//! Citus, day two (issue 32; docs/guarantees.md, "Citus", "Shard moves,
+//! Citus, day two (docs/guarantees.md, "Citus", "Shard moves,
 //! splits and new nodes"): a cluster that grows and rebalances after
 //! `distribute()`, on the real cluster of `scripts/citus.sh` (Citus 13.2.2
 //! on PostgreSQL 15, 14.0.1 on 18), each under load: a node added with
@@ -74,7 +74,7 @@ fn tenant(column_type: &str) -> &'static str {
     }
 }
 
-/// Issue 32, item 1: a cluster grows after `distribute()`. For each type of
+/// A cluster grows after `distribute()`. For each type of
 /// tenant column the limiter may be colocated with (text, bigint, integer,
 /// uuid: before, adding a node failed for bigint and uuid, "distribution
 /// column types don't match"): a new node, prepared on the coordinator
@@ -126,7 +126,7 @@ fn a_node_added_after_distribute_takes_shards_under_load() {
         }
         // Colocated with a bigint column, a node added without
         // prepare_node() fails in Citus's metadata sync; the error says
-        // what to run (issue 46, item 13).
+        // what to run.
         if column_type == "bigint" {
             let url = citus_sh(&["node", &dir, "3"]);
             let port = port_of(&url);
@@ -271,7 +271,7 @@ fn a_node_added_after_distribute_takes_shards_under_load() {
     forget("grow");
 }
 
-/// Issue 32, item 2: splitting the limiter's shards. Citus splits without
+/// Splitting the limiter's shards. Citus splits without
 /// blocking writes through logical replication, which never finishes for
 /// the state table's `REPLICA IDENTITY FULL` (it waits up to
 /// `citus.logical_replication_timeout`, 2 h): such a split of the limiter's

@@ -153,7 +153,7 @@ fn names(client: &mut Client) -> i64 {
 
 const OTHER: &str = "rate_limiter_stats_other";
 
-/// Review's attack (issue 31): an application role of another database,
+/// A review's attack: an application role of another database,
 /// with exactly the README's grants, tries to empty this database's view
 /// by inventing names (inline configs), first with two `rate_limit_all`
 /// calls of 1,000 requests refused as a whole (which now count only their

@@ -371,7 +371,7 @@ fn colocated_with_a_bigint_tenant_column_a_tenant_transaction_stays_on_one_worke
     forget("orders");
 }
 
-/// As the bigint test, with an integer tenant column (issue 32): `dkey`
+/// As the bigint test, with an integer tenant column: `dkey`
 /// becomes an integer, the key read as a decimal integer in its range,
 /// `hashtext(name/shard)` for a global limit.
 #[test]
