@@ -9,8 +9,9 @@
 //! here: blocks between `<!-- NAME:begin/end -->` markers, which tests of
 //! their own run (doc_examples.rs, portable_switch.rs, postgrest_login.rs,
 //! roles.rs and the Citus tests); Citus's pages (citus.md, citus-design.md)
-//! and the reference's Citus functions, which need a Citus cluster
-//! (`tests/integration/tests/citus/` runs them: `CITUS_ONLY`).
+//! and the reference's Citus functions (`CITUS_ONLY`), which need a Citus
+//! cluster: not run as written anywhere (the Citus tests call the same
+//! functions with their own arguments).
 
 use rate_limiter_integration_tests::doc_blocks::{
     check_claims, drop_role, psql, repository_file, sql_blocks,
