@@ -21,6 +21,7 @@ set -euo pipefail
 cd "$(dirname "$0")/.."
 export RL_PG=15
 source scripts/lib.sh
+source scripts/clean_system.sh
 
 fail() {
     echo "$1"
@@ -33,7 +34,6 @@ if ! command -v debootstrap >/dev/null; then
 fi
 [ -d "$HOME/.rustup" ] && [ -x "$HOME/.cargo/bin/cargo-pgrx" ] ||
     fail "this machine has no ~/.rustup or no cargo-pgrx in ~/.cargo/bin to lend"
-mirror=${RL_DEBIAN_MIRROR:-http://deb.debian.org/debian}
 repo=$PWD
 
 # The README's lines, in order; before and after the line that needs a
@@ -50,8 +50,7 @@ chmod 755 "$root"   # its / must be readable by postgres
 mounts=()
 cleanup() {
     local i
-    chroot "$root" env -i PATH=/usr/bin:/bin su postgres -s /bin/sh -c \
-        '/usr/lib/postgresql/15/bin/pg_ctl -D /tmp/data -m fast -w stop' >/dev/null 2>&1 || true
+    stop_clean_cluster "$root"
     for ((i = ${#mounts[@]} - 1; i >= 0; i--)); do
         umount "${mounts[$i]}" 2>/dev/null || umount -l "${mounts[$i]}" 2>/dev/null || true
     done
@@ -70,20 +69,8 @@ bind() { # source, target inside the clean system
     mounts+=("$root$2")
 }
 
-log "making a clean Debian 12 in $root (debootstrap, minbase)"
-debootstrap --variant=minbase bookworm "$root" "$mirror" >"$root.log" 2>&1 || {
-    tail -n 20 "$root.log"
-    rm -f "$root.log"
-    fail "debootstrap failed"
-}
-rm -f "$root.log"
-mount -t proc proc "$root/proc"
+make_clean_system "$root" || fail "debootstrap failed"
 mounts+=("$root/proc")
-# No services start inside, and Debian's postgresql-common makes no cluster.
-printf '#!/bin/sh\nexit 101\n' >"$root/usr/sbin/policy-rc.d"
-chmod +x "$root/usr/sbin/policy-rc.d"
-mkdir -p "$root/etc/postgresql-common/createcluster.d"
-echo "create_main_cluster = false" >"$root/etc/postgresql-common/createcluster.d/no-main-cluster.conf"
 cp /etc/resolv.conf "$root/etc/resolv.conf"
 cp /etc/hosts "$root/etc/hosts"
 bind "$HOME/.rustup" /root/.rustup
@@ -103,30 +90,7 @@ if ! in_system "set -x; $build" >"$out" 2>&1; then
     fail "the README's build lines failed"
 fi
 rm -f "$out"
-# (env -i: nothing of this machine's environment, such as the suite's
-# PGHOST and PGPORT, reaches the clean system.)
-as_postgres() { # a script, run by sh as postgres in the clean system
-    chroot "$root" env -i PATH=/usr/bin:/bin su postgres -s /bin/sh -c "$1"
-}
-as_postgres '
-    set -e
-    bin=/usr/lib/postgresql/15/bin
-    $bin/initdb -D /tmp/data -U postgres --auth=trust --encoding=UTF8 --locale=C >/dev/null
-    $bin/pg_ctl -D /tmp/data -l /tmp/server.log -o "-k /var/run/postgresql -c listen_addresses=" -w start >/dev/null
-    $bin/createdb yourdb' || fail "could not start a cluster in the clean system"
+start_clean_cluster "$root" yourdb || fail "could not start a cluster in the clean system"
 in_system "$create" || fail "the README's CREATE EXTENSION line failed"
-cat >"$root/tmp/check.sql" <<'SQL'
-SELECT extversion FROM pg_extension WHERE extname = 'rate_limiter';
-SELECT ok FROM rate_limiter.rate_limit('installed', config => rate_limiter.token_bucket(1, '1 minute'));
-SELECT ok FROM rate_limiter.rate_limit('installed', config => rate_limiter.token_bucket(1, '1 minute'));
-DROP EXTENSION rate_limiter;
-CREATE EXTENSION rate_limiter VERSION '0.1.0';
-ALTER EXTENSION rate_limiter UPDATE;
-SELECT extversion FROM pg_extension WHERE extname = 'rate_limiter';
-SQL
-version=$(sed -n 's/^version = "\(.*\)"$/\1/p' Cargo.toml | head -n 1)
-answers=$(as_postgres '/usr/lib/postgresql/15/bin/psql -X -q -At -d yourdb -v ON_ERROR_STOP=1 -f /tmp/check.sql' 2>&1) ||
-    fail "$answers"
-sed 's/^/  /' <<<"$answers"
-[ "$(tr '\n' ' ' <<<"$answers")" = "$version t f $version " ] || fail "unexpected answers"
+check_clean_install "$root" yourdb || fail "unexpected answers"
 echo "source install: 1 passed, 0 failed"

@@ -404,6 +404,29 @@ AS $$
     SELECT greatest(value, rate_limiter._shown(value))
 $$;
 
+-- Whether count from state (value, ts) passes, delay microseconds after
+-- now (none when delay is not positive), the test a call applies with a
+-- debt of at most allowed: on the refilled value, or (shown) on what a
+-- call of _evaluate may take (_available). For _earliest (the closure
+-- `admitted` of decision::earliest).
+CREATE FUNCTION rate_limiter._admitted_after(kind rate_limiter.kind, rate float8, period bigint, capacity float8,
+                                             value float8, ts bigint, count float8, allowed float8, now bigint,
+                                             delay numeric, shown boolean)
+RETURNS boolean
+LANGUAGE plpgsql IMMUTABLE STRICT PARALLEL SAFE
+AS $admitted_after$
+DECLARE
+    later record;
+BEGIN
+    IF delay <= 0 THEN
+        RETURN false;
+    END IF;
+    later := rate_limiter._refill(kind, rate, period, capacity, value, ts, rate_limiter._add_sat(now, delay::bigint));
+    RETURN rate_limiter._ieee('-', count,
+        CASE WHEN shown THEN rate_limiter._available(later.new_value) ELSE later.new_value END) <= allowed;
+END
+$admitted_after$;
+
 -- The smallest delay after which count from state (value, ts) passes the
 -- test a call applies, with a debt of at most allowed
 -- (decision::earliest): on the refilled value itself, or (shown) on what
@@ -424,13 +447,9 @@ DECLARE
     estimate float8;
     step bigint;
     delay bigint;
-    later record;
-    available float8;
     admitted_steps numeric := 0;
     refused_steps numeric := 1;
     middle numeric;
-    earlier numeric;
-    passes boolean;
 BEGIN
     refilled := rate_limiter._refill(kind, rate, period, capacity, value, ts, now);
     tokens := rate_limiter._ieee('-', rate_limiter._ieee('-', count, allowed), refilled.new_value);
@@ -449,35 +468,20 @@ BEGIN
     END IF;
     delay := CASE WHEN estimate < 1 THEN 1 ELSE pg_catalog.trunc(estimate)::bigint END;
     FOR attempt IN 1..4 LOOP
-        later := rate_limiter._refill(kind, rate, period, capacity, value, ts, rate_limiter._add_sat(now, delay));
-        available := CASE WHEN shown THEN rate_limiter._available(later.new_value) ELSE later.new_value END;
-        EXIT WHEN rate_limiter._ieee('-', count, available) <= allowed;
+        EXIT WHEN rate_limiter._admitted_after(kind, rate, period, capacity, value, ts, count, allowed, now, delay, shown);
         delay := rate_limiter._add_sat(delay, step);
     END LOOP;
     -- Back while still admitted: gallop, then bisect between the last
     -- admitted number of steps and the first refused one.
-    LOOP
-        earlier := delay::numeric - refused_steps * step::numeric;
-        passes := false;
-        IF earlier > 0 THEN
-            later := rate_limiter._refill(kind, rate, period, capacity, value, ts, rate_limiter._add_sat(now, earlier::bigint));
-            available := CASE WHEN shown THEN rate_limiter._available(later.new_value) ELSE later.new_value END;
-            passes := rate_limiter._ieee('-', count, available) <= allowed;
-        END IF;
-        EXIT WHEN NOT passes;
+    WHILE rate_limiter._admitted_after(kind, rate, period, capacity, value, ts, count, allowed, now,
+                                       delay::numeric - refused_steps * step::numeric, shown) LOOP
         admitted_steps := refused_steps;
         refused_steps := refused_steps * 2;
     END LOOP;
     WHILE refused_steps - admitted_steps > 1 LOOP
         middle := admitted_steps + pg_catalog.div(refused_steps - admitted_steps, 2);
-        earlier := delay::numeric - middle * step::numeric;
-        passes := false;
-        IF earlier > 0 THEN
-            later := rate_limiter._refill(kind, rate, period, capacity, value, ts, rate_limiter._add_sat(now, earlier::bigint));
-            available := CASE WHEN shown THEN rate_limiter._available(later.new_value) ELSE later.new_value END;
-            passes := rate_limiter._ieee('-', count, available) <= allowed;
-        END IF;
-        IF passes THEN
+        IF rate_limiter._admitted_after(kind, rate, period, capacity, value, ts, count, allowed, now,
+                                        delay::numeric - middle * step::numeric, shown) THEN
             admitted_steps := middle;
         ELSE
             refused_steps := middle;

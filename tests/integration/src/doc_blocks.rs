@@ -68,6 +68,12 @@ pub fn sql_blocks(path: &Path) -> Vec<Block> {
 /// stopping at the first error: whether it succeeded, and what it printed
 /// (standard output, then standard error).
 pub fn psql(database: &str, role: &str, sql: &str) -> (bool, String) {
+    psql_with(database, role, sql, &["-v", "ON_ERROR_STOP=1"])
+}
+
+/// [`psql`] with psql's `options` (after `-X`) instead of stopping at the
+/// first error.
+pub fn psql_with(database: &str, role: &str, sql: &str, options: &[&str]) -> (bool, String) {
     let bin = test_env("RATE_LIMITER_TEST_PG_BIN");
     let mut command = Command::new(format!("{bin}/psql"));
     let lib = PathBuf::from(&bin).join("../lib");
@@ -79,7 +85,9 @@ pub fn psql(database: &str, role: &str, sql: &str) -> (bool, String) {
         test_env("RATE_LIMITER_TEST_URL")
     );
     let mut child = command
-        .args(["-X", "-v", "ON_ERROR_STOP=1", "-d", &url])
+        .arg("-X")
+        .args(options)
+        .args(["-d", &url])
         .stdin(std::process::Stdio::piped())
         .stdout(std::process::Stdio::piped())
         .stderr(std::process::Stdio::piped())

@@ -16,9 +16,9 @@
 //! in order, compared with runs of spaces made one (psql pads columns to
 //! their widths, the README to its own).
 
+use rate_limiter_integration_tests::doc_blocks::psql_with;
 use rate_limiter_integration_tests::{drop_database, portable, test_env};
 use std::path::PathBuf;
-use std::process::Command;
 
 const NATIVE: &str = "rate_limiter_doc_examples";
 const PORTABLE: &str = "rate_limiter_doc_examples_portable";
@@ -155,35 +155,10 @@ fn claims(text: &str, sql: bool) -> Vec<String> {
 }
 
 /// Runs `script` with psql from standard input (so errors carry no file
-/// position) in `database`: what it printed, standard output first.
+/// position) in `database`, quietly, through every error: what it
+/// printed, standard output first.
 fn psql(database: &str, script: &str) -> String {
-    let bin = test_env("RATE_LIMITER_TEST_PG_BIN");
-    let mut command = Command::new(format!("{bin}/psql"));
-    let lib = PathBuf::from(&bin).join("../lib");
-    if lib.join("libpq.so.5").exists() {
-        command.env("LD_LIBRARY_PATH", lib);
-    }
-    let url = format!("{} dbname={database}", test_env("RATE_LIMITER_TEST_URL"));
-    let mut child = command
-        .args(["-X", "-q", "-d", &url])
-        .stdin(std::process::Stdio::piped())
-        .stdout(std::process::Stdio::piped())
-        .stderr(std::process::Stdio::piped())
-        .spawn()
-        .expect("run psql");
-    use std::io::Write;
-    child
-        .stdin
-        .take()
-        .expect("psql's input")
-        .write_all(script.as_bytes())
-        .expect("write the script");
-    let output = child.wait_with_output().expect("psql's output");
-    format!(
-        "{}{}",
-        String::from_utf8_lossy(&output.stdout),
-        String::from_utf8_lossy(&output.stderr)
-    )
+    psql_with(database, "postgres", script, &["-q"]).1
 }
 
 /// Runs every example in `database` and checks its claims.
