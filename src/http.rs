@@ -109,7 +109,9 @@ fn headers(
     let (name, config) = status::arguments(name, config)?;
     let label = sf_string(name)?;
     let (current, now) = status::current(name, key, &config)?;
-    let remaining = remaining.unwrap_or(current.value);
+    // The current value as status shows it (docs/semantics.md, "What a
+    // call shows"), so that r= is the whole part of what status says.
+    let remaining = remaining.unwrap_or_else(|| rate_limiter_algorithm::shown(current.value));
     if remaining.is_nan() {
         return Err(
             LimitError::invalid("remaining", "remaining must be a number".to_string()).into(),

@@ -385,13 +385,16 @@ $refill$;
 -- the native extension, so the same float.
 CREATE FUNCTION rate_limiter._shown(value float8)
 RETURNS float8
-LANGUAGE sql IMMUTABLE STRICT PARALLEL SAFE
+LANGUAGE sql IMMUTABLE PARALLEL SAFE
+-- (One expression, not STRICT: PostgreSQL inlines it into the caller's
+-- expression, where a function call would cost microseconds on every
+-- call's answer. NULL gives NULL all the same.)
 AS $$
     SELECT CASE WHEN NOT (pg_catalog.abs(value) < 9007199.254740992::float8) THEN value + 0::float8
-                WHEN nearest / 1e9::float8 - value > 1e-12::float8 * greatest(pg_catalog.abs(value), 1::float8)
-                THEN (nearest - 1::float8) / 1e9::float8 + 0::float8
-                ELSE nearest / 1e9::float8 + 0::float8 END
-    FROM (SELECT pg_catalog.round(value * 1e9::float8) AS nearest) AS n
+                WHEN pg_catalog.round(value * 1e9::float8) / 1e9::float8 - value
+                     > 1e-12::float8 * greatest(pg_catalog.abs(value), 1::float8)
+                THEN (pg_catalog.round(value * 1e9::float8) - 1::float8) / 1e9::float8 + 0::float8
+                ELSE pg_catalog.round(value * 1e9::float8) / 1e9::float8 + 0::float8 END
 $$;
 
 -- What a call of an unsharded limit may take (shown::available): the
@@ -399,7 +402,8 @@ $$;
 -- count equal to the shown remaining is admitted.
 CREATE FUNCTION rate_limiter._available(value float8)
 RETURNS float8
-LANGUAGE sql IMMUTABLE STRICT PARALLEL SAFE
+LANGUAGE sql IMMUTABLE PARALLEL SAFE
+-- (Inlined, as _shown.)
 AS $$
     SELECT greatest(value, rate_limiter._shown(value))
 $$;

@@ -167,7 +167,8 @@ DECLARE
     c rate_limiter.config := resolved.config;
     label text := rate_limiter._sf_string(name);
     now_state record := rate_limiter._current(name, key, c, resolved.period, resolved.start);
-    left_ float8 := coalesce(remaining, now_state.value);
+    -- The current value as status shows it (http::headers).
+    left_ float8 := coalesce(remaining, rate_limiter._shown(now_state.value));
     retry_micros numeric;
     until numeric;
     headers jsonb;

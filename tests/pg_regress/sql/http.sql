@@ -49,6 +49,13 @@ SELECT value FROM rate_limiter.status('http_api', 'alice');
 SELECT rate_limiter.http_headers('http_api', 'alice') ->> 'RateLimit';
 COMMIT;
 
+-- Without remaining, r= is the whole part of the value status shows: 2.3
+-- tokens less 0.3 is stored as 1.9999999999999998 and shown as 2.
+SELECT rate_limiter.rate_limit('http_noise', 'k', 0.3, config => rate_limiter.token_bucket(2.3, '1 hour'));
+SELECT value FROM rate_limiter.status('http_noise', 'k', config => rate_limiter.token_bucket(2.3, '1 hour'));
+SELECT rate_limiter.http_headers('http_noise', 'k', config => rate_limiter.token_bucket(2.3, '1 hour')) ->> 'RateLimit' AS rate_limit;
+SELECT rate_limiter.rate_reset('http_noise', 'k');
+
 -- Errors: NULL name (22004), unknown limit (42704), a refusal without its
 -- retry_after (22004), a name that cannot be sent in a header (22023).
 SELECT * FROM rate_limiter.status(NULL);
