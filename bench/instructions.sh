@@ -20,7 +20,17 @@
 # result row to its (discarded) output, a few thousand instructions that a
 # client connection spends on sending the row instead.
 #
-#   bash bench/instructions.sh     (about three minutes; prints two Markdown tables)
+# A third table (`bash bench/instructions.sh preload`, printed alone) is
+# what preloading the library costs a server: the same counts with
+# shared_preload_libraries = rate_limiter against the library not loaded
+# at start (then `rate_limiter` loads at its first call, in both counted
+# backends alike, so that cancels out): statements that never call the
+# limiter (SELECT 1, a primary-key SELECT) pay only for what the library
+# installs at load, and scenario 1's calls pay for the statistics, which
+# count only when preloaded.
+#
+#   bash bench/instructions.sh          (about three minutes; prints two Markdown tables)
+#   bash bench/instructions.sh preload  (about three minutes; prints the third)
 set -euo pipefail
 cd "$(dirname "$0")/.."
 source scripts/lib.sh
@@ -40,12 +50,14 @@ psql_as -d portable -f dist/rate_limiter-portable.sql -c "$define"
 sudo -u postgres "$PG_BIN/pg_ctl" -D "$work/pg/data" -m fast -w stop >/dev/null
 
 # instructions DATABASE SQL: the instructions a single-user backend
-# executes for SQL (one statement per line), in thousands.
+# executes for SQL (one statement per line), with the libraries of
+# PRELOAD preloaded (none by default).
+PRELOAD=
 instructions() {
     printf '%s\n' "$2" >"$work/input.sql"
     chmod a+r "$work/input.sql"
     sudo -u postgres valgrind --tool=callgrind --callgrind-out-file=/dev/null \
-        "$PG_BIN/postgres" --single -D "$work/pg/data" -c shared_preload_libraries= "$1" \
+        "$PG_BIN/postgres" --single -D "$work/pg/data" -c shared_preload_libraries="$PRELOAD" "$1" \
         <"$work/input.sql" 2>&1 >/dev/null | sed -n 's/.*Collected : \([0-9]*\).*/\1/p'
 }
 # statement N CALL [COUNTED]: one statement calling CALL for g in 1..N,
@@ -96,7 +108,52 @@ per_statement() {
     python3 -c "print(f'{($many - $few) / ($CALLS - 50) / 1000:.1f}')"
 }
 
+# per_query DATABASE STATEMENT [FILL]: thousands of instructions per
+# STATEMENT sent as a query of its own (parsed and planned each time: the
+# planner's hooks run), inside an open transaction, `&` in it replaced by
+# the query's number; the keys made first by FILL (a call), if given.
+per_query() {
+    local database=$1 sql=$2 fill=${3:-}
+    local prefix
+    prefix=$(truncate_all "$database")
+    [ -n "$fill" ] && prefix+=$'\n'$(statement "$CALLS" "$fill")$'\n'"ANALYZE rate_limiter.rate_limits"
+    prefix+=$'\n'"BEGIN"
+    queries() { seq 1 "$1" | sed "s/.*/$sql/"; echo COMMIT; }
+    local few many
+    few=$(instructions "$database" "$prefix"$'\n'"$(queries 50)")
+    many=$(instructions "$database" "$prefix"$'\n'"$(queries "$CALLS")")
+    python3 -c "print(f'{($many - $few) / ($CALLS - 50) / 1000:.1f}')"
+}
+
 limit="rate_limiter.rate_limit('bench', g::text)"
+pk_select="SELECT value, ts FROM rate_limiter.rate_limits WHERE name = 'bench' AND key = \$1 AND shard = 0"
+
+if [ "${1:-}" = preload ]; then
+    # ratio A B: A / B to two decimals.
+    ratio() { python3 -c "print(f'{$1 / $2:.3f}x')"; }
+    echo "| thousands of instructions | not loaded | preloaded | preloaded / not loaded |"
+    echo "|---|---:|---:|---:|"
+    row() {
+        local label=$1 off on
+        shift
+        PRELOAD=
+        off=$("$@")
+        PRELOAD=rate_limiter
+        on=$("$@")
+        echo "| $label | $off | $on | $(ratio "$on" "$off") |"
+    }
+    row "SELECT 1, a query of its own in an open transaction" per_query native "SELECT 1"
+    row "primary-key SELECT of the state row, a query of its own" per_query native "SELECT value, ts FROM rate_limiter.rate_limits WHERE name = 'bench' AND key = '&' AND shard = 0" "$limit"
+    row "SELECT lower('&'), upper('&'): two function calls in the target list" per_query native "SELECT lower('&'), upper('&')"
+    row "SELECT 1, per EXECUTE in an open transaction" per_statement native "SELECT 1"
+    row "primary-key SELECT of the state row, per EXECUTE" per_statement native "$pk_select" "$limit"
+    new() { per_call native "$limit" | cut -d'|' -f1 | tr -d ' '; }
+    updates() { per_call native "$limit" | cut -d'|' -f2 | tr -d ' '; }
+    row "scenario 1: rate_limit, new keys (per call)" new
+    row "scenario 1: rate_limit, updates (per call)" updates
+    exit 0
+fi
+
 echo "| call | new keys | updates |"
 echo "|---|---:|---:|"
 echo "| native extension: rate_limit | $(per_call native "$limit") |"
@@ -115,7 +172,7 @@ echo
 echo "| statement, per EXECUTE in an open transaction | new keys | existing keys |"
 echo "|---|---:|---:|"
 echo "| SELECT 1 | — | $(per_statement native "SELECT 1") |"
-echo "| primary-key SELECT of the state row | — | $(per_statement native "SELECT value, ts FROM rate_limiter.rate_limits WHERE name = 'bench' AND key = \$1 AND shard = 0" "$limit") |"
+echo "| primary-key SELECT of the state row | — | $(per_statement native "$pk_select" "$limit") |"
 echo "| native extension: rate_check | — | $(per_statement native "SELECT ok, retry_after, remaining FROM rate_limiter.rate_check('bench', \$1)" "$limit") |"
 echo "| native extension: rate_limit | $(per_statement native "SELECT ok, retry_after, remaining FROM rate_limiter.rate_limit('bench', \$1)") | — |"
 echo "| portable edition: rate_limit | $(per_statement portable "SELECT ok, retry_after, remaining FROM rate_limiter.rate_limit('bench', \$1)") | — |"

@@ -39,6 +39,8 @@ mod internal_functions;
 mod metadata;
 mod node_hint;
 mod null_distribution_argument;
+mod planned_calls;
+mod planner_checks;
 mod prune;
 mod read;
 mod routing;
@@ -50,21 +52,49 @@ mod value;
 
 use pgrx::pg_sys;
 
-/// Called once when the library is loaded: the transaction callbacks of
-/// two-phase commit, the planner checks that keep a NULL distribution
-/// argument from Citus's function delegation and a split of the state
-/// table's shards from hanging, and the hint that names `prepare_node()`
-/// when `citus_add_node()` fails for want of it.
+/// Called once when the library is loaded, and the one place that
+/// installs what a Citus install needs, all of it only when Citus is
+/// loaded ([`citus_loaded`]): the transaction callbacks of two-phase
+/// commit, the planner checks that keep a NULL distribution argument from
+/// Citus's function delegation and a split of the state table's shards
+/// from hanging (one planner hook), the hint that names `prepare_node()`
+/// when `citus_add_node()` fails for want of it, and the cluster behind
+/// `crate::placement`. Without Citus no table can be distributed, and a
+/// server's statements run without any of these hooks.
 pub fn register() {
+    if !citus_loaded() {
+        return;
+    }
     // SAFETY: a flag PostgreSQL sets while it loads preloaded libraries.
     let preloaded = unsafe { pg_sys::process_shared_preload_libraries_in_progress };
     PRELOADED.with(|flag| flag.set(preloaded));
     two_phase_commit::register();
-    null_distribution_argument::register();
-    shard_split::register();
+    planner_checks::register();
     node_hint::register();
     crate::placement::install(&cluster::Citus);
     crate::storage::route::explain_unrouted_with(metadata::unsupported);
+}
+
+/// Whether Citus is loaded in this server: `shared_preload_libraries`
+/// names it (Citus loads only from there, and refuses to load otherwise,
+/// so a server without it in the list has no distributed table). An entry
+/// is a library name or path, with or without `.so`, as PostgreSQL's
+/// `load_file` accepts it.
+fn citus_loaded() -> bool {
+    // SAFETY: reads a string setting; NULL when it does not exist.
+    let setting = unsafe {
+        pg_sys::GetConfigOption(c"shared_preload_libraries".as_ptr(), true, false)
+    };
+    if setting.is_null() {
+        return false;
+    }
+    // SAFETY: a setting's value is a NUL-terminated string.
+    let setting = unsafe { std::ffi::CStr::from_ptr(setting) }.to_string_lossy();
+    setting.split(',').any(|entry| {
+        let entry = entry.trim().trim_matches('"');
+        let file = entry.rsplit('/').next().unwrap_or(entry);
+        file.strip_suffix(".so").unwrap_or(file) == "citus"
+    })
 }
 
 thread_local! {

@@ -13,7 +13,7 @@
 //! for shard moves. With `'block_writes'` a split and an isolation keep
 //! every row and stay exact (writes wait for them).
 //!
-//! So the planner check here refuses (0A000, with the call that works in
+//! So this check (run by the planner hook of `planner_checks.rs`) refuses (0A000, with the call that works in
 //! the hint) a statement that calls either function, in the form Citus's
 //! own examples and the README use (`SELECT f(...)` with the arguments as
 //! constants once planned), for a shard or a table of the state table's
@@ -22,119 +22,67 @@
 //! is not refused: docs/citus.md says to use `'block_writes'`.
 
 use super::metadata::each_row;
+use super::planned_calls::{constant_argument, Site};
 use pgrx::pg_sys;
 use pgrx::pg_sys::panic::ErrorReport;
 use pgrx::prelude::*;
 use std::ffi::CStr;
 
-static mut PREVIOUS: pg_sys::create_upper_paths_hook_type = None;
-
-/// Called once when the library is loaded: installs the check on top of
-/// whatever hook was there.
-pub fn register() {
-    // SAFETY: hooks are installed once per process, in `_PG_init`.
-    unsafe {
-        PREVIOUS = pg_sys::create_upper_paths_hook;
-        pg_sys::create_upper_paths_hook = Some(upper_paths);
-    }
-}
-
-#[pg_guard]
-unsafe extern "C-unwind" fn upper_paths(
-    root: *mut pg_sys::PlannerInfo,
-    stage: pg_sys::UpperRelationKind::Type,
-    input: *mut pg_sys::RelOptInfo,
-    output: *mut pg_sys::RelOptInfo,
-    extra: *mut std::ffi::c_void,
-) {
-    if stage == pg_sys::UpperRelationKind::UPPERREL_FINAL
-        && !root.is_null()
-        && (*root).query_level == 1
-    {
-        check((*root).parse);
-    }
-    if let Some(previous) = PREVIOUS {
-        previous(root, stage, input, output, extra);
-    }
-}
-
-/// The split functions: name, position of the argument that names the
-/// shard group (0: a shard id; `isolate_tenant_to_new_shard`'s 0 is a
-/// table), position of `shard_transfer_mode`.
-const SPLITS: [(&CStr, bool, usize); 2] = [
-    (c"citus_split_shard_by_split_points", true, 3),
-    (c"isolate_tenant_to_new_shard", false, 3),
+/// The split functions: name, and whether argument 0, which names the
+/// shard group, is a shard id (`isolate_tenant_to_new_shard`'s is a
+/// table). Argument 3 of both is `shard_transfer_mode`.
+const SPLITS: [(&CStr, bool); 2] = [
+    (c"citus_split_shard_by_split_points", true),
+    (c"isolate_tenant_to_new_shard", false),
 ];
 
-/// Raises 0A000 when `query` (top level) calls a split function of
-/// [`SPLITS`] in its target list for the state table's colocation group in
-/// a mode other than `'block_writes'`.
+/// Raises 0A000 when `call`, a target entry of the query being planned,
+/// calls a split function of [`SPLITS`] for the state table's colocation
+/// group in a mode other than `'block_writes'`. The function's name is
+/// looked up only for a call with constant shard group and mode arguments.
 ///
 /// # Safety
-/// `query` is NULL or the query being planned.
-unsafe fn check(query: *mut pg_sys::Query) {
-    if query.is_null() || (*query).commandType != pg_sys::CmdType::CMD_SELECT {
+/// `call` is a node of the query being planned.
+pub(super) unsafe fn check(call: &pg_sys::FuncExpr, site: Site) {
+    if site == Site::From {
         return;
     }
-    let targets = (*query).targetList;
-    if targets.is_null() {
+    const MODE_POSITION: usize = 3;
+    let (Some(Some(group)), Some(Some(mode))) = (
+        constant_argument(call, 0),
+        constant_argument(call, MODE_POSITION),
+    ) else {
+        return;
+    };
+    let name = pg_sys::get_func_name(call.funcid);
+    if name.is_null() {
         return;
     }
-    for index in 0..(*targets).length {
-        let entry = pg_sys::list_nth(targets, index).cast::<pg_sys::TargetEntry>();
-        let node = (*entry).expr.cast::<pg_sys::Node>();
-        if node.is_null() || (*node).type_ != pg_sys::NodeTag::T_FuncExpr {
-            continue;
-        }
-        let call = &*node.cast::<pg_sys::FuncExpr>();
-        let name = pg_sys::get_func_name(call.funcid);
-        if name.is_null() {
-            continue;
-        }
-        let name = CStr::from_ptr(name);
-        let Some(&(function, by_shard, mode_position)) =
-            SPLITS.iter().find(|(split, _, _)| *split == name)
-        else {
-            continue;
-        };
-        let arguments = call.args;
-        if arguments.is_null() || ((*arguments).length as usize) <= mode_position {
-            continue;
-        }
-        let argument = |position: usize| {
-            let node = pg_sys::strip_implicit_coercions(
-                pg_sys::list_nth(arguments, position as i32).cast(),
-            );
-            (!node.is_null()
-                && (*node).type_ == pg_sys::NodeTag::T_Const
-                && !(*node.cast::<pg_sys::Const>()).constisnull)
-                .then(|| (*node.cast::<pg_sys::Const>()).constvalue)
-        };
-        let (Some(group), Some(mode)) = (argument(0), argument(mode_position)) else {
-            continue;
-        };
-        // The mode is an enum value of citus.shard_transfer_mode.
-        let label: Option<&CStr> = pgrx::direct_function_call(pg_sys::enum_out, &[Some(mode)]);
-        if label == Some(c"block_writes") {
-            continue;
-        }
-        let relation = if by_shard {
-            relation_of_shard(group.value() as i64)
-        } else {
-            Some(pg_sys::Oid::from_datum(group, false).unwrap_or(pg_sys::InvalidOid))
-        };
-        if relation.is_some_and(|relation| in_state_tables_group(relation)) {
-            ErrorReport::new(
-                PgSqlErrorCode::ERRCODE_FEATURE_NOT_SUPPORTED,
-                format!(
-                    "{}() would split shards of rate_limiter.rate_limits's colocation group without blocking writes, which Citus cannot finish for its table (REPLICA IDENTITY FULL): the split would wait up to citus.logical_replication_timeout",
-                    function.to_string_lossy()
-                ),
-                "rate_limiter::citus::shard_split",
-            )
-            .set_hint("Pass shard_transfer_mode => 'block_writes' (writes to those shards wait for the split, which keeps every row).")
-            .report(PgLogLevel::ERROR);
-        }
+    let name = CStr::from_ptr(name);
+    let Some(&(function, by_shard)) = SPLITS.iter().find(|(split, _)| *split == name) else {
+        return;
+    };
+    // The mode is an enum value of citus.shard_transfer_mode.
+    let label: Option<&CStr> = pgrx::direct_function_call(pg_sys::enum_out, &[Some(mode)]);
+    if label == Some(c"block_writes") {
+        return;
+    }
+    let relation = if by_shard {
+        relation_of_shard(group.value() as i64)
+    } else {
+        Some(pg_sys::Oid::from_datum(group, false).unwrap_or(pg_sys::InvalidOid))
+    };
+    if relation.is_some_and(|relation| in_state_tables_group(relation)) {
+        ErrorReport::new(
+            PgSqlErrorCode::ERRCODE_FEATURE_NOT_SUPPORTED,
+            format!(
+                "{}() would split shards of rate_limiter.rate_limits's colocation group without blocking writes, which Citus cannot finish for its table (REPLICA IDENTITY FULL): the split would wait up to citus.logical_replication_timeout",
+                function.to_string_lossy()
+            ),
+            "rate_limiter::citus::shard_split",
+        )
+        .set_hint("Pass shard_transfer_mode => 'block_writes' (writes to those shards wait for the split, which keeps every row).")
+        .report(PgLogLevel::ERROR);
     }
 }
 

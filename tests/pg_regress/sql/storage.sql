@@ -161,10 +161,11 @@ SELECT ok FROM rate_limiter.rate_limit('store', 'x');
 -- rate_limiter.distribute() does (create_distributed_table lists it in
 -- pg_catalog.pg_dist_partition) would leave the coordinator's local table
 -- empty while every node keeps its own state: every call fails closed
--- instead. Citus is not installed here; a stand-in for its catalog (with no
--- distribution method) shows the check. The hint says what works:
--- undistribute(), then distribute() (tests/integration/tests/citus/
--- follows it on a real cluster).
+-- instead. Citus is not loaded here, so the library installed no cluster
+-- layer at load: a stand-in for Citus's catalog shows that calls still
+-- fail closed (55000). With Citus loaded, the error says what works
+-- instead, undistribute() and then distribute() (the Citus suite,
+-- tests/integration/tests/citus/, checks it on a real cluster).
 SET allow_system_table_mods = on;
 CREATE TABLE pg_catalog.pg_dist_partition (logicalrelid regclass);
 INSERT INTO pg_catalog.pg_dist_partition VALUES ('rate_limiter.rate_limits');
