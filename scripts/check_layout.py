@@ -33,7 +33,7 @@ CRATES = {"src": "src", "algorithm": "algorithm/src"}
 MAX_LINES = 600
 # Where rule 1 looks: every Rust file of the repository.
 LINE_LIMITED = ("src", "algorithm", "tests/integration", "bench/src", "demo/src")
-SQL_FUNCTION_MODULES = {"limit", "credit", "status", "prune", "all_or_nothing", "wait", "http", "define"}
+SQL_FUNCTION_MODULES = {"api"}
 
 
 def sql_sources():

@@ -1,6 +1,6 @@
 //! Named limits: the lookup of a definition by name (table
 //! `rate_limiter.definitions`); `define()` and `undefine()` write it
-//! (`crate::define`).
+//! (`crate::api::define`).
 //!
 //! Lookups are cached per backend (also "no such definition"), so a call
 //! by name runs no statement for its definition. Any write to the table

@@ -14,16 +14,11 @@
 //! - [`result_row`]: returning the result row of `rate_limit` / `rate_check`;
 //! - [`plans`]: SPI statements prepared once and kept;
 //! - [`definitions`]: looking a named limit up (cached per backend);
-//! - [`define`]: `define` and `undefine`;
 //! - [`config`]: the SQL type `rate_limiter.config` and its constructors;
-//! - [`limit`]: the SQL functions `rate_limit`, `rate_check`, `rate_reset`;
-//! - [`all_or_nothing`]: `rate_limit_all`, several limits at once, all or nothing;
-//! - [`credit`]: `rate_credit`, giving tokens back;
-//! - [`wait`]: `rate_wait`, sleeping until the limit admits;
+//! - [`api`]: the SQL functions a caller runs (`rate_limit`, `rate_check`,
+//!   `rate_reset`, `rate_limit_all`, `rate_credit`, `rate_wait`, `define`,
+//!   `undefine`, `prune`, `status`, `http_headers`), one file each;
 //! - [`stats`]: the shared-memory counters behind `rate_limiter.stats`;
-//! - [`prune`]: `prune`, deleting the state rows that change no later answer;
-//! - [`status`]: `status`, where a limit stands without consuming;
-//! - [`http`]: `http_headers`, the IETF RateLimit fields;
 //! - [`names`]: names and keys as opaque bytes, and how messages show them;
 //! - [`settings`]: the GUCs `rate_limiter.now_override`, `rate_limiter.sqlstate`
 //!   and `rate_limiter.random_seed`;
@@ -40,39 +35,32 @@
 //! The SQL objects are written by hand in `sql/`: `schema.sql` (types and
 //! tables), `functions.sql` (every `CREATE FUNCTION`, pointing at the
 //! `*_wrapper` symbols that `#[pg_extern(sql = false)]` generates here, or
-//! that `limit` defines as plain C entry points) and
+//! that `api::rate_limit` defines as plain C entry points) and
 //! `privileges.sql`.
 
 use pgrx::prelude::*;
 
-pub mod all_or_nothing;
+pub mod api;
 pub mod call;
 pub mod catalog;
 pub mod citus;
 pub mod clock;
 pub mod compat;
 pub mod config;
-pub mod credit;
-pub mod define;
 pub mod definitions;
 pub mod errors;
-pub mod http;
-pub mod limit;
 pub mod local;
 pub mod names;
 pub mod placement;
 pub mod plans;
-pub mod prune;
 pub mod result_row;
 pub mod security;
 pub mod settings;
 pub mod shard_choice;
 pub mod stats;
-pub mod status;
 pub mod storage;
 pub mod subtransaction;
 pub mod transaction_end;
-pub mod wait;
 
 pgrx::pg_module_magic!();
 

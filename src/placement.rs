@@ -160,7 +160,7 @@ pub fn before_read() -> Result<(), CallError> {
 /// where the rows live. The decision as answered and as counted.
 pub fn consume(call: &Call<'_>) -> Result<(Decision, Counted), CallError> {
     match cluster()? {
-        None => local::limit::consume_here(call),
+        None => local::consume::consume_here(call),
         Some(cluster) => {
             writing(cluster, c"rate_limit()", || call.definition().map(drop))?;
             cluster.consume(call)
@@ -171,7 +171,7 @@ pub fn consume(call: &Call<'_>) -> Result<(Decision, Counted), CallError> {
 /// `rate_check`: decides without a lock or a write where the rows live.
 pub fn check(call: &Call<'_>) -> Result<Decision, CallError> {
     match cluster()? {
-        None => local::limit::check_here(call),
+        None => local::consume::check_here(call),
         Some(cluster) => {
             cluster.usable()?;
             cluster.check(call)

@@ -43,7 +43,7 @@ impl Cluster for Citus {
             return consume_spread(call, shards);
         }
         let dkey = distribution_value(call.name, call.key, 0)?;
-        match here(&dkey, true, || local::limit::consume_here(call))? {
+        match here(&dkey, true, || local::consume::consume_here(call))? {
             Some(answer) => Ok(answer),
             None => consume_elsewhere(call, &dkey, alone(call)),
         }
@@ -54,10 +54,10 @@ impl Cluster for Citus {
             // Its shards spread over the nodes: read them where they live.
             let definition = call.definition()?;
             let stored = read_states(call.name, None, shards)?;
-            return local::limit::check_shards(call, &definition, &stored);
+            return local::consume::check_shards(call, &definition, &stored);
         }
         let dkey = distribution_value(call.name, call.key, 0)?;
-        match here(&dkey, false, || local::limit::check_here(call))? {
+        match here(&dkey, false, || local::consume::check_here(call))? {
             Some(answer) => Ok(answer),
             None => elsewhere(call, &dkey, false, alone(call)).map(|(decision, _)| decision),
         }

@@ -124,7 +124,7 @@ pub fn consume_spread(call: &Call<'_>, shards: i16) -> Result<(Decision, Counted
     let spread = spread(call.name, shards, true)?;
     let mut best: Option<(Decision, Counted)> = None;
     if let Some((_, _, dkey)) = spread.local.first() {
-        let answer = local::limit::consume_with(call, spread.placed(shards, None))?;
+        let answer = local::consume::consume_with(call, spread.placed(shards, None))?;
         wrote(Some(dkey))?;
         if answer.1.verdict == Verdict::Admitted {
             return Ok(answer);

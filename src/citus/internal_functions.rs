@@ -48,7 +48,7 @@ pub(super) fn spread_at(
         shards,
     )?;
     let (decision, counted) =
-        local::limit::consume_with(call, spread.placed(shards, Some(i16::MAX)))?;
+        local::consume::consume_with(call, spread.placed(shards, Some(i16::MAX)))?;
     wrote(Some(&dkey))?;
     Ok((decision, Some(counted)))
 }
@@ -192,9 +192,9 @@ pub(super) fn at(
     )?;
     let answer = here(&expected, consume, || {
         if consume {
-            local::limit::consume_here(call).map(|(decision, counted)| (decision, Some(counted)))
+            local::consume::consume_here(call).map(|(decision, counted)| (decision, Some(counted)))
         } else {
-            local::limit::check_here(call).map(|decision| (decision, None))
+            local::consume::check_here(call).map(|decision| (decision, None))
         }
     })?;
     answer.ok_or_else(not_here)

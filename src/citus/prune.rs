@@ -2,7 +2,7 @@
 //!
 //! A prune deletes rows by `ctid`, which means something only within one
 //! relation, so each node prunes the shards placed on it, each through its
-//! own shard relation (`crate::prune`). The node `prune()` is called on
+//! own shard relation (`crate::api::prune`). The node `prune()` is called on
 //! prunes its own shards, then reaches every other node that holds shards
 //! through `rate_limiter._prune_at()`, which Citus delegates to the node
 //! holding the shard of its distribution argument (a value found here

@@ -2,7 +2,7 @@
 //! tokens added, never above capacity (per shard, emptiest shard first);
 //! locks like `rate_limit` (`storage::credit`).
 
-use super::limit::{definition_changed, spread_elsewhere};
+use super::consume::{definition_changed, spread_elsewhere};
 use crate::clock;
 use crate::definitions;
 use crate::errors::CallError;

@@ -4,8 +4,8 @@
 //! relation of this node that holds the rows and runs the same functions.
 
 pub mod all_or_nothing;
+pub mod consume;
 pub mod credit;
 pub mod define;
-pub mod limit;
 pub mod prune;
 pub mod status;

@@ -4,7 +4,7 @@
 //!
 //! Order of work in a call: argument checks (NULLs are 22004 before
 //! anything is looked up), then `crate::placement` (on one server
-//! `local::limit`): the config (inline, else the definition, else 42704),
+//! `local::consume`): the config (inline, else the definition, else 42704),
 //! the row lock, the clock, the math, the write. Errors are raised only
 //! after SPI is finished; a refusal with `throws => true` is raised as the
 //! very last step.

@@ -14,7 +14,7 @@
 //! fractional quota is a decimal with at most three fraction digits.
 
 use crate::errors::{report, CallError};
-use crate::status;
+use super::status;
 use pgrx::heap_tuple::PgHeapTuple;
 use pgrx::prelude::*;
 use pgrx::AllocatedByRust;
