@@ -19,7 +19,12 @@ suite (scripts/test.sh, step 1), one TAP line each ("ok N - rule" or
 4. no module cycle: in each crate, no two files use each other, directly
    or through others (a module's use of its own submodules, declaring or
    re-exporting them, is not a dependency);
-5. no glob re-export (`pub use x::*`) hides where a name lives.
+5. no glob re-export (`pub use x::*`) hides where a name lives;
+6. the single-server path knows no routing: outside src/citus/, the seam
+   (placement.rs), lib.rs and catalog.rs (which reads from Citus's
+   catalog whether the state table's rows are stored elsewhere), no code
+   (comments and string literals aside) says `route`, `Routed`, `dkey` or
+   `distributed`: storage is given its target explicitly.
 
 Run from anywhere: python3 scripts/check_layout.py
 """
@@ -59,6 +64,17 @@ def module_of(path, source_root):
     if parts[-1] in ("lib", "mod"):
         parts = parts[:-1]
     return tuple(parts)
+
+
+ROUTING_WORDS = re.compile(r"(?i)\b(?:routed?|dkey)\b|distributed")
+ROUTING_ALLOWED = ("src/citus/", "src/placement.rs", "src/lib.rs", "src/catalog.rs")
+
+
+def strip_strings(code):
+    """Code without its string literals (plain, byte and C strings, and raw
+    ones), for rule 6."""
+    code = re.sub(r'\b[bc]?r(#*)".*?"\1', '""', code, flags=re.S)
+    return re.sub(r'[bc]?"(?:\\.|[^"\\])*"', '""', code, flags=re.S)
 
 
 def strip_comments(text):
@@ -221,6 +237,18 @@ def main():
             found.append(f"{crate}: " + " <-> ".join("::".join(m) or "lib" for m in component))
     results.append(("no module cycle", found))
     results.append(("no glob re-export", globs))
+
+    routing = []
+    for path in rust_files("src"):
+        relative = os.path.relpath(path, ROOT)
+        if relative.startswith(ROUTING_ALLOWED):
+            continue
+        with open(path, encoding="utf-8") as file:
+            code = strip_strings(strip_comments(file.read()))
+        for number, line in enumerate(code.splitlines(), 1):
+            if ROUTING_WORDS.search(line):
+                routing.append(f"{relative}: {line.strip()}")
+    results.append(("outside src/citus/ and the seam no code names routing", routing))
 
     failed = 0
     for number, (rule, problems) in enumerate(results, 1):

@@ -105,7 +105,8 @@ impl<'a> Call<'a> {
 }
 
 /// The inline config argument `number` of the call `fcinfo` as a datum and
-/// its type, when the tables are distributed (Citus) and it is not NULL.
+/// its type, when the state table's rows are stored elsewhere (the
+/// argument may travel to the node holding them) and it is not NULL.
 ///
 /// # Safety
 /// `fcinfo` must be a call with a `rate_limiter.config` argument `number`.
@@ -114,7 +115,7 @@ pub unsafe fn config_argument(
     number: usize,
 ) -> Option<(pg_sys::Datum, pg_sys::Oid)> {
     let argument = *(*fcinfo).args.as_slice(number + 1).get(number)?;
-    if argument.isnull || !crate::catalog::objects().distributed {
+    if argument.isnull || !crate::catalog::objects().elsewhere {
         return None;
     }
     let type_id = pg_sys::get_fn_expr_argtype((*fcinfo).flinfo, number as i32);

@@ -35,11 +35,13 @@ pub struct Objects {
     pub config_type: pg_sys::Oid,
     /// The composite type `rate_limiter.request` (invalid if missing).
     pub request_type: pg_sys::Oid,
-    /// Whether Citus lists the state table or the definitions in
+    /// Whether the state table's rows are stored elsewhere, in relations
+    /// a cluster keeps: Citus lists the state table or the definitions in
     /// `pg_catalog.pg_dist_partition`, or the table carries
-    /// [`DISTRIBUTED_MARKER`]: then calls go where the cluster installed in
-    /// `crate::placement` says, or fail closed.
-    pub distributed: bool,
+    /// [`DISTRIBUTED_MARKER`]. Then calls go where the cluster installed in
+    /// `crate::placement` says, and storage fails closed on the table
+    /// itself.
+    pub elsewhere: bool,
     /// Whether the table carries [`DISTRIBUTED_MARKER`].
     pub marked: bool,
 }
@@ -269,7 +271,7 @@ fn look_up() -> Objects {
         request_type: type_in(c"request", schema),
         define: define_function(),
         enforce_column,
-        distributed: marked || distributed(table, definitions),
+        elsewhere: marked || distributed(table, definitions),
         marked,
     };
     if generation() == before {

@@ -44,35 +44,35 @@ pub enum CallError {
     /// A feature (named) needs the tables of the library's version: the
     /// database still has an older version's (SQLSTATE 55000).
     NeedsUpdate(&'static str),
-    /// Citus (docs/guarantees.md, "Citus"): the call cannot be made where
-    /// it is made, or the tables are not distributed the way the limiter
-    /// needs (SQLSTATE 55000); a message and a hint that says what to do.
-    Cluster(String, &'static str),
-    /// Citus: something this version does not do on a distributed install
-    /// yet (SQLSTATE 0A000); the message says what.
-    NotOnCluster(&'static str),
-    /// Citus: the state is colocated with a table distributed by a bigint
-    /// column, and this key (bytes) is not a decimal integer (SQLSTATE
-    /// 22P02).
-    KeyNotBigInt(Vec<u8>),
-    /// Citus: the state is colocated with a table distributed by an
-    /// integer column, and this key (bytes) is not a decimal integer in
-    /// its range (SQLSTATE 22P02).
-    KeyNotInteger(Vec<u8>),
-    /// Citus: the state is colocated with a table distributed by a uuid
-    /// column, and this key (bytes) is not a uuid (SQLSTATE 22P02).
-    KeyNotUuid(Vec<u8>),
-    /// Citus: a delegated internal function was given another node's
+    /// The cluster that stores the state table's rows (the one installed
+    /// in `crate::placement`, Citus's) cannot make the call as asked: its
+    /// own error, which says its SQLSTATE, message and hint.
+    Cluster(Box<dyn ClusterError>),
+    /// The state table's rows are stored in other relations, and a call
+    /// reached the table itself (SQLSTATE 55000), when no cluster layer
+    /// explains it better (`storage::target::explain_elsewhere_with`).
+    StoredElsewhere,
+    /// A limit's shards were found in places for a number of shards that
+    /// its definition no longer has, or a call asked for all of them where
+    /// they are not all stored (SQLSTATE 55000).
+    PlacesChanged,
+    /// A delegated internal function was given another node's
     /// `now_override` by a role that is not a superuser (SQLSTATE 42501).
     ClockNotAllowed,
-    /// Citus: a call that writes (named, e.g. `rate_limit()`) runs inside
-    /// one of Citus's per-shard queries, where it would commit apart from
-    /// the caller's transaction (SQLSTATE 0A000).
-    InsideShardQuery(&'static str),
-    /// Citus: a delegated internal function that does what a public
+    /// A delegated internal function that does what a public
     /// function does (named, e.g. `rate_limiter.rate_credit()`) was called
     /// by a role that may not call that function (SQLSTATE 42501).
     NotAllowed(&'static str),
+}
+
+/// An error of the cluster layer, as [`report`] raises it.
+pub trait ClusterError: std::fmt::Debug {
+    /// The SQLSTATE, message and hint.
+    fn parts(&self) -> (PgSqlErrorCode, String, Option<String>);
+    /// The DETAIL, if any.
+    fn detail(&self) -> Option<String> {
+        None
+    }
 }
 
 impl From<LimitError> for CallError {
@@ -89,6 +89,10 @@ impl From<pgrx::spi::SpiError> for CallError {
 
 /// Raises `error` as a PostgreSQL ERROR with its SQLSTATE; never returns.
 pub fn report(error: CallError) -> ! {
+    let detail = match &error {
+        CallError::Cluster(error) => error.detail(),
+        _ => None,
+    };
     let (code, message, hint) = match error {
         CallError::Limit(error) => {
             let code = match error.kind {
@@ -140,10 +144,16 @@ pub fn report(error: CallError) -> ! {
             format!("{feature} needs the extension's current version in this database"),
             Some("Run ALTER EXTENSION rate_limiter UPDATE.".to_string()),
         ),
-        CallError::Cluster(message, hint) => (
+        CallError::Cluster(error) => error.parts(),
+        CallError::StoredElsewhere => (
             PgSqlErrorCode::ERRCODE_OBJECT_NOT_IN_PREREQUISITE_STATE,
-            message,
-            Some(hint.to_string()),
+            "rate_limiter.rate_limits does not store its rows on this node".to_string(),
+            Some("Install the library with the same version on every node, with the same shared_preload_libraries.".to_string()),
+        ),
+        CallError::PlacesChanged => (
+            PgSqlErrorCode::ERRCODE_OBJECT_NOT_IN_PREREQUISITE_STATE,
+            "the definition of this limit changed during the call".to_string(),
+            Some("Retry the transaction.".to_string()),
         ),
         CallError::ClockNotAllowed => (
             PgSqlErrorCode::ERRCODE_INSUFFICIENT_PRIVILEGE,
@@ -155,40 +165,6 @@ pub fn report(error: CallError) -> ! {
             format!("permission denied: this internal function does what {function} does, which the current role may not call"),
             Some(format!("Grant EXECUTE on {function} to the role on every node, and call that function instead.")),
         ),
-        CallError::InsideShardQuery(function) => (
-            PgSqlErrorCode::ERRCODE_FEATURE_NOT_SUPPORTED,
-            format!("rate_limiter.{function} cannot run inside a Citus shard query, where it would commit apart from the caller's transaction"),
-            Some(format!("Citus pushed the call down into the query it runs for each shard of a distributed table. Call rate_limiter.{function} in a statement of its own, or over rows collected first on this node: WITH t AS MATERIALIZED (SELECT ...) SELECT rate_limiter.{function} ... FROM t.")),
-        ),
-        CallError::NotOnCluster(what) => (
-            PgSqlErrorCode::ERRCODE_FEATURE_NOT_SUPPORTED,
-            format!("{what} is not supported yet when rate_limiter's tables are distributed by Citus"),
-            Some("Call SELECT rate_limiter.undistribute() on the coordinator to go back to local tables.".to_string()),
-        ),
-        CallError::KeyNotBigInt(key) => (
-            PgSqlErrorCode::ERRCODE_INVALID_TEXT_REPRESENTATION,
-            format!(
-                "key \"{}\" is not a bigint, and rate_limiter.rate_limits is distributed by a bigint column",
-                names::for_message(&key)
-            ),
-            Some("rate_limiter.distribute(colocate_with => ...) colocated the limits with a table distributed by a bigint column: every key must be that table's distribution value, a decimal integer (a global limit's key is NULL).".to_string()),
-        ),
-        CallError::KeyNotInteger(key) => (
-            PgSqlErrorCode::ERRCODE_INVALID_TEXT_REPRESENTATION,
-            format!(
-                "key \"{}\" is not an integer, and rate_limiter.rate_limits is distributed by an integer column",
-                names::for_message(&key)
-            ),
-            Some("rate_limiter.distribute(colocate_with => ...) colocated the limits with a table distributed by an integer column: every key must be that table's distribution value, a decimal integer from -2147483648 to 2147483647 (a global limit's key is NULL).".to_string()),
-        ),
-        CallError::KeyNotUuid(key) => (
-            PgSqlErrorCode::ERRCODE_INVALID_TEXT_REPRESENTATION,
-            format!(
-                "key \"{}\" is not a uuid, and rate_limiter.rate_limits is distributed by a uuid column",
-                names::for_message(&key)
-            ),
-            Some("rate_limiter.distribute(colocate_with => ...) colocated the limits with a table distributed by a uuid column: every key must be that table's distribution value, a uuid (a global limit's key is NULL).".to_string()),
-        ),
         CallError::StatisticsOff => (
             PgSqlErrorCode::ERRCODE_OBJECT_NOT_IN_PREREQUISITE_STATE,
             "rate_limiter statistics are off: the library was not loaded at server start".to_string(),
@@ -196,6 +172,9 @@ pub fn report(error: CallError) -> ! {
         ),
     };
     let mut report = ErrorReport::new(code, message, "rate_limiter");
+    if let Some(detail) = detail {
+        report = report.set_detail(detail);
+    }
     if let Some(hint) = hint {
         report = report.set_hint(hint);
     }

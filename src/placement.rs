@@ -24,9 +24,10 @@ use crate::call::{Answers, Call, RequestArgument};
 use crate::catalog;
 use crate::config::ConfigValues;
 use crate::definitions;
-use crate::errors::CallError;
+use crate::errors::{CallError, ClusterError};
 use crate::local;
 use crate::stats::Counted;
+use crate::storage::{ShardPlaces, Target};
 use pgrx::pg_sys;
 use pgrx::prelude::*;
 use pgrx::spi::SpiClient;
@@ -101,15 +102,27 @@ pub fn install(cluster: &'static dyn Cluster) {
 ///
 /// Errors: 55000 when the table is distributed but no cluster is installed.
 fn cluster() -> Result<Option<&'static dyn Cluster>, CallError> {
-    if !catalog::objects().distributed {
+    if !catalog::objects().elsewhere {
         return Ok(None);
     }
     match CLUSTER.with(Cell::get) {
         Some(cluster) => Ok(Some(cluster)),
-        None => Err(CallError::Cluster(
-            "rate_limiter.rate_limits is distributed, but this server cannot place calls on a cluster".into(),
-            "Install the library with the same version on every node.",
-        )),
+        None => Err(CallError::Cluster(Box::new(NoCluster))),
+    }
+}
+
+/// The state table is distributed, but no cluster was installed at load
+/// (SQLSTATE 55000).
+#[derive(Debug)]
+struct NoCluster;
+
+impl ClusterError for NoCluster {
+    fn parts(&self) -> (PgSqlErrorCode, String, Option<String>) {
+        (
+            PgSqlErrorCode::ERRCODE_OBJECT_NOT_IN_PREREQUISITE_STATE,
+            "rate_limiter.rate_limits is distributed, but this server cannot place calls on a cluster".to_string(),
+            Some("Install the library with the same version on every node.".to_string()),
+        )
     }
 }
 
@@ -160,7 +173,7 @@ pub fn before_read() -> Result<(), CallError> {
 /// where the rows live. The decision as answered and as counted.
 pub fn consume(call: &Call<'_>) -> Result<(Decision, Counted), CallError> {
     match cluster()? {
-        None => local::consume::consume_here(call),
+        None => local::consume::consume(call, ShardPlaces::STATE_TABLE),
         Some(cluster) => {
             writing(cluster, c"rate_limit()", || call.definition().map(drop))?;
             cluster.consume(call)
@@ -171,7 +184,7 @@ pub fn consume(call: &Call<'_>) -> Result<(Decision, Counted), CallError> {
 /// `rate_check`: decides without a lock or a write where the rows live.
 pub fn check(call: &Call<'_>) -> Result<Decision, CallError> {
     match cluster()? {
-        None => local::consume::check_here(call),
+        None => local::consume::check(call, Target::StateTable),
         Some(cluster) => {
             cluster.usable()?;
             cluster.check(call)
@@ -188,7 +201,7 @@ pub fn credit(
     config_argument: Option<pg_sys::Datum>,
 ) -> Result<f64, CallError> {
     match cluster()? {
-        None => local::credit::credit_here(name, key, count, inline),
+        None => local::credit::credit(name, key, count, inline, ShardPlaces::STATE_TABLE),
         Some(cluster) => {
             writing(cluster, c"rate_credit()", || {
                 definitions::resolve(name, inline).map(drop)
@@ -206,7 +219,12 @@ pub fn read_states(
     config: &Config,
 ) -> Result<Vec<Option<State>>, CallError> {
     match cluster()? {
-        None => Ok(local::status::read_states(name, key, config)),
+        None => Ok(local::status::read_states(
+            name,
+            key,
+            config,
+            Target::StateTable,
+        )),
         Some(cluster) => cluster.read_states(name, key, config),
     }
 }
@@ -225,7 +243,7 @@ pub fn consume_all(
     let mut requests = read()?;
     prevent_read_only(function);
     let answers = local::all_or_nothing::restarting(&mut requests, |requests| match cluster()? {
-        None => local::all_or_nothing::consume(requests, reserve),
+        None => local::all_or_nothing::consume(requests, reserve, Target::StateTable),
         Some(cluster) => cluster.consume_all(requests, reserve),
     })?;
     Ok((requests, answers))

@@ -13,8 +13,8 @@
 //! the largest structured-field integer (999,999,999,999,999); a
 //! fractional quota is a decimal with at most three fraction digits.
 
-use crate::errors::{report, CallError};
 use super::status;
+use crate::errors::{report, CallError};
 use pgrx::heap_tuple::PgHeapTuple;
 use pgrx::prelude::*;
 use pgrx::AllocatedByRust;

@@ -36,11 +36,11 @@ fn credit(
 ) -> Result<f64, CallError> {
     let name = required(name, "name")?;
     let count = required(count, "count")?;
-    let distributed = crate::catalog::objects().distributed;
-    // On a distributed install an inline config may travel to the node
-    // holding the row, as its SQL value.
+    // When the rows are stored elsewhere, an inline config may travel to
+    // the node holding them, as its SQL value.
+    let elsewhere = crate::catalog::objects().elsewhere;
     let (config, config_argument) = match config {
-        Some(tuple) if distributed => {
+        Some(tuple) if elsewhere => {
             let datum = tuple.into_composite_datum();
             // SAFETY: a composite datum of rate_limiter.config, just made.
             let tuple = datum.map(|datum| unsafe { PgHeapTuple::from_composite_datum(datum) });

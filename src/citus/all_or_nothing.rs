@@ -34,12 +34,13 @@
 //! - Every node decides by its own clock; statistics count on the node
 //!   the call was made on.
 
+use super::error::Error;
 use super::internal_functions::delegated_entry_points;
 use super::internal_functions::CALLING_CONVENTION;
 use super::internal_functions::{checks, not_here, wrong_dkey};
 use super::metadata::current_distribution;
 use super::metadata::distribution_value;
-use super::routing::here;
+use super::site::here;
 use super::two_phase_commit::wrote;
 use super::value::DistributionValue;
 use crate::call::Call;
@@ -164,8 +165,10 @@ fn decide(
                 for group in &groups[start..end] {
                     let members: Vec<&RequestArgument> =
                         group.members.iter().map(|&at| requests[at]).collect();
-                    let got = here(&group.dkey, true, || local::consume(&members, reserve))?
-                        .ok_or_else(not_here)?;
+                    let got = here(&group.dkey, true, |target| {
+                        local::consume(&members, reserve, target)
+                    })?
+                    .ok_or_else(not_here)?;
                     record(&group.members, got);
                 }
             } else if delegated {
@@ -245,10 +248,10 @@ unsafe fn inline_config_of(request: &RequestArgument) -> Option<(pg_sys::Datum, 
 }
 
 fn internal(what: &str) -> CallError {
-    CallError::Cluster(
+    CallError::from(Error::Unusable(
         format!("rate_limit_all() on a distributed install: {what}"),
         "Check that every node runs the same version of rate_limiter.",
-    )
+    ))
 }
 
 /// The statement that runs the requests of one node there: Citus
@@ -321,7 +324,7 @@ fn elsewhere(
             ok,
             retry_after,
             remaining,
-            verdict: super::elsewhere::verdict_of(verdict),
+            verdict: super::delegation::verdict_of(verdict),
         });
         contended.push(waited.unwrap_or(false));
     }
@@ -391,7 +394,7 @@ unsafe fn rate_limit_all_at(
             Some(pg_sys::Datum::from(answer.ok)),
             answer.retry_after.and_then(IntoDatum::into_datum),
             answer.remaining.into_datum(),
-            Some(pg_sys::Datum::from(super::elsewhere::verdict_number(
+            Some(pg_sys::Datum::from(super::delegation::verdict_number(
                 answer.verdict,
             ))),
             Some(pg_sys::Datum::from(waited)),

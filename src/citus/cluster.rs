@@ -12,15 +12,16 @@ use super::define::define_distributed;
 use super::metadata::distribution_value;
 use super::prune::prune_everywhere;
 use super::read::read_states;
-use super::routing::here;
 use super::shard_query::before_call;
 use super::shard_query::usable;
+use super::site::here;
 use crate::call::{Answers, Call, RequestArgument};
 use crate::config::ConfigValues;
 use crate::errors::CallError;
 use crate::local;
 use crate::placement::Cluster;
 use crate::stats::Counted;
+use crate::storage::ShardPlaces;
 use pgrx::pg_sys;
 use pgrx::prelude::*;
 use pgrx::spi::SpiClient;
@@ -43,7 +44,9 @@ impl Cluster for Citus {
             return consume_spread(call, shards);
         }
         let dkey = distribution_value(call.name, call.key, 0)?;
-        match here(&dkey, true, || local::consume::consume_here(call))? {
+        match here(&dkey, true, |target| {
+            local::consume::consume(call, ShardPlaces::In(target))
+        })? {
             Some(answer) => Ok(answer),
             None => consume_elsewhere(call, &dkey, alone(call)),
         }
@@ -57,7 +60,7 @@ impl Cluster for Citus {
             return local::consume::check_shards(call, &definition, &stored);
         }
         let dkey = distribution_value(call.name, call.key, 0)?;
-        match here(&dkey, false, || local::consume::check_here(call))? {
+        match here(&dkey, false, |target| local::consume::check(call, target))? {
             Some(answer) => Ok(answer),
             None => elsewhere(call, &dkey, false, alone(call)).map(|(decision, _)| decision),
         }

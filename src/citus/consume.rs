@@ -1,9 +1,10 @@
 //! `rate_limit` and `rate_check` of rows on other nodes
 //! (`_rate_limit_at`), and of a global limit whose shards spread over the
 //! nodes.
-use super::elsewhere::{row_arguments, run_elsewhere, verdict_of};
-use super::routing::spread;
+use super::delegation::{row_arguments, run_elsewhere, verdict_of};
+use super::error::Error;
 use super::single_statement;
+use super::site::spread;
 use super::two_phase_commit::wrote;
 use super::value::DistributionValue;
 use crate::call::Call;
@@ -61,10 +62,10 @@ pub fn elsewhere(
     }?;
     let (Some(ok), retry_after, Some(remaining), verdict, reserved, near_limit, contended) = row
     else {
-        return Err(CallError::Cluster(
+        return Err(CallError::from(Error::Unusable(
             "rate_limiter._rate_limit_at() on another node returned no answer".into(),
             "Check that every node runs the same version of rate_limiter.",
-        ));
+        )));
     };
     let decision = Decision {
         ok,
@@ -98,11 +99,11 @@ pub fn consume_elsewhere(
     let (decision, counted) = elsewhere(call, dkey, true, alone)?;
     wrote(None)?;
     counted.map(|counted| (decision, counted)).ok_or_else(|| {
-        CallError::Cluster(
+        CallError::from(Error::Unusable(
             "rate_limiter._rate_limit_at() on another node did not say how its decision counts"
                 .into(),
             "Check that every node runs the same version of rate_limiter.",
-        )
+        ))
     })
 }
 
@@ -124,7 +125,7 @@ pub fn consume_spread(call: &Call<'_>, shards: i16) -> Result<(Decision, Counted
     let spread = spread(call.name, shards, true)?;
     let mut best: Option<(Decision, Counted)> = None;
     if let Some((_, _, dkey)) = spread.local.first() {
-        let answer = local::consume::consume_with(call, spread.placed(shards, None))?;
+        let answer = local::consume::consume(call, spread.placed(shards, None))?;
         wrote(Some(dkey))?;
         if answer.1.verdict == Verdict::Admitted {
             return Ok(answer);
@@ -142,10 +143,10 @@ pub fn consume_spread(call: &Call<'_>, shards: i16) -> Result<(Decision, Counted
         });
     }
     best.ok_or_else(|| {
-        CallError::Cluster(
+        CallError::from(Error::Unusable(
             "no shard of this limit is placed on any node".into(),
             "Check pg_dist_shard and pg_dist_placement for rate_limiter.rate_limits.",
-        )
+        ))
     })
 }
 

@@ -1,13 +1,14 @@
 //! `rate_credit` of rows on other nodes (`_rate_credit_at`), and of a
 //! global limit whose shards spread over the nodes.
-use super::elsewhere::{one_value_elsewhere, row_arguments};
+use super::delegation::{one_value_elsewhere, row_arguments};
 use super::metadata::distribution_value;
 use super::read::read_spread_states;
-use super::routing::{here, spread, Other, Spread};
+use super::site::{here, spread, Other, Spread};
 use super::two_phase_commit::wrote;
 use super::value::DistributionValue;
 use crate::errors::CallError;
 use crate::local;
+use crate::storage::ShardPlaces;
 use pgrx::datum::DatumWithOid;
 use pgrx::pg_sys;
 use rate_limiter_algorithm::State;
@@ -43,8 +44,8 @@ pub fn credit(
         }
     }
     let dkey = distribution_value(name, key, 0)?;
-    if let Some(value) = here(&dkey, true, || {
-        local::credit::credit_here(name, key, count, inline)
+    if let Some(value) = here(&dkey, true, |target| {
+        local::credit::credit(name, key, count, inline, ShardPlaces::In(target))
     })? {
         return Ok(value);
     }
@@ -126,7 +127,7 @@ pub(super) fn credit_local_shards(
     spread: &Spread,
     shards: i16,
 ) -> Result<f64, CallError> {
-    let value = local::credit::credit_on(name, None, count, inline, spread.placed(shards, None))?;
+    let value = local::credit::credit(name, None, count, inline, spread.placed(shards, None))?;
     if let Some((_, _, dkey)) = spread.local.first() {
         wrote(Some(dkey))?;
     }

@@ -4,10 +4,11 @@
 //! makes before it reads or writes (fail closed: 55000, 22023).
 
 use super::credit::credit_local_shards;
-use super::elsewhere::verdict_number;
+use super::delegation::verdict_number;
+use super::error::Error;
 use super::metadata::distribution_value;
 use super::read::read_local_shards;
-use super::routing::{here, spread, Spread};
+use super::site::{here, spread, Spread};
 use super::two_phase_commit::wrote;
 use super::value::DistributionValue;
 use crate::call::{config_argument, Call};
@@ -16,6 +17,7 @@ use crate::errors::{report, CallError};
 use crate::local;
 use crate::result_row;
 use crate::stats::Counted;
+use crate::storage::ShardPlaces;
 use pgrx::fcinfo::pg_getarg;
 use pgrx::heap_tuple::PgHeapTuple;
 use pgrx::pg_sys;
@@ -35,9 +37,9 @@ pub(super) fn spread_at(
     shards: i16,
 ) -> Result<(Decision, Option<Counted>), CallError> {
     if !consume {
-        return Err(CallError::NotOnCluster(
+        return Err(CallError::from(Error::NotOnCluster(
             "rate_check of a global limit with several shards",
-        ));
+        )));
     }
     let (spread, dkey) = delegated_spread(
         "_rate_limit_at",
@@ -47,8 +49,7 @@ pub(super) fn spread_at(
         call.name,
         shards,
     )?;
-    let (decision, counted) =
-        local::consume::consume_with(call, spread.placed(shards, Some(i16::MAX)))?;
+    let (decision, counted) = local::consume::consume(call, spread.placed(shards, Some(i16::MAX)))?;
     wrote(Some(&dkey))?;
     Ok((decision, Some(counted)))
 }
@@ -114,18 +115,18 @@ pub(super) fn wrong_dkey() -> CallError {
 /// `function` is its name; `hint` names the public function to call
 /// instead.
 pub(super) fn checks(function: &str, hint: &'static str, writes: bool) -> Result<(), CallError> {
-    if !catalog::objects().distributed {
-        return Err(CallError::Cluster(
+    if !catalog::objects().elsewhere {
+        return Err(CallError::from(Error::Unusable(
             format!("rate_limiter.{function}() was called, but rate_limiter.rate_limits is not distributed"),
             hint,
-        ));
+        )));
     }
     // SAFETY: reads the transaction state.
     if writes && !unsafe { pg_sys::IsTransactionBlock() } {
-        return Err(CallError::Cluster(
+        return Err(CallError::from(Error::Unusable(
             format!("rate_limiter.{function}() writes only inside a transaction block"),
             hint,
-        ));
+        )));
     }
     Ok(())
 }
@@ -161,10 +162,10 @@ pub(super) const RATE_LIMIT_AT_HINT: &str = "It is internal: call rate_limiter.r
 
 /// The error of a delegated call that reached a node without its rows.
 pub(super) fn not_here() -> CallError {
-    CallError::Cluster(
+    CallError::from(Error::Unusable(
         "the row of this limit is not on this node".into(),
         "Retry the transaction: a shard move may have switched the row to another node meanwhile. If it keeps failing, Citus did not delegate the call to the node holding the row (plan_cache_mode = force_generic_plan, or a session where Citus stopped delegating: reconnect).",
-    )
+    ))
 }
 
 /// The body of `_rate_limit_at`: the call as the node holding its row
@@ -190,11 +191,12 @@ pub(super) fn at(
         call.name,
         call.key,
     )?;
-    let answer = here(&expected, consume, || {
+    let answer = here(&expected, consume, |target| {
         if consume {
-            local::consume::consume_here(call).map(|(decision, counted)| (decision, Some(counted)))
+            local::consume::consume(call, ShardPlaces::In(target))
+                .map(|(decision, counted)| (decision, Some(counted)))
         } else {
-            local::consume::check_here(call).map(|decision| (decision, None))
+            local::consume::check(call, target).map(|decision| (decision, None))
         }
     })?;
     answer.ok_or_else(not_here)
@@ -412,8 +414,8 @@ pub(super) fn state_at(
         return Ok(read_local_shards(name, &spread, shards));
     }
     let expected = delegated("_rate_state_at", STATE_AT_HINT, false, dkey, name, key)?;
-    here(&expected, false, || {
-        Ok(crate::storage::read_shards(name, key, shards))
+    here(&expected, false, |target| {
+        Ok(crate::storage::read_shards(name, key, shards, target))
     })?
     .ok_or_else(not_here)
 }
@@ -484,8 +486,8 @@ pub(super) fn credit_at(
         }
     }
     let expected = delegated("_rate_credit_at", HINT, true, dkey, name, key)?;
-    here(&expected, true, || {
-        local::credit::credit_here(name, key, count, inline)
+    here(&expected, true, |target| {
+        local::credit::credit(name, key, count, inline, ShardPlaces::In(target))
     })?
     .ok_or_else(not_here)
 }

@@ -3,6 +3,7 @@
 //! Citus's writes take on a shard's metadata, and the shards placed on
 //! this node.
 
+use super::error::Error;
 use super::value::{value_for, DistributionValue};
 use crate::catalog;
 use crate::errors::CallError;
@@ -247,7 +248,7 @@ pub fn distribution() -> Option<Rc<Distribution>> {
             return Some(distribution);
         }
     }
-    if !objects.distributed {
+    if !objects.elsewhere {
         return None;
     }
     // SAFETY: catalog reads in a transaction.
@@ -260,10 +261,10 @@ pub fn distribution() -> Option<Rc<Distribution>> {
 /// when they no longer are (an `undistribute()` committed meanwhile).
 pub(super) fn current_distribution() -> Result<Rc<Distribution>, CallError> {
     distribution().ok_or_else(|| {
-        CallError::Cluster(
+        CallError::from(Error::Unusable(
             "rate_limiter.rate_limits is no longer distributed".into(),
             "Retry the call.",
-        )
+        ))
     })
 }
 
@@ -275,7 +276,7 @@ pub fn unsupported() -> Option<CallError> {
     let distribution = distribution()?;
     Some(match distribution.check() {
         Err(error) => error,
-        Ok(()) => CallError::NotOnCluster("this function"),
+        Ok(()) => CallError::from(Error::NotOnCluster("this function")),
     })
 }
 
@@ -302,18 +303,18 @@ impl Distribution {
     pub(super) fn check(&self) -> Result<(), CallError> {
         match self.problem {
             None => Ok(()),
-            Some(problem) if problem == NOT_PRELOADED => Err(CallError::Cluster(
+            Some(problem) if problem == NOT_PRELOADED => Err(CallError::from(Error::Unusable(
                 format!("rate_limiter cannot use its tables: {problem}"),
                 "Set shared_preload_libraries = 'citus,rate_limiter' on this node and restart it (SELECT rate_limiter.prepare_node(...) on the coordinator checks a node before citus_add_node()).",
-            )),
-            Some(problem) if problem == NO_METADATA => Err(CallError::Cluster(
+            ))),
+            Some(problem) if problem == NO_METADATA => Err(CallError::from(Error::Unusable(
                 format!("rate_limiter cannot use its tables: {problem}"),
                 "If rate_limiter.distribute() failed, call it again (or undistribute()) on the coordinator. If this node lost Citus's metadata, call the limiter on the coordinator, or sync it again there: SELECT start_metadata_sync_to_node('<this node>', <port>);",
-            )),
-            Some(problem) => Err(CallError::Cluster(
+            ))),
+            Some(problem) => Err(CallError::from(Error::Unusable(
                 format!("rate_limiter cannot use its tables: {problem}"),
                 "Distribute them with rate_limiter.distribute() only: on the coordinator, SELECT rate_limiter.undistribute(); then SELECT rate_limiter.distribute();",
-            )),
+            ))),
         }
     }
 
@@ -323,11 +324,11 @@ impl Distribution {
     pub(super) fn place(&self, dkey: &DistributionValue) -> Result<Place, CallError> {
         self.check()?;
         if dkey.type_oid() != self.column_type {
-            return Err(CallError::Cluster(
+            return Err(CallError::from(Error::Unusable(
                 "rate_limiter.rate_limits's distribution column changed type during the call"
                     .into(),
                 "Retry the transaction.",
-            ));
+            )));
         }
         // SAFETY: the type cache entry lives for the backend; the datum is
         // of the column's type.
@@ -345,17 +346,17 @@ impl Distribution {
             .iter()
             .position(|shard| shard.min <= hash && hash <= shard.max)
             .ok_or_else(|| {
-                CallError::Cluster(
+                CallError::from(Error::Unusable(
                     "rate_limiter.rate_limits has no shard for a hash value (its shards do not cover every value)".into(),
                     "Check pg_dist_shard for rate_limiter.rate_limits: a split or move may be unfinished.",
-                )
+                ))
             })?;
         let shard = self.shards[index];
         let group = shard.group.ok_or_else(|| {
-            CallError::Cluster(
+            CallError::from(Error::Unusable(
                 format!("shard {} of rate_limiter.rate_limits does not have exactly one placement", shard.id),
                 "A shard copy or move may be unfinished (citus_rebalance_status(), pg_dist_placement); the limiter needs one placement per shard.",
-            )
+            ))
         })?;
         Ok(Place {
             index,
@@ -408,13 +409,13 @@ pub fn local_shards() -> Result<Vec<String>, CallError> {
         // SAFETY: a catalog cache lookup.
         let table = unsafe { pg_sys::get_relname_relid(relation_name.as_ptr(), objects.schema) };
         if table == pg_sys::InvalidOid {
-            return Err(CallError::Cluster(
+            return Err(CallError::from(Error::Unusable(
                 format!(
                     "shard {} of rate_limiter.rate_limits is placed on this node, but its table is missing",
                     shard.id
                 ),
                 "Check the shard with citus_shards and pg_dist_placement.",
-            ));
+            )));
         }
         tables.push(format!("rate_limiter.{name}"));
     }
@@ -422,10 +423,10 @@ pub fn local_shards() -> Result<Vec<String>, CallError> {
     // this call waited for a lock).
     unsafe { pg_sys::AcceptInvalidationMessages() };
     if catalog::generation() != generation {
-        return Err(CallError::Cluster(
+        return Err(CallError::from(Error::Unusable(
             "Citus's metadata for rate_limiter.rate_limits changed during prune()".into(),
             "Retry (a shard move or split was under way).",
-        ));
+        )));
     }
     Ok(tables)
 }

@@ -34,7 +34,8 @@ mod cluster;
 mod consume;
 mod credit;
 mod define;
-mod elsewhere;
+mod delegation;
+mod error;
 mod internal_functions;
 mod metadata;
 mod node_hint;
@@ -43,10 +44,10 @@ mod planned_calls;
 mod planner_checks;
 mod prune;
 mod read;
-mod routing;
 mod shard_query;
 mod shard_split;
 mod single_statement;
+mod site;
 mod two_phase_commit;
 mod value;
 
@@ -72,7 +73,16 @@ pub fn register() {
     planner_checks::register();
     node_hint::register();
     crate::placement::install(&cluster::Citus);
-    crate::storage::route::explain_unrouted_with(metadata::unsupported);
+    crate::storage::target::explain_elsewhere_with(not_routed);
+}
+
+/// The error of a call that reached the state table itself while Citus
+/// distributes it (storage fails closed on it): a function that does not
+/// run on a distributed install yet (0A000) or tables not distributed as
+/// `distribute()` does (55000), as [`metadata::unsupported`] says; else
+/// 55000, the call was not routed to one of its shards.
+fn not_routed() -> crate::errors::CallError {
+    metadata::unsupported().unwrap_or_else(|| error::Error::NotRouted.into())
 }
 
 /// Whether Citus is loaded in this server: `shared_preload_libraries`
@@ -82,9 +92,8 @@ pub fn register() {
 /// `load_file` accepts it.
 fn citus_loaded() -> bool {
     // SAFETY: reads a string setting; NULL when it does not exist.
-    let setting = unsafe {
-        pg_sys::GetConfigOption(c"shared_preload_libraries".as_ptr(), true, false)
-    };
+    let setting =
+        unsafe { pg_sys::GetConfigOption(c"shared_preload_libraries".as_ptr(), true, false) };
     if setting.is_null() {
         return false;
     }

@@ -20,7 +20,10 @@ pub(super) enum Site {
 ///
 /// # Safety
 /// `query` is NULL or the query being planned.
-pub(super) unsafe fn each_call(query: *mut pg_sys::Query, mut visit: impl FnMut(&pg_sys::FuncExpr, Site)) {
+pub(super) unsafe fn each_call(
+    query: *mut pg_sys::Query,
+    mut visit: impl FnMut(&pg_sys::FuncExpr, Site),
+) {
     if query.is_null() || (*query).commandType != pg_sys::CmdType::CMD_SELECT {
         return;
     }
@@ -86,7 +89,8 @@ pub(super) unsafe fn constant_argument(
     if arguments.is_null() || ((*arguments).length as usize) <= position {
         return None;
     }
-    let node = pg_sys::strip_implicit_coercions(pg_sys::list_nth(arguments, position as i32).cast());
+    let node =
+        pg_sys::strip_implicit_coercions(pg_sys::list_nth(arguments, position as i32).cast());
     if node.is_null() || (*node).type_ != pg_sys::NodeTag::T_Const {
         return None;
     }

@@ -12,7 +12,8 @@
 //! node's clock (a superuser's `rate_limiter.now_override` travels, as
 //! with the other delegated calls).
 
-use super::elsewhere::one_value_elsewhere;
+use super::delegation::one_value_elsewhere;
+use super::error::Error;
 use super::internal_functions::delegated_entry_points;
 use super::internal_functions::{checks, not_here, wrong_dkey, CALLING_CONVENTION};
 use super::metadata::{current_distribution, distribution};
@@ -92,10 +93,10 @@ fn nodes() -> Result<(Option<DistributionValue>, Vec<DistributionValue>), CallEr
     let mut others = Vec::with_capacity(groups.len());
     for (group, value) in groups.into_iter().zip(found) {
         let value = value.ok_or_else(|| {
-            CallError::Cluster(
+            CallError::from(Error::Unusable(
                 format!("prune() found no distribution value routed to node group {group}"),
                 "Its shards cover too small a part of the hash range: call rate_limiter.prune() on that node.",
-            )
+            ))
         })?;
         if group == distribution.local_group() {
             here = Some(value);

@@ -1,12 +1,11 @@
 //! Reading the stored state of rows wherever they live, without a lock
 //! (`status`, `rate_check` of a global limit with several shards):
 //! `_rate_state_at` on other nodes.
-use super::elsewhere::row_arguments;
+use super::delegation::row_arguments;
 use super::metadata::distribution_value;
-use super::routing::{here, spread, Spread};
+use super::site::{here, spread, Spread};
 use super::value::DistributionValue;
 use crate::errors::CallError;
-use crate::storage::route::on_shard;
 use pgrx::datum::DatumWithOid;
 use pgrx::prelude::*;
 use rate_limiter_algorithm::State;
@@ -16,15 +15,16 @@ use rate_limiter_algorithm::State;
 /// of `shards`, `None` for a shard elsewhere or without a row.
 pub(super) fn read_local_shards(name: &[u8], spread: &Spread, shards: i16) -> Vec<Option<State>> {
     let mut states = vec![None; shards.max(0) as usize];
-    for (number, route, _) in &spread.local {
+    for (number, target, _) in &spread.local {
         if let Some(slot) = states.get_mut(*number as usize) {
-            *slot = on_shard(*route, || {
-                crate::storage::read(crate::storage::RowId {
+            *slot = crate::storage::read(
+                crate::storage::RowId {
                     name,
                     key: None,
                     shard: *number,
-                })
-            });
+                },
+                *target,
+            );
         }
     }
     states
@@ -56,8 +56,8 @@ pub fn read_states(
         return read_spread_states(name, &spread(name, shards, false)?, shards);
     }
     let dkey = distribution_value(name, key, 0)?;
-    if let Some(states) = here(&dkey, false, || {
-        Ok(crate::storage::read_shards(name, key, shards))
+    if let Some(states) = here(&dkey, false, |target| {
+        Ok(crate::storage::read_shards(name, key, shards, target))
     })? {
         return Ok(states);
     }

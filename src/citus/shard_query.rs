@@ -15,6 +15,7 @@
 //! The same module knows whether a call may read and write this node's
 //! shards directly ([`local_execution`]).
 
+use super::error::Error;
 use crate::errors::CallError;
 use pgrx::pg_sys;
 use std::cell::Cell;
@@ -59,7 +60,7 @@ pub fn refuse_inside_shard_query(function: &'static str) -> Result<(), CallError
     if DELEGATED.with(Cell::get) > 0 || !internal_backend() {
         return Ok(());
     }
-    Err(CallError::InsideShardQuery(function))
+    Err(CallError::from(Error::InsideShardQuery(function)))
 }
 
 /// What a call on a distributed install checks before anything else
@@ -102,10 +103,10 @@ pub(super) fn local_execution() -> bool {
 pub(super) fn usable() -> Result<(), CallError> {
     super::metadata::current_distribution()?.check()?;
     if !local_execution() {
-        return Err(CallError::Cluster(
+        return Err(CallError::from(Error::Unusable(
             "rate_limiter cannot run with citus.enable_local_execution = off: Citus would run this transaction's work on this node's shards through a connection of its own, which the limiter's direct reads and writes of those shards would wait for or not see".into(),
             "SET citus.enable_local_execution = on (the default) for the transactions that call the limiter.",
-        ));
+        )));
     }
     Ok(())
 }

@@ -2,6 +2,7 @@
 //! for a global limit; text, or bigint, integer or uuid when colocated with
 //! a table distributed by a column of that type.
 
+use super::error::Error;
 use crate::errors::CallError;
 use pgrx::datum::DatumWithOid;
 use pgrx::pg_sys;
@@ -187,7 +188,7 @@ pub fn value_for(
         return match key {
             Some(key) => parse_uuid(key)
                 .map(DistributionValue::Uuid)
-                .ok_or_else(|| CallError::KeyNotUuid(key.to_vec())),
+                .ok_or_else(|| CallError::from(Error::KeyNotUuid(key.to_vec()))),
             None => Ok(DistributionValue::Uuid(md5_uuid(&text))),
         };
     }
@@ -196,7 +197,7 @@ pub fn value_for(
             Some(key) => parse_bigint(key)
                 .and_then(|value| i32::try_from(value).ok())
                 .map(DistributionValue::Integer)
-                .ok_or_else(|| CallError::KeyNotInteger(key.to_vec())),
+                .ok_or_else(|| CallError::from(Error::KeyNotInteger(key.to_vec()))),
             None => Ok(DistributionValue::Integer(hash_text(&text))),
         };
     }
@@ -206,7 +207,7 @@ pub fn value_for(
     match key {
         Some(key) => parse_bigint(key)
             .map(DistributionValue::BigInt)
-            .ok_or_else(|| CallError::KeyNotBigInt(key.to_vec())),
+            .ok_or_else(|| CallError::from(Error::KeyNotBigInt(key.to_vec()))),
         None => Ok(DistributionValue::BigInt(hash_text_extended(&text))),
     }
 }

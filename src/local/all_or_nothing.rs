@@ -10,7 +10,7 @@ use crate::clock;
 use crate::definitions::{self, Definition};
 use crate::errors::CallError;
 use crate::settings;
-use crate::storage::{self, RowId};
+use crate::storage::{self, RowId, Target};
 use rate_limiter_algorithm::{
     evaluate_all_or_nothing, Limit, LimitError, LimitId, Member, Request, State,
 };
@@ -68,14 +68,18 @@ fn group<'a>(
     Ok((limits, members))
 }
 
-/// Locks, decides and writes (see the module documentation), on the state
-/// table or, on a distributed install, in the shard relation the cluster
-/// layer routes storage to (every request's rows are in it); the answers in
+/// Locks, decides and writes (see the module documentation), in the
+/// relation of `target` (the state table, or on a cluster the stand-in
+/// holding every request's rows); the answers in
 /// request order, and for each request whether it was *contended*: its
 /// limit is sharded and the call waited for another transaction to get
 /// one of its shards (`rate_limit_all` holds every shard it may use, so it
 /// waits for busy ones rather than passing over them).
-pub fn consume(requests: &[&RequestArgument], reserve: bool) -> Result<Answers, CallError> {
+pub fn consume(
+    requests: &[&RequestArgument],
+    reserve: bool,
+    target: Target,
+) -> Result<Answers, CallError> {
     let (mut limits, members) = group(requests, reserve)?;
     let mut rows: Vec<RowId<'_>> = limits
         .iter()
@@ -119,6 +123,7 @@ pub fn consume(requests: &[&RequestArgument], reserve: bool) -> Result<Answers, 
             .unwrap_or(0)
     };
     storage::consume_all_or_nothing(
+        target,
         &rows,
         missing_held,
         settings::lock_free_refusals(),

@@ -1,7 +1,7 @@
 //! `rate_limit` and `rate_check` on this node's rows: lock, decide with the
 //! clock read after the lock, write (`storage`); or read and decide
-//! without a lock. On a distributed install the cluster layer runs these
-//! inside the shard relation of this node that holds the call's rows.
+//! without a lock. The caller says where the rows are (the state table,
+//! or a stand-in a cluster found).
 
 use crate::call::Call;
 use crate::clock;
@@ -10,7 +10,7 @@ use crate::errors::CallError;
 use crate::settings;
 use crate::shard_choice;
 use crate::stats::Counted;
-use crate::storage::{self, route, ShardPlaces};
+use crate::storage::{self, ShardPlaces, Target};
 use rate_limiter_algorithm::{
     evaluate, evaluate_all, evaluate_looked_at, near_limit, verdict, Decision, ShardedDecision,
     State, Verdict,
@@ -49,22 +49,15 @@ pub fn answered(
 }
 
 /// Locks the row, evaluates with the clock read after the lock, and records
-/// the consumption (see `storage`). A sharded limit picks its shards as
-/// `storage/shards.rs` describes. The decision as the call answers it,
-/// and as it is counted (by the caller: `rate_wait` counts only its last
-/// try).
-pub fn consume_here(call: &Call<'_>) -> Result<(Decision, Counted), CallError> {
-    consume_with(call, ShardPlaces::All)
-}
-
-/// [`consume_here`] using the shards `places` allows.
+/// the consumption (see `storage`), using the shards `places` allows (a
+/// sharded limit picks among them as `storage/shards.rs` describes). The
+/// decision as the call answers it, and as it is counted (by the caller:
+/// `rate_wait` counts only its last try).
 ///
-/// Errors: as `rate_limit`; 55000 when the limit's number of shards is no
-/// longer the one `places` were found for.
-pub fn consume_with(
-    call: &Call<'_>,
-    places: ShardPlaces,
-) -> Result<(Decision, Counted), CallError> {
+/// Errors: as `rate_limit`; 55000 (`CallError::PlacesChanged`) when
+/// `places` do not hold the limit's shards under its definition
+/// ([`ShardPlaces::fit`]).
+pub fn consume(call: &Call<'_>, places: ShardPlaces) -> Result<(Decision, Counted), CallError> {
     let (decision, definition, contended) =
         definitions::restarting(|| consume_once(call, places.clone()))?;
     Ok(answered(
@@ -75,15 +68,7 @@ pub fn consume_with(
     ))
 }
 
-/// Whether the limit (`key`: `None` for a global limit) of `shards`
-/// shards, asked for on this node without its places, has them on several
-/// nodes: storage was routed to one relation (a distributed install), and
-/// a global limit's shards do not all live in it.
-pub fn spread_elsewhere(key: Option<&[u8]>, shards: i32, places: &ShardPlaces) -> bool {
-    matches!(places, ShardPlaces::All) && shards > 1 && key.is_none() && route::route().is_some()
-}
-
-/// One try of [`consume_here`]: fails with `DefinitionChanged` when the
+/// One try of [`consume`]: fails with `DefinitionChanged` when the
 /// definition changed while the call waited for its rows. The decision as
 /// made, the definition it was made under, and whether a sharded call met
 /// a locked shard.
@@ -96,8 +81,8 @@ fn consume_once(
     // Check the count against the config before touching the row.
     config.validate_count(call.request.count, call.request.reserve)?;
     let current = || definitions::recheck(call.name, call.config, &definition);
-    if spread_elsewhere(call.key, config.shards, &places) || !places.fit(config.shards) {
-        return Err(definition_changed());
+    if !places.fit(config.shards, call.key) {
+        return Err(CallError::PlacesChanged);
     }
     if config.shards > 1 {
         let (decision, contended) = storage::consume_sharded(
@@ -128,35 +113,48 @@ fn consume_once(
         )?;
         return Ok((answer(decision), definition, contended));
     }
-    let decision = storage::consume(call.row(), settings::lock_free_refusals(), |stored| {
-        current()?;
-        Ok(evaluate(
-            &config,
-            call.id(),
-            stored,
-            clock::now(),
-            call.request,
-        )?)
-    })?;
+    let ShardPlaces::In(target) = places else {
+        // Listed shards fit only a limit of several.
+        return Err(CallError::PlacesChanged);
+    };
+    let decision = storage::consume(
+        call.row(),
+        target,
+        settings::lock_free_refusals(),
+        |stored| {
+            current()?;
+            Ok(evaluate(
+                &config,
+                call.id(),
+                stored,
+                clock::now(),
+                call.request,
+            )?)
+        },
+    )?;
     Ok((decision, definition, false))
 }
 
-/// Evaluates without locking or writing, and answers as `rate_limit` would
-/// (shadow mode included). A sharded limit reads every shard and answers
-/// for the two fullest (see `evaluate_all`).
-pub fn check_here(call: &Call<'_>) -> Result<Decision, CallError> {
+/// Evaluates without locking or writing, on the rows in the relation of
+/// `target`, and answers as `rate_limit` would (shadow mode included). A
+/// sharded limit reads every shard and answers for the two fullest (see
+/// `evaluate_all`).
+///
+/// Errors: as `rate_check`; 55000 (`CallError::PlacesChanged`) when
+/// `target` does not hold every shard of the limit.
+pub fn check(call: &Call<'_>, target: Target) -> Result<Decision, CallError> {
     let definition = call.definition()?;
     let config = definition.config;
-    if spread_elsewhere(call.key, config.shards, &ShardPlaces::All) {
-        // Its shards live on several nodes: the cluster reads them there.
-        return Err(definition_changed());
+    if !ShardPlaces::In(target).fit(config.shards, call.key) {
+        // Its shards are in several relations: the caller reads them there.
+        return Err(CallError::PlacesChanged);
     }
     if config.shards > 1 {
         let limit = call.shards(&config);
-        let stored = storage::read_shards(limit.name, limit.key, limit.shards);
+        let stored = storage::read_shards(limit.name, limit.key, limit.shards, target);
         return check_shards(call, &definition, &stored);
     }
-    let stored = storage::read(call.row());
+    let stored = storage::read(call.row(), target);
     let decision = evaluate(&config, call.id(), stored, clock::now(), call.request)?;
     // Answer as rate_limit would: a state it could not store is an error.
     if let Some(state) = decision.new_state {
@@ -165,16 +163,7 @@ pub fn check_here(call: &Call<'_>) -> Result<Decision, CallError> {
     Ok(verdict::answer(decision, definition.enforce).0)
 }
 
-/// The error of a call whose limit's definition changed between finding
-/// where its shards live and deciding (55000).
-pub fn definition_changed() -> CallError {
-    CallError::Cluster(
-        "the definition of this limit changed during the call".into(),
-        "Retry the transaction.",
-    )
-}
-
-/// [`check_here`] of a sharded limit, given the stored state of every
+/// [`check`] of a sharded limit, given the stored state of every
 /// shard (`stored[i]` is shard `i`): the answer for the two fullest.
 pub fn check_shards(
     call: &Call<'_>,

@@ -2,34 +2,20 @@
 //! tokens added, never above capacity (per shard, emptiest shard first);
 //! locks like `rate_limit` (`storage::credit`).
 
-use super::consume::{definition_changed, spread_elsewhere};
 use crate::clock;
 use crate::definitions;
 use crate::errors::CallError;
 use crate::storage::{self, ShardPlaces};
 use rate_limiter_algorithm::Config;
 
-/// The credit on this node (on a distributed install: in the shard
-/// relation of this node that holds the rows): the limit's value
-/// afterwards (tokens, summed over shards).
+/// The credit on the shards `places` holds (every shard, in the state
+/// table or a stand-in; or the listed ones of a global limit, each in its
+/// relation): the value of those shards afterwards (tokens, summed).
 ///
-/// Errors: as `rate_credit`, after the checks of its arguments.
-pub fn credit_here(
-    name: &[u8],
-    key: Option<&[u8]>,
-    count: f64,
-    inline: Option<Config>,
-) -> Result<f64, CallError> {
-    credit_on(name, key, count, inline, ShardPlaces::All)
-}
-
-/// [`credit_here`] over the shards `places` allows (some of a global
-/// limit's shards on a distributed install, each in its relation): the
-/// value of those shards afterwards.
-///
-/// Errors: as `rate_credit`; 55000 when the limit's number of shards is no
-/// longer the one `places` were found for.
-pub fn credit_on(
+/// Errors: as `rate_credit`, after the checks of its arguments; 55000
+/// (`CallError::PlacesChanged`) when `places` do not hold the limit's
+/// shards under its definition ([`ShardPlaces::fit`]).
+pub fn credit(
     name: &[u8],
     key: Option<&[u8]>,
     count: f64,
@@ -39,9 +25,9 @@ pub fn credit_on(
     definitions::restarting(|| {
         let definition = definitions::resolve(name, inline)?;
         let config = definition.config;
-        if spread_elsewhere(key, config.shards, &places) || !places.fit(config.shards) {
-            // Its shards live on several nodes, or no longer these.
-            return Err(definition_changed());
+        if !places.fit(config.shards, key) {
+            // Its shards are in several relations, or no longer these.
+            return Err(CallError::PlacesChanged);
         }
         let shard = config.shard();
         let after = storage::credit(name, key, config.shards as i16, places.clone(), |stored| {
@@ -61,11 +47,11 @@ pub fn credit_on(
                 .map_or(shard.capacity(), |state| state.value)
         };
         Ok(match &places {
-            ShardPlaces::Routed { shards, .. } => shards
+            ShardPlaces::Listed { shards, .. } => shards
                 .iter()
                 .map(|(number, _)| value(*number as usize))
                 .sum(),
-            ShardPlaces::All => (0..after.len()).map(value).sum(),
+            ShardPlaces::In(_) => (0..after.len()).map(value).sum(),
         })
     })
 }

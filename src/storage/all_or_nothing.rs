@@ -45,13 +45,13 @@
 //!    is never seen with its placeholder state: other transactions see it
 //!    only once committed, and by then it is updated or deleted.
 
+use super::committed::{confirm_unwritten, read_committed};
 use super::consume::{begin_write, end_write};
+use super::insert::{delete_inserted, insert_one};
+use super::layout::{timestamp, Datums, RowId};
 use super::relations::Relations;
-use super::rows::{
-    acquire, confirm_unwritten, delete_inserted, insert_one, read_committed, write_locked,
-    Acquired, LockedRow,
-};
-use super::{timestamp, Datums, RowId};
+use super::rows::{acquire, write_locked, Acquired, LockedRow};
+use super::target::Target;
 use crate::errors::CallError;
 use pgrx::pg_sys;
 use rate_limiter_algorithm::State;
@@ -81,7 +81,8 @@ impl Held {
     }
 }
 
-/// Locks `rows` (sorted and without duplicates: see [`sort_rows`]), calls
+/// Locks `rows` (sorted and without duplicates: see [`sort_rows`]), all in
+/// the relation of `target`, calls
 /// `decide` with their stored states (`None` = no row) and, for each row,
 /// whether the call had to wait for another transaction to get it, once
 /// all are held, and writes the states it returns: `Some(states)` (one per row,
@@ -103,6 +104,7 @@ impl Held {
 /// timeouts and cancels while waiting), and `decide`'s own (returned after
 /// the placeholders are deleted: nothing stays written).
 pub fn consume_all_or_nothing<T>(
+    target: Target,
     rows: &[RowId<'_>],
     missing_held: impl Fn(RowId<'_>) -> usize,
     lock_free: bool,
@@ -114,7 +116,7 @@ pub fn consume_all_or_nothing<T>(
     // SAFETY: every step gets the relations opened here and this
     // transaction's command id.
     unsafe {
-        let (relations, command) = begin_write(c"rate_limit_all()");
+        let (relations, command) = begin_write(c"rate_limit_all()", target);
         if lock_free {
             let stored: Vec<Option<State>> = rows
                 .iter()
@@ -250,7 +252,7 @@ unsafe fn hold(
         if !may_hold_missing {
             return Ok(Held::Skipped);
         }
-        let mut datums = Datums::of(row);
+        let mut datums = Datums::of(row, relations.extra());
         datums.set_state(PLACEHOLDER.value, timestamp(PLACEHOLDER.ts)?);
         if let Some(tid) = insert_one(relations, &mut datums, command) {
             return Ok(Held::Placeholder { tid, datums });

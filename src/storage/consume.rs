@@ -43,12 +43,14 @@
 //! is the extension's; nothing else should attach to it) and privilege
 //! checks (the caller's EXECUTE on the function is the permission).
 
+use super::committed::{confirm_unwritten, read_committed, uses_transaction_snapshot};
+use super::insert::insert_new;
+use super::layout::{timestamp, Datums, RowId};
 use super::relations::Relations;
 use super::rows::{
-    acquire, confirm_unwritten, insert_new, lock_waiting, peek, read_committed,
-    uses_transaction_snapshot, wait_for_writer, write_locked, Acquired, LockedRow, Peek,
+    acquire, lock_waiting, peek, wait_for_writer, write_locked, Acquired, LockedRow, Peek,
 };
-use super::{timestamp, Datums, RowId};
+use super::target::Target;
 use crate::errors::CallError;
 use pgrx::pg_sys;
 use rate_limiter_algorithm::{Decision, LimitError, State};
@@ -67,13 +69,14 @@ use std::ffi::CStr;
 /// lock and statement timeouts and cancels while waiting for the row lock.
 pub fn consume(
     row: RowId<'_>,
+    target: Target,
     lock_free: bool,
     mut decide: impl FnMut(Option<State>) -> Result<Decision, CallError>,
 ) -> Result<Decision, CallError> {
     // SAFETY: each step gets the relations opened here and the command id
     // of this transaction.
     unsafe {
-        let (relations, command) = begin_write(c"rate_limit()");
+        let (relations, command) = begin_write(c"rate_limit()", target);
         let decision = if lock_free && !uses_transaction_snapshot() {
             consume_looking_first(&relations, row, command, &mut decide)?
         } else {
@@ -139,7 +142,7 @@ unsafe fn consume_looking_first(
 ) -> Result<Decision, CallError> {
     loop {
         pgrx::check_for_interrupts!();
-        let peeked = peek(relations, &Datums::of(row));
+        let peeked = peek(relations, &Datums::of(row, relations.extra()));
         let committed = match peeked {
             Peek::Missing => None,
             Peek::Busy { state } | Peek::Free { state, .. } => state,
@@ -209,22 +212,25 @@ unsafe fn insert(
             "a full limit refused the call".to_string(),
         )));
     };
-    let mut datums = Datums::of(row);
+    let mut datums = Datums::of(row, relations.extra());
     datums.set_state(state.value, timestamp(state.ts)?);
     Ok(insert_new(relations, &mut [datums], command).then_some(decision))
 }
 
 /// Checks that the transaction may write (`function`, e.g. `rate_limit()`,
 /// names the call in the 25006 error), opens the relations for writing
-/// and returns them with the command id for the writes. Every consuming
+/// of `target` and returns them with the command id for the writes. Every consuming
 /// call starts here and ends with [`end_write`].
 ///
 /// # Safety
 /// Must be called inside a transaction, from a function call.
-pub(super) unsafe fn begin_write(function: &CStr) -> (Relations, pg_sys::CommandId) {
+pub(super) unsafe fn begin_write(
+    function: &CStr,
+    target: Target,
+) -> (Relations, pg_sys::CommandId) {
     pg_sys::PreventCommandIfReadOnly(function.as_ptr());
     pg_sys::PreventCommandIfParallelMode(function.as_ptr());
-    let relations = Relations::open_for_write();
+    let relations = Relations::open_for_write(target);
     // See the changes of earlier commands of this transaction, as a new
     // statement would (a second call in the same statement included).
     pg_sys::CommandCounterIncrement();

@@ -6,10 +6,11 @@
 //! A shard without a row is full: a credit writes nothing there. `apply`
 //! runs once every row is locked; if it fails, nothing is written.
 
+use super::committed::confirm_unwritten;
 use super::consume::end_write;
-use super::places::{Places, ShardPlaces};
-use super::rows::{acquire, confirm_unwritten, write_locked, Acquired, LockedRow};
-use super::RowId;
+use super::layout::RowId;
+use super::rows::{acquire, write_locked, Acquired, LockedRow};
+use super::shard_places::{Places, ShardPlaces};
 use crate::errors::CallError;
 use pgrx::pg_sys;
 use rate_limiter_algorithm::State;

@@ -25,7 +25,8 @@
 //! - no relcache invalidation since it was opened (`catalog::generation`):
 //!   otherwise it is closed and the relations are opened again, with the
 //!   checks of `Relations::open`;
-//! - no cluster route (a routed call reads a shard chosen per call).
+//! - the state table itself (a read of a stand-in, `target.rs`, is not
+//!   kept: each call may read another).
 //!
 //! Each call sets the scan's snapshot to its own (the active one, as
 //! `read` uses), restarts the scan with its key and reads at most one row.
@@ -33,9 +34,10 @@
 //! While a call uses the kept scan it is out of the thread-local slot, so
 //! an error in the middle leaves nothing half-used behind.
 
-use super::relations::{slot_state, Relations};
-use super::Datums;
-use super::KEY_COLUMNS;
+use super::layout::{Datums, KEY_COLUMNS};
+use super::lookup::slot_state;
+use super::relations::Relations;
+use super::target::Target;
 use crate::compat;
 use pgrx::pg_sys;
 use pgrx::prelude::*;
@@ -110,7 +112,7 @@ pub fn within<R>(context: pg_sys::MemoryContext, body: impl FnOnce() -> R) -> R 
 /// call cannot keep one (the caller then opens the relations itself).
 pub(super) fn find(datums: &Datums) -> Option<Option<State>> {
     let context = CALL_CONTEXT.with(Cell::get);
-    if context.is_null() || super::route::route().is_some() {
+    if context.is_null() {
         return None;
     }
     // SAFETY: the kept scan is used only under the conditions in the
@@ -159,7 +161,7 @@ pub(super) fn find(datums: &Datums) -> Option<Option<State>> {
 /// In a transaction; `context` is the running call's executor context.
 unsafe fn open(context: pg_sys::MemoryContext, owner: pg_sys::ResourceOwner) -> Box<Kept> {
     let previous = pg_sys::MemoryContextSwitchTo(context);
-    let relations = Relations::open(pg_sys::AccessShareLock);
+    let relations = Relations::open(pg_sys::AccessShareLock, Target::StateTable);
     // After the open: it returns relations that no invalidation since this
     // generation has changed.
     let generation = crate::catalog::generation();

@@ -5,13 +5,13 @@
 //! a refusal that never waits), [`acquire`] and [`lock`] (find and lock it, as
 //! `FOR NO KEY UPDATE` would, with the READ COMMITTED recheck and the
 //! 40001 of REPEATABLE READ), [`write_locked`] (update it in place, HOT
-//! when it can), [`insert_new`] / [`insert_one`] (the speculative insert
-//! of `INSERT ... ON CONFLICT`), [`delete_inserted`] and
-//! [`confirm_unwritten`]. `consume.rs`, `shards.rs`, `credit.rs` and
-//! `all_or_nothing.rs` compose them.
+//! when it can); `insert.rs` has the speculative insert of `INSERT ... ON
+//! CONFLICT`, `committed.rs` the reads without a lock. `consume.rs`,
+//! `shards.rs`, `credit.rs` and `all_or_nothing.rs` compose them.
 
+use super::committed::{serialization_failure, uses_transaction_snapshot};
+use super::layout::{timestamp, Datums, RowId, TS, VALUE};
 use super::relations::Relations;
-use super::{shard_states, timestamp, Datums, LimitRows, RowId, TS, VALUE};
 use crate::compat::{self, IndexUpdates};
 use crate::errors::CallError;
 use pgrx::pg_sys;
@@ -94,7 +94,8 @@ pub(super) unsafe fn acquire(
 ) -> Result<Acquired, CallError> {
     loop {
         pgrx::check_for_interrupts!();
-        let Some(tid) = find_committed(relations, &Datums::of(row), waited) else {
+        let Some(tid) = find_committed(relations, &Datums::of(row, relations.extra()), waited)
+        else {
             return Ok(Acquired::New);
         };
         if let Some(locked) = lock_waiting(relations, tid, command, waited)? {
@@ -150,7 +151,7 @@ pub(super) unsafe fn lock_waiting(
 /// # Safety
 /// `relations` open.
 pub(super) unsafe fn wait_for_writer(relations: &Relations, row: RowId<'_>) {
-    find_committed(relations, &Datums::of(row), &mut false);
+    find_committed(relations, &Datums::of(row, relations.extra()), &mut false);
 }
 
 /// Step 1: the row of `datums` as a dirty snapshot sees it, after waiting
@@ -244,95 +245,6 @@ pub(super) unsafe fn peek(relations: &Relations, datums: &Datums) -> Peek {
         !matches!(seen, Peek::Free { .. })
     });
     seen
-}
-
-/// The snapshot a refusal without a lock decides on (docs/guarantees.md,
-/// "Concurrency and exactness"): under READ COMMITTED the latest one (what
-/// has committed by now, and this transaction's own earlier writes), as the
-/// row lock would read it; under REPEATABLE READ or SERIALIZABLE the
-/// transaction's snapshot, so that the refusal is a read of the row as of
-/// that snapshot and, under SERIALIZABLE, carries the predicate locks
-/// `SELECT` would take (an anomaly that involves it ends in 40001).
-///
-/// # Safety
-/// Inside a transaction; the snapshot is valid until the next call of
-/// this function or of `GetTransactionSnapshot`.
-pub(super) unsafe fn committed_snapshot() -> pg_sys::Snapshot {
-    if uses_transaction_snapshot() {
-        pg_sys::GetTransactionSnapshot()
-    } else {
-        pg_sys::GetLatestSnapshot()
-    }
-}
-
-/// The state of `row` in the [`committed_snapshot`], without locking or
-/// waiting: `None` when there is no row (a full limit). A transaction
-/// still writing the row is not waited for: its write is not seen.
-///
-/// # Safety
-/// `relations` open.
-pub(super) unsafe fn read_committed(relations: &Relations, row: RowId<'_>) -> Option<State> {
-    relations
-        .find(&Datums::of(row), committed_snapshot(), true)
-        .and_then(|(_, state)| state)
-}
-
-/// The state of every shard of `limit` in the [`committed_snapshot`], as
-/// [`read_committed`] reads one row: `states[i]` is shard `i`.
-///
-/// # Safety
-/// `relations` open.
-pub(super) unsafe fn read_committed_shards(
-    relations: &Relations,
-    limit: LimitRows<'_>,
-) -> Vec<Option<State>> {
-    let found = relations.find_shards(&Datums::of(limit.row(0)), committed_snapshot());
-    shard_states(found, limit.shards)
-}
-
-/// Under REPEATABLE READ or SERIALIZABLE, a decision about a row the call
-/// does not write (a refusal, or an admission that leaves the row as it
-/// was) must rest on what the transaction's snapshot sees: reads each row
-/// of `rows` again through the unique index with the transaction snapshot
-/// and raises 40001 when its state is not the one decided on. Under
-/// SERIALIZABLE that read takes the predicate locks `SELECT ... FOR
-/// UPDATE` would (the index page and the tuple, `PredicateLockPage` /
-/// `PredicateLockTID`), so an anomaly that involves the decision ends in
-/// 40001 too. (A written row checks for conflicts itself.) Nothing to do
-/// under READ COMMITTED.
-///
-/// # Safety
-/// `relations` open.
-pub(super) unsafe fn confirm_unwritten<'a>(
-    relations: &Relations,
-    rows: impl IntoIterator<Item = (RowId<'a>, Option<State>)>,
-) -> Result<(), CallError> {
-    if !uses_transaction_snapshot() {
-        return Ok(());
-    }
-    let snapshot = pg_sys::GetTransactionSnapshot();
-    for (row, decided) in rows {
-        let seen = relations
-            .find(&Datums::of(row), snapshot, true)
-            .and_then(|(_, state)| state);
-        if seen != decided {
-            return Err(serialization_failure(false));
-        }
-    }
-    Ok(())
-}
-
-fn serialization_failure(deleted: bool) -> CallError {
-    CallError::SerializationFailure(if deleted {
-        "could not serialize access due to concurrent delete"
-    } else {
-        "could not serialize access due to concurrent update"
-    })
-}
-
-pub(super) fn uses_transaction_snapshot() -> bool {
-    // SAFETY: reading a backend-local setting.
-    unsafe { pg_sys::XactIsoLevel >= pg_sys::XACT_REPEATABLE_READ as i32 }
 }
 
 /// What trying to lock a row came to.
@@ -482,118 +394,4 @@ pub(super) unsafe fn write_locked(
     }
     pg_sys::heap_freetuple(new);
     Ok(())
-}
-
-/// Step 3: inserts new rows (each `Datums` complete, state included), one
-/// after the other with [`insert_one`]. Returns false when a concurrent
-/// transaction inserted one of the same (name, key, shard) first: that
-/// row is withdrawn and the rows inserted before it are deleted again
-/// ([`delete_inserted`]), so nothing stays written; the caller then looks
-/// again (with a new command id: [`delete_inserted`] ends the command).
-///
-/// # Safety
-/// `relations` opened by [`begin_write`], `command` its command id.
-pub(super) unsafe fn insert_new(
-    relations: &Relations,
-    rows: &mut [Datums],
-    command: pg_sys::CommandId,
-) -> bool {
-    let mut inserted = Vec::with_capacity(rows.len());
-    for datums in rows.iter_mut() {
-        match insert_one(relations, datums, command) {
-            Some(tid) => inserted.push(tid),
-            None => {
-                delete_inserted(relations, &inserted);
-                debug1!(
-                    "rate_limiter: another transaction inserted the same state row; looking again"
-                );
-                return false;
-            }
-        }
-    }
-    true
-}
-
-/// Inserts one new row (`datums` complete, state included) as `ExecInsert`
-/// does for `ON CONFLICT`: a speculative-insertion token, the heap tuple
-/// marked with it, the index entries checked without waiting
-/// (`UNIQUE_CHECK_PARTIAL`), then the tuple finished
-/// (`heap_finish_speculative`) and the token released. Returns the new
-/// tuple's id, or `None` when a live or running transaction's row has the
-/// same (name, key, shard): ours is then withdrawn
-/// (`heap_abort_speculative`), as `ExecInsert` withdraws it.
-///
-/// Each speculative insertion ends before the next begins, as in the
-/// executor: logical decoding keeps only one pending speculative insertion
-/// per transaction, and fails ("invalid ordering of speculative insertion
-/// changes") on a second one before the first is finished.
-///
-/// Until the transaction ends, another transaction that looks the row up
-/// waits for this one (the row is an uncommitted insert), so a new row is
-/// held as a locked one is.
-///
-/// # Safety
-/// `relations` opened by [`begin_write`], `command` its command id.
-pub(super) unsafe fn insert_one(
-    relations: &Relations,
-    datums: &mut Datums,
-    command: pg_sys::CommandId,
-) -> Option<pg_sys::ItemPointerData> {
-    let transaction = pg_sys::GetCurrentTransactionId();
-    let token = pg_sys::SpeculativeInsertionLockAcquire(transaction);
-    let tuple = pg_sys::heap_form_tuple(
-        (*relations.table).rd_att,
-        datums.values.as_mut_ptr(),
-        datums.nulls.as_mut_ptr(),
-    );
-    // HeapTupleHeaderSetSpeculativeToken: t_ctid holds the token.
-    let ctid = &mut (*(*tuple).t_data).t_ctid;
-    ctid.ip_blkid.bi_hi = (token >> 16) as u16;
-    ctid.ip_blkid.bi_lo = (token & 0xffff) as u16;
-    ctid.ip_posid = pg_sys::SpecTokenOffsetNumber as u16;
-    pg_sys::heap_insert(
-        relations.table,
-        tuple,
-        command,
-        pg_sys::HEAP_INSERT_SPECULATIVE as i32,
-        std::ptr::null_mut(),
-    );
-    let unique = relations.insert_index_entries(
-        datums,
-        &mut (*tuple).t_self,
-        pg_sys::IndexUniqueCheck::UNIQUE_CHECK_PARTIAL,
-        None,
-    );
-    let tid = (*tuple).t_self;
-    if unique {
-        pg_sys::heap_finish_speculative(relations.table, &mut (*tuple).t_self);
-    } else {
-        pg_sys::heap_abort_speculative(relations.table, &mut (*tuple).t_self);
-    }
-    pg_sys::heap_freetuple(tuple);
-    pg_sys::SpeculativeInsertionLockRelease(transaction);
-    unique.then_some(tid)
-}
-
-/// Deletes rows this call inserted (`tids`, from [`insert_one`]), as
-/// `ExecDelete` would (`simple_heap_delete`, after the replica identity
-/// check), so that what the call wrote is undone while the transaction
-/// goes on. Ends the current command first (a command does not see its
-/// own inserts) and after (so the rest of the call, and a REPEATABLE READ
-/// snapshot, no longer see the rows). Until the transaction ends, other
-/// transactions that look these rows up still wait for it.
-///
-/// # Safety
-/// `relations` opened by [`begin_write`]; `tids` inserted by this call.
-pub(super) unsafe fn delete_inserted(relations: &Relations, tids: &[pg_sys::ItemPointerData]) {
-    if tids.is_empty() {
-        return;
-    }
-    pg_sys::CheckCmdReplicaIdentity(relations.table, pg_sys::CmdType::CMD_DELETE);
-    pg_sys::CommandCounterIncrement();
-    for tid in tids {
-        let mut tid = *tid;
-        pg_sys::simple_heap_delete(relations.table, &mut tid);
-    }
-    pg_sys::CommandCounterIncrement();
 }

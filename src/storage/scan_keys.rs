@@ -11,7 +11,7 @@
 //! The functions are built-in (`texteq`, `int2eq`: their OIDs are fixed
 //! in PostgreSQL's catalog), so the lookup never changes.
 
-use super::{Datums, KEY_COLUMNS};
+use super::layout::{Datums, KEY_COLUMNS};
 use pgrx::pg_sys;
 use std::cell::OnceCell;
 

@@ -4,6 +4,7 @@
 //! their distribution argument. The kept plan of `_rate_limit_at`'s
 //! statement, the arguments every delegated call starts with, and how a
 //! verdict travels.
+use super::error::Error;
 use super::value::DistributionValue;
 use crate::errors::CallError;
 use pgrx::datum::DatumWithOid;
@@ -209,9 +210,9 @@ pub(super) fn one_value_elsewhere<T: FromDatum + IntoDatum>(
             .get::<T>(1)
     })?
     .ok_or_else(|| {
-        CallError::Cluster(
+        CallError::from(Error::Unusable(
             format!("rate_limiter.{function}() on another node returned no answer"),
             "Check that every node runs the same version of rate_limiter.",
-        )
+        ))
     })
 }

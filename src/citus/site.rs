@@ -1,22 +1,24 @@
 //! Where a call runs: the shard relation on this node that storage reads
-//! and writes instead of the state table (a `storage::route::Route`), or
-//! another node ([`site`], [`spread`], [`here`]).
+//! and writes instead of the state table (a `storage::Target::StandIn`,
+//! whose extra column is the distribution column `dkey`), or another node
+//! ([`site`], [`spread`], [`here`]).
 
+use super::error::Error;
 use super::metadata::distribution_value;
 use super::metadata::{current_distribution, lock_shard_metadata, Place};
 use super::two_phase_commit::wrote;
 use super::value::DistributionValue;
 use crate::catalog;
 use crate::errors::CallError;
-use crate::storage::route::{on_shard, Route};
-use crate::storage::ShardPlaces;
+use crate::storage::{ShardPlaces, StandIn, Target};
 use pgrx::pg_sys;
 use std::ffi::CString;
 
 /// Where a call for (name, key) runs.
 pub enum Site {
-    /// On this node, in the shard `Route` names (its metadata locked).
-    Here(Route),
+    /// On this node, in the shard relation of the target (its metadata
+    /// locked).
+    Here(Target),
     /// On another node: through `_rate_limit_at`.
     Elsewhere,
 }
@@ -45,18 +47,18 @@ pub fn site(dkey: &DistributionValue, for_write: bool) -> Result<Site, CallError
         if catalog::generation() != generation {
             continue;
         }
-        return Ok(Site::Here(shard_route(place, dkey)?));
+        return Ok(Site::Here(shard_target(place, dkey)?));
     }
-    Err(CallError::Cluster(
+    Err(CallError::from(Error::Unusable(
         "Citus's metadata for rate_limiter.rate_limits kept changing during the call".into(),
         "Retry the transaction (a shard move or split was under way).",
-    ))
+    )))
 }
 
 /// Where the shards `0..shards` of the global limit `name` live (they
 /// spread over the nodes: docs/guarantees.md, "Citus", "Exactness across
 /// nodes"), read as [`site`] reads one: the ones on this node, each with
-/// its route and distribution value (Citus's metadata lock for a write to
+/// its target and distribution value (Citus's metadata lock for a write to
 /// its shard taken), and every other node that holds some (the distribution
 /// value of one of them, and their numbers), those nodes in random order.
 /// Its work grows with `shards` (at most 32767). `for_write`: take the
@@ -99,7 +101,7 @@ pub fn spread(name: &[u8], shards: i16, for_write: bool) -> Result<Spread, CallE
         }
         let mut local = Vec::with_capacity(here.len());
         for (number, place, dkey) in here {
-            local.push((number, shard_route(place, &dkey)?, dkey));
+            local.push((number, shard_target(place, &dkey)?, dkey));
         }
         if !others.is_empty() {
             let start = crate::shard_choice::draw()[0] as usize % others.len();
@@ -111,16 +113,16 @@ pub fn spread(name: &[u8], shards: i16, for_write: bool) -> Result<Spread, CallE
             others,
         });
     }
-    Err(CallError::Cluster(
+    Err(CallError::from(Error::Unusable(
         "Citus's metadata for rate_limiter.rate_limits kept changing during the call".into(),
         "Retry the transaction (a shard move or split was under way).",
-    ))
+    )))
 }
 
 /// Where a global limit's shards live ([`spread`]).
 pub struct Spread {
-    /// The shards on this node: number, route, distribution value.
-    pub local: Vec<(i16, Route, DistributionValue)>,
+    /// The shards on this node: number, target, distribution value.
+    pub local: Vec<(i16, Target, DistributionValue)>,
     /// This node's group.
     pub local_group: i32,
     /// Every other node holding some, in random order.
@@ -144,9 +146,9 @@ impl Spread {
         let shards = self
             .local
             .iter()
-            .map(|(number, route, _)| (*number, *route))
+            .map(|(number, target, _)| (*number, *target))
             .collect();
-        ShardPlaces::Routed {
+        ShardPlaces::Listed {
             shards,
             count,
             held,
@@ -154,8 +156,9 @@ impl Spread {
     }
 }
 
-/// The shard relation of `place` on this node and its unique index.
-pub(super) fn shard_route(place: Place, dkey: &DistributionValue) -> Result<Route, CallError> {
+/// The shard relation of `place` on this node and its unique index, as
+/// storage's target for the rows of `dkey`.
+pub(super) fn shard_target(place: Place, dkey: &DistributionValue) -> Result<Target, CallError> {
     let objects = catalog::objects();
     let table_name = CString::new(format!("rate_limits_{}", place.shard)).unwrap_or_default();
     let index_name = CString::new(format!(
@@ -171,32 +174,32 @@ pub(super) fn shard_route(place: Place, dkey: &DistributionValue) -> Result<Rout
         )
     };
     if table == pg_sys::InvalidOid || index == pg_sys::InvalidOid {
-        return Err(CallError::Cluster(
+        return Err(CallError::from(Error::Unusable(
             format!(
                 "shard {} of rate_limiter.rate_limits is placed on this node, but its table or unique index is missing",
                 place.shard
             ),
             "Check the shard with citus_shards and pg_dist_placement.",
-        ));
+        )));
     }
     // A text datum lives in the call's memory context.
-    Ok(Route {
+    Ok(Target::StandIn(StandIn {
         table,
         index,
-        dkey: dkey.datum(),
-    })
+        extra: dkey.datum(),
+    }))
 }
 
-/// Runs `body` on this node's shard of `dkey`, or returns `None` when the
-/// row lives on another node (the caller then goes there).
+/// Runs `body` with the target of this node's shard of `dkey`, or returns
+/// `None` when the row lives on another node (the caller then goes there).
 pub fn here<R>(
     dkey: &DistributionValue,
     for_write: bool,
-    body: impl FnOnce() -> Result<R, CallError>,
+    body: impl FnOnce(Target) -> Result<R, CallError>,
 ) -> Result<Option<R>, CallError> {
     match site(dkey, for_write)? {
-        Site::Here(route) => {
-            let answer = on_shard(route, body)?;
+        Site::Here(target) => {
+            let answer = body(target)?;
             if for_write {
                 wrote(Some(dkey))?;
             }
