@@ -20,13 +20,17 @@
 //!   `undefine`, `prune`, `status`, `http_headers`), one file each;
 //! - [`stats`]: the shared-memory counters behind `rate_limiter.stats`;
 //! - [`names`]: names and keys as opaque bytes, and how messages show them;
-//! - [`settings`]: the GUCs `rate_limiter.now_override`, `rate_limiter.sqlstate`
-//!   and `rate_limiter.random_seed`;
+//! - [`settings`]: the GUCs `rate_limiter.now_override`,
+//!   `rate_limiter.sqlstate`, `rate_limiter.random_seed`,
+//!   `rate_limiter.lock_free_refusals`, `rate_limiter.max_requests` and
+//!   `rate_limiter.max_inline_shards` (and [`stats`] defines
+//!   `rate_limiter.stats_max` when preloaded);
 //! - [`shard_choice`]: the random numbers behind the choice of shards;
 //! - [`clock`]: the current time (real or overridden);
 //! - [`security`]: running statements as the extension's owner with a pinned search path;
 //! - [`citus`]: the cluster behind [`placement`] on Citus: where a row lives,
-//!   and calls run on that node (it installs itself from `_PG_init`);
+//!   and calls run on that node (`_PG_init` lets it install its hooks,
+//!   which it does only when Citus is loaded);
 //! - [`catalog`]: the OIDs of the extension's schema, table, index and owner;
 //! - [`errors`]: turning errors and refusals into PostgreSQL errors;
 //! - [`compat`]: what differs between PostgreSQL 15, 16, 17 and 18;
@@ -83,8 +87,10 @@ extension_sql_file!(
 extension_sql_file!("../sql/privileges.sql", name = "privileges", finalize);
 
 /// Called once when a backend (or, preloaded, the postmaster) loads the
-/// library: registers the GUCs, and the statistics' shared memory when
-/// preloaded.
+/// library, and the one place hooks are installed: the statistics' shared
+/// memory and transaction callback when preloaded, the GUCs, the
+/// invalidation and transaction callbacks of the caches, and (only when
+/// Citus is loaded) Citus's hooks.
 #[pg_guard]
 pub extern "C-unwind" fn _PG_init() {
     // Statistics first: settings::register() ends by reserving the
