@@ -148,6 +148,15 @@ unsafe fn confirm_shards(
     Ok(())
 }
 
+/// What every step of an attempt works on: the call's shards, the limit
+/// and the command id its writes use.
+#[derive(Clone, Copy)]
+struct On<'a> {
+    places: &'a Places,
+    limit: LimitRows<'a>,
+    command: pg_sys::CommandId,
+}
+
 /// What a step of an attempt came to.
 enum Next {
     /// The call's answer.
@@ -170,6 +179,11 @@ pub(super) unsafe fn attempt(
     state: &mut Attempt<'_>,
     decide: &mut impl FnMut(&[Candidate]) -> Result<ShardedDecision, CallError>,
 ) -> Result<Option<ShardedDecision>, CallError> {
+    let on = On {
+        places,
+        limit,
+        command,
+    };
     let mut order = places.order(limit, random);
     // Free shards (at most two, the pair) and the busy ones seen.
     let mut looked = Looked {
@@ -180,15 +194,14 @@ pub(super) unsafe fn attempt(
         pgrx::check_for_interrupts!();
         looked.peek_pair(places, limit, &mut order, state.contended);
         let next = if looked.free.is_empty() {
-            every_shard_busy(places, limit, command, state, &mut looked, decide)?
+            every_shard_busy(on, state, &mut looked, decide)?
         } else {
-            let decision = match decide_on_pair(places, limit, command, state, &mut looked, decide)?
-            {
+            let decision = match decide_on_pair(on, state, &mut looked, decide)? {
                 Ok(admitted) => admitted,
                 Err(Next::Answer(refusal)) => return Ok(Some(refusal)),
                 Err(Next::Again) => continue,
             };
-            if !lock_consumed(places, limit, command, state, &mut looked, &decision)? {
+            if !lock_consumed(on, state, &mut looked, &decision)? {
                 continue;
             }
             return write_pair(
@@ -260,9 +273,7 @@ impl Looked {
 /// # Safety
 /// As [`attempt`].
 unsafe fn every_shard_busy(
-    places: &Places,
-    limit: LimitRows<'_>,
-    command: pg_sys::CommandId,
+    on: On<'_>,
     state: &mut Attempt<'_>,
     looked: &mut Looked,
     decide: &mut impl FnMut(&[Candidate]) -> Result<ShardedDecision, CallError>,
@@ -281,16 +292,31 @@ unsafe fn every_shard_busy(
             })
             .collect();
         let decision = decide(&candidates)?;
-        confirm_shards(places, limit, &drawn)?;
+        confirm_shards(on.places, on.limit, &drawn)?;
         return Ok(Next::Answer(decision));
     };
-    if let Some(refusal) = refusal_instead_of_waiting(places, limit, &mut state.committed)? {
+    wait_for_busy(on, state, looked, index)
+}
+
+/// Waits for the busy shard `looked.busy[index]`, which then joins the
+/// free ones (locked, or new when it turned out to be missing), and looks
+/// again; unless the committed state refuses the call first (refusals
+/// never wait): then that refusal is the answer.
+///
+/// # Safety
+/// As [`attempt`].
+unsafe fn wait_for_busy(
+    on: On<'_>,
+    state: &mut Attempt<'_>,
+    looked: &mut Looked,
+    index: usize,
+) -> Result<Next, CallError> {
+    if let Some(refusal) = refusal_instead_of_waiting(on.places, on.limit, &mut state.committed)? {
         return Ok(Next::Answer(refusal));
     }
     let number = looked.busy.remove(index).number;
-    looked
-        .free
-        .push(wait_for(places, limit, number, command, state.held)?);
+    let shard = wait_for(on.places, on.limit, number, on.command, state.held)?;
+    looked.free.push(shard);
     Ok(Next::Again)
 }
 
@@ -304,9 +330,7 @@ unsafe fn every_shard_busy(
 /// # Safety
 /// As [`attempt`].
 unsafe fn decide_on_pair(
-    places: &Places,
-    limit: LimitRows<'_>,
-    command: pg_sys::CommandId,
+    on: On<'_>,
     state: &mut Attempt<'_>,
     looked: &mut Looked,
     decide: &mut impl FnMut(&[Candidate]) -> Result<ShardedDecision, CallError>,
@@ -333,22 +357,13 @@ unsafe fn decide_on_pair(
                 },
             ];
             if decide(&writable)?.ok {
-                if let Some(refusal) =
-                    refusal_instead_of_waiting(places, limit, &mut state.committed)?
-                {
-                    return Ok(Err(Next::Answer(refusal)));
-                }
-                let number = looked.busy.remove(0).number;
-                looked
-                    .free
-                    .push(wait_for(places, limit, number, command, state.held)?);
-                return Ok(Err(Next::Again));
+                return Ok(Err(wait_for_busy(on, state, looked, 0)?));
             }
         }
     }
     let mut seen = vec![&looked.free[0]];
     seen.extend(partner);
-    confirm_shards(places, limit, &seen)?;
+    confirm_shards(on.places, on.limit, &seen)?;
     Ok(Err(Next::Answer(decision)))
 }
 
@@ -361,9 +376,7 @@ unsafe fn decide_on_pair(
 /// # Safety
 /// As [`attempt`].
 unsafe fn lock_consumed(
-    places: &Places,
-    limit: LimitRows<'_>,
-    command: pg_sys::CommandId,
+    on: On<'_>,
     state: &mut Attempt<'_>,
     looked: &mut Looked,
     decision: &ShardedDecision,
@@ -377,11 +390,11 @@ unsafe fn lock_consumed(
             continue;
         };
         all_locked_already = false;
-        let locked = places.at(looked.free[index].number, |relations| {
+        let locked = on.places.at(looked.free[index].number, |relations| {
             lock(
                 relations,
                 tid,
-                command,
+                on.command,
                 pg_sys::LockWaitPolicy::LockWaitSkip,
             )
         })?;
@@ -397,7 +410,11 @@ unsafe fn lock_consumed(
             }
             Lock::Changed => {
                 let number = looked.free.remove(index).number;
-                looked.add(peeked(places, limit, number), Some(index), state.contended);
+                looked.add(
+                    peeked(on.places, on.limit, number),
+                    Some(index),
+                    state.contended,
+                );
                 return Ok(false);
             }
         }
