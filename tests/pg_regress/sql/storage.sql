@@ -179,6 +179,13 @@ SELECT ok FROM rate_limiter.rate_check('store', 'distributed');
 SET allow_system_table_mods = on;
 DROP TABLE pg_catalog.pg_dist_partition;
 RESET allow_system_table_mods;
+
+-- Citus's hooks are installed only when Citus is loaded: here, an error
+-- that reads like Citus's refusal to colocate the state table while a node
+-- is added gets no HINT naming prepare_node() (on a Citus cluster it does).
+\set VERBOSITY default
+DO $$ BEGIN RAISE EXCEPTION 'cannot colocate tables rate_limits and grow'; END $$;
+\set VERBOSITY terse
 SELECT ok FROM rate_limiter.rate_limit('store', 'distributed');
 
 SELECT rate_limiter.undefine('store');
