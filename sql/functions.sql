@@ -60,7 +60,36 @@ LANGUAGE c VOLATILE
 AS 'MODULE_PATHNAME', 'undefine_wrapper';
 
 COMMENT ON FUNCTION rate_limiter.undefine(text) IS
-'Deletes the named limit; true if it existed. Its state rows are left alone. Errors: 22004 NULL name.';
+'Deletes the named limit and its overrides; true if it existed. Its state rows are left alone. Errors: 22004 NULL name; 2BP01 the limit is the plan of an override (remove those overrides first).';
+
+-- Per-key overrides and plans (docs/overrides.md) -------------------------
+
+CREATE FUNCTION rate_limiter.override(
+    name       text,
+    key        text,
+    config     rate_limiter.config DEFAULT NULL,
+    plan       text                DEFAULT NULL,
+    expires_at timestamptz         DEFAULT NULL,
+    enforce    boolean             DEFAULT NULL)
+RETURNS void
+LANGUAGE c VOLATILE
+AS 'MODULE_PATHNAME', 'override_key_wrapper';
+
+COMMENT ON FUNCTION rate_limiter.override(text, text, rate_limiter.config, text, timestamptz, boolean) IS
+'Gives one key of a defined limit its own configuration: config, or plan (another plain definition, whose config and enforce apply; redefining it changes every key on it), '
+'until expires_at (NULL = no end; from expires_at on the definition applies again). Replaces the key''s previous override. enforce NULL = the plan''s, or the limit''s for a config. '
+'Precedence: an inline config argument of a call > the key''s unexpired override > the definition. '
+'The key''s state continues when kind, period and shards stay the same (capped at the new capacity); otherwise the key starts full. '
+'Only roles that may call define. Errors: 22004 NULL name/key; 42704 undefined name or plan; 22023 both or neither of config and plan, a plan naming the limit itself, an invalid config; 42501 a role that may not call define.';
+
+CREATE FUNCTION rate_limiter.remove_override(name text, key text)
+RETURNS boolean
+LANGUAGE c VOLATILE
+AS 'MODULE_PATHNAME', 'remove_override_wrapper';
+
+COMMENT ON FUNCTION rate_limiter.remove_override(text, text) IS
+'Deletes the override of (name, key); true if there was one. The definition applies to the key again (its state continues when kind, period and shards are the same). '
+'Only roles that may call define. Errors: 22004 NULL name/key; 42704 undefined name; 42501 a role that may not call define.';
 
 -- The core -----------------------------------------------------------------
 
@@ -349,9 +378,10 @@ LANGUAGE c VOLATILE
 AS 'MODULE_PATHNAME', 'prune_wrapper';
 
 COMMENT ON FUNCTION rate_limiter.prune(interval) IS
-'Deletes state rows that change no later answer: rows of a defined limit that are full again and that a missing row would answer for exactly; '
+'Deletes state rows that change no later answer: rows of a defined limit that are full again and that a missing row would answer for exactly (under the key''s override, if any), rows written under a configuration the key no longer has; '
+'and expired overrides (a NOTICE says how many); '
 'and, when older_than is given, rows of names without a definition (inline configs) whose ts is older than now - older_than. '
-'Rows another transaction holds are skipped. Returns how many rows were deleted. Schedule it with pg_cron. '
+'Rows another transaction holds are skipped. Returns how many rows were deleted (state rows and overrides). Schedule it with pg_cron. '
 'Errors: 22023 negative older_than; 25006 in a read-only transaction.';
 
 -- PostgREST ---------------------------------------------------------------------
@@ -437,4 +467,8 @@ COMMENT ON FUNCTION rate_limiter._definitions_changed() IS
 
 CREATE TRIGGER definitions_changed
 AFTER INSERT OR UPDATE OR DELETE OR TRUNCATE ON rate_limiter.definitions
+FOR EACH STATEMENT EXECUTE FUNCTION rate_limiter._definitions_changed();
+
+CREATE TRIGGER overrides_changed
+AFTER INSERT OR UPDATE OR DELETE OR TRUNCATE ON rate_limiter.overrides
 FOR EACH STATEMENT EXECUTE FUNCTION rate_limiter._definitions_changed();

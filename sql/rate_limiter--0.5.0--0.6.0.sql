@@ -1,12 +1,13 @@
 -- rate_limiter 0.5.0 -> 0.6.0 (ALTER EXTENSION rate_limiter UPDATE).
 --
--- Statistics that no caller can empty (SPEC section 11): the view
+-- Statistics that no caller can empty: the view
 -- rate_limiter.stats_info (names evicted, decisions not counted), names
 -- shown distinct and readable in every encoding, stats_reset() taking a
--- name as the view shows it. No table, type or existing signature
--- changes; every definition and state row keeps its meaning; the new
--- objects are granted to nobody but the installing role, as after
--- CREATE EXTENSION.
+-- name as the view shows it. Per-key overrides and plans: the table
+-- rate_limiter.overrides, the state table's column regime, override()
+-- and remove_override(). No type or existing signature changes; every
+-- definition and state row keeps its meaning; the new objects are
+-- granted to nobody but the installing role, as after CREATE EXTENSION.
 
 COMMENT ON VIEW rate_limiter.stats IS
 'One row per limit name of this database that was called since the server started: counters summed over every backend since stats_reset. '
@@ -69,6 +70,118 @@ $revoke$;
 
 GRANT EXECUTE ON FUNCTION rate_limiter._stats_info() TO @extowner@ WITH GRANT OPTION;
 GRANT SELECT ON rate_limiter.stats_info TO @extowner@ WITH GRANT OPTION;
+
+-- Per-key overrides and plans (docs/overrides.md): the state table's
+-- column regime (NULL in every existing row: written under the limit's
+-- definition, which is what they are), the table rate_limiter.overrides,
+-- override() and remove_override(), the overrides' invalidation trigger.
+-- undefine() also deletes a limit's overrides; prune() also deletes
+-- expired overrides.
+ALTER TABLE rate_limiter.rate_limits ADD COLUMN regime int8;
+
+-- Per-key overrides (docs/overrides.md): the configuration of one key of a
+-- defined limit, given inline (the config's columns) or by naming another
+-- definition, its plan; until expires_at (NULL: no end). enforce NULL
+-- takes the plan's (for a plan) or the limit's (for a config) setting.
+-- Written by rate_limiter.override() and rate_limiter.remove_override();
+-- read by every call of a name that has overrides (src/overrides.rs).
+CREATE TABLE rate_limiter.overrides (
+    name         text COLLATE "C" NOT NULL,
+    key          text COLLATE "C" NOT NULL,
+    plan         text,
+    kind         rate_limiter.kind,
+    rate         float8,
+    period       interval,
+    capacity     float8,
+    max_reserved float8,
+    shards       int4,
+    start        timestamptz,
+    enforce      boolean,
+    expires_at   timestamptz,
+    CONSTRAINT overrides_pkey PRIMARY KEY (name, key),
+    CONSTRAINT overrides_config_or_plan CHECK ((plan IS NULL) = (kind IS NOT NULL))
+);
+COMMENT ON TABLE rate_limiter.overrides IS
+    'Per-key overrides of named limits: a config (kind ... start) or a plan (another definition) for (name, key) until expires_at; write it with rate_limiter.override() and rate_limiter.remove_override()';
+
+SELECT pg_catalog.pg_extension_config_dump('rate_limiter.overrides', '');
+
+-- Per-key overrides and plans (docs/overrides.md) -------------------------
+
+CREATE FUNCTION rate_limiter.override(
+    name       text,
+    key        text,
+    config     rate_limiter.config DEFAULT NULL,
+    plan       text                DEFAULT NULL,
+    expires_at timestamptz         DEFAULT NULL,
+    enforce    boolean             DEFAULT NULL)
+RETURNS void
+LANGUAGE c VOLATILE
+AS 'MODULE_PATHNAME', 'override_key_wrapper';
+
+COMMENT ON FUNCTION rate_limiter.override(text, text, rate_limiter.config, text, timestamptz, boolean) IS
+'Gives one key of a defined limit its own configuration: config, or plan (another plain definition, whose config and enforce apply; redefining it changes every key on it), '
+'until expires_at (NULL = no end; from expires_at on the definition applies again). Replaces the key''s previous override. enforce NULL = the plan''s, or the limit''s for a config. '
+'Precedence: an inline config argument of a call > the key''s unexpired override > the definition. '
+'The key''s state continues when kind, period and shards stay the same (capped at the new capacity); otherwise the key starts full. '
+'Only roles that may call define. Errors: 22004 NULL name/key; 42704 undefined name or plan; 22023 both or neither of config and plan, a plan naming the limit itself, an invalid config; 42501 a role that may not call define.';
+
+CREATE FUNCTION rate_limiter.remove_override(name text, key text)
+RETURNS boolean
+LANGUAGE c VOLATILE
+AS 'MODULE_PATHNAME', 'remove_override_wrapper';
+
+COMMENT ON FUNCTION rate_limiter.remove_override(text, text) IS
+'Deletes the override of (name, key); true if there was one. The definition applies to the key again (its state continues when kind, period and shards are the same). '
+'Only roles that may call define. Errors: 22004 NULL name/key; 42704 undefined name; 42501 a role that may not call define.';
+
+CREATE TRIGGER overrides_changed
+AFTER INSERT OR UPDATE OR DELETE OR TRUNCATE ON rate_limiter.overrides
+FOR EACH STATEMENT EXECUTE FUNCTION rate_limiter._definitions_changed();
+
+COMMENT ON FUNCTION rate_limiter.undefine(text) IS
+'Deletes the named limit and its overrides; true if it existed. Its state rows are left alone. Errors: 22004 NULL name; 2BP01 the limit is the plan of an override (remove those overrides first).';
+
+COMMENT ON FUNCTION rate_limiter.prune(interval) IS
+'Deletes state rows that change no later answer: rows of a defined limit that are full again and that a missing row would answer for exactly (under the key''s override, if any), rows written under a configuration the key no longer has; '
+'and expired overrides (a NOTICE says how many); '
+'and, when older_than is given, rows of names without a definition (inline configs) whose ts is older than now - older_than. '
+'Rows another transaction holds are skipped. Returns how many rows were deleted (state rows and overrides). Schedule it with pg_cron. '
+'Errors: 22023 negative older_than; 25006 in a read-only transaction.';
+
+-- The overrides' objects: nobody but their owner holds a privilege on
+-- them, whatever ALTER DEFAULT PRIVILEGES handed out.
+DO $revoke$
+DECLARE
+    grantee_name name;
+BEGIN
+    REVOKE ALL ON FUNCTION rate_limiter.override(text, text, rate_limiter.config, text, timestamptz, boolean) FROM PUBLIC;
+    REVOKE ALL ON FUNCTION rate_limiter.remove_override(text, text) FROM PUBLIC;
+    REVOKE ALL ON rate_limiter.overrides FROM PUBLIC;
+    FOR grantee_name IN
+        SELECT DISTINCT r.rolname
+        FROM (
+            SELECT (pg_catalog.aclexplode(p.proacl)).grantee, p.proowner AS owner
+            FROM pg_catalog.pg_proc AS p
+            WHERE p.oid IN ('rate_limiter.override(text, text, rate_limiter.config, text, timestamptz, boolean)'::pg_catalog.regprocedure,
+                            'rate_limiter.remove_override(text, text)'::pg_catalog.regprocedure)
+            UNION ALL
+            SELECT (pg_catalog.aclexplode(c.relacl)).grantee, c.relowner
+            FROM pg_catalog.pg_class AS c
+            WHERE c.oid IN ('rate_limiter.overrides'::pg_catalog.regclass)
+        ) AS granted
+        JOIN pg_catalog.pg_roles AS r ON r.oid = granted.grantee
+        WHERE granted.grantee <> granted.owner
+    LOOP
+        EXECUTE pg_catalog.format('REVOKE ALL ON FUNCTION rate_limiter.override(text, text, rate_limiter.config, text, timestamptz, boolean) FROM %I', grantee_name);
+        EXECUTE pg_catalog.format('REVOKE ALL ON FUNCTION rate_limiter.remove_override(text, text) FROM %I', grantee_name);
+        EXECUTE pg_catalog.format('REVOKE ALL ON rate_limiter.overrides FROM %I', grantee_name);
+    END LOOP;
+END
+$revoke$;
+
+GRANT EXECUTE ON FUNCTION rate_limiter.override(text, text, rate_limiter.config, text, timestamptz, boolean) TO @extowner@ WITH GRANT OPTION;
+GRANT EXECUTE ON FUNCTION rate_limiter.remove_override(text, text) TO @extowner@ WITH GRANT OPTION;
 
 -- ==== Citus (generated from sql/citus_distribute.sql and sql/citus_internal_functions.sql) ====
 -- Citus, day two (SPEC section 10): distribute() marks the workers' own

@@ -71,13 +71,46 @@ CREATE TABLE rate_limiter.rate_limits (
     -- limit). A NULL costs no row bytes (the null bitmap fits in the
     -- header's padding).
     dkey   text COLLATE "C",
+    -- Which configuration the row was written under (docs/overrides.md,
+    -- "State"): NULL for the limit's definition, or an override of the
+    -- same kind, period and shards; else a 64-bit hash of the kind, period
+    -- and shards of the key's override. A call whose configuration has
+    -- another regime treats the row as missing (its numbers would mean
+    -- something else) and overwrites it. NULL costs no row bytes.
+    regime int8,
     CONSTRAINT rate_limits_name_key_shard_key UNIQUE NULLS NOT DISTINCT (name, key, shard)
         WITH (fillfactor = 100)
 );
 COMMENT ON TABLE rate_limiter.rate_limits IS
     'Rate-limit state: tokens (value) at time ts per (name, key, shard); a missing row is a full limit';
 
+-- Per-key overrides (docs/overrides.md): the configuration of one key of a
+-- defined limit, given inline (the config's columns) or by naming another
+-- definition, its plan; until expires_at (NULL: no end). enforce NULL
+-- takes the plan's (for a plan) or the limit's (for a config) setting.
+-- Written by rate_limiter.override() and rate_limiter.remove_override();
+-- read by every call of a name that has overrides (src/overrides.rs).
+CREATE TABLE rate_limiter.overrides (
+    name         text COLLATE "C" NOT NULL,
+    key          text COLLATE "C" NOT NULL,
+    plan         text,
+    kind         rate_limiter.kind,
+    rate         float8,
+    period       interval,
+    capacity     float8,
+    max_reserved float8,
+    shards       int4,
+    start        timestamptz,
+    enforce      boolean,
+    expires_at   timestamptz,
+    CONSTRAINT overrides_pkey PRIMARY KEY (name, key),
+    CONSTRAINT overrides_config_or_plan CHECK ((plan IS NULL) = (kind IS NOT NULL))
+);
+COMMENT ON TABLE rate_limiter.overrides IS
+    'Per-key overrides of named limits: a config (kind ... start) or a plan (another definition) for (name, key) until expires_at; write it with rate_limiter.override() and rate_limiter.remove_override()';
+
 -- pg_dump keeps definitions and state (a restore must not hand everyone a
 -- full bucket).
 SELECT pg_catalog.pg_extension_config_dump('rate_limiter.definitions', '');
 SELECT pg_catalog.pg_extension_config_dump('rate_limiter.rate_limits', '');
+SELECT pg_catalog.pg_extension_config_dump('rate_limiter.overrides', '');

@@ -66,29 +66,31 @@ impl<'a> Call<'a> {
         }
     }
 
-    /// The row of an unsharded limit.
-    pub fn row(&self) -> RowId<'a> {
+    /// The row of an unsharded limit, under `definition` (its regime).
+    pub fn row(&self, definition: &Definition) -> RowId<'a> {
         RowId {
             name: self.name,
             key: self.key,
             shard: 0,
+            regime: definition.regime,
         }
     }
 
-    /// The rows of a sharded limit (`config.shards` >= 2, which validation
-    /// keeps within `i16`).
-    pub fn shards(&self, config: &Config) -> LimitRows<'a> {
+    /// The rows of a sharded limit under `definition` (its
+    /// `config.shards` >= 2, which validation keeps within `i16`).
+    pub fn shards(&self, definition: &Definition) -> LimitRows<'a> {
         LimitRows {
             name: self.name,
             key: self.key,
-            shards: config.shards as i16,
+            shards: definition.config.shards as i16,
+            regime: definition.regime,
         }
     }
 
-    /// The inline config, else the definition, else 42704. (`evaluate`
-    /// validates the count against it.)
+    /// The inline config, else the key's override, else the definition,
+    /// else 42704. (`evaluate` validates the count against it.)
     pub fn definition(&self) -> Result<Definition, CallError> {
-        definitions::resolve(self.name, self.config)
+        definitions::resolve(self.name, self.key, self.config)
     }
 
     /// The number of shards of a global limit with several, else `None`
@@ -131,10 +133,13 @@ pub struct RequestArgument {
     pub count: f64,
     /// The inline config, if any.
     pub inline: Option<Config>,
-    /// The config in force: `inline`, else the definition.
+    /// The config in force: `inline`, else the key's override, else the
+    /// definition.
     pub config: Config,
     /// Whether its limit enforces (`false`: shadow mode).
     pub enforce: bool,
+    /// The regime of its rows (`Definition::regime`).
+    pub regime: Option<i64>,
     /// The element as it came (a `rate_limiter.request` datum, valid for
     /// the call), to pass on to another node on a distributed install.
     pub element: pg_sys::Datum,
@@ -237,7 +242,7 @@ pub fn read_requests(array: pg_sys::Datum) -> Result<Vec<RequestArgument>, CallE
     requests
         .into_iter()
         .map(|(name, key, count, inline, element)| {
-            let definition = definitions::resolve(&name, inline)?;
+            let definition = definitions::resolve(&name, key.as_deref(), inline)?;
             Ok(RequestArgument {
                 name,
                 key,
@@ -245,6 +250,7 @@ pub fn read_requests(array: pg_sys::Datum) -> Result<Vec<RequestArgument>, CallE
                 inline,
                 config: definition.config,
                 enforce: definition.enforce,
+                regime: definition.regime,
                 element,
             })
         })

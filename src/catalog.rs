@@ -21,6 +21,10 @@ pub struct Objects {
     pub index: pg_sys::Oid,
     /// `rate_limiter.definitions` (invalid if missing).
     pub definitions: pg_sys::Oid,
+    /// `rate_limiter.overrides` and its primary key (0.6.0 and later;
+    /// invalid if missing: then no key has an override).
+    pub overrides: pg_sys::Oid,
+    pub overrides_index: pg_sys::Oid,
     /// The owner of the table: the role the functions act as.
     pub owner: pg_sys::Oid,
     /// `rate_limiter.define(text, rate_limiter.config, boolean)` (before
@@ -31,6 +35,9 @@ pub struct Objects {
     /// and later): until `ALTER EXTENSION rate_limiter UPDATE`, the library
     /// works with an older version's tables, where every limit enforces.
     pub enforce_column: bool,
+    /// Whether `rate_limiter.rate_limits` has the column `regime` (0.6.0
+    /// and later; see `storage::RowId::regime`).
+    pub regime_column: bool,
     /// The composite type `rate_limiter.config` (invalid if missing).
     pub config_type: pg_sys::Oid,
     /// The composite type `rate_limiter.request` (invalid if missing).
@@ -220,6 +227,9 @@ fn look_up() -> Objects {
             let owner = (*(pg_sys::GETSTRUCT(tuple) as pg_sys::Form_pg_class)).relowner;
             pg_sys::ReleaseSysCache(tuple);
             let definitions = pg_sys::get_relname_relid(c"definitions".as_ptr(), schema);
+            let overrides = pg_sys::get_relname_relid(c"overrides".as_ptr(), schema);
+            let overrides_index = pg_sys::get_relname_relid(c"overrides_pkey".as_ptr(), schema);
+            let regime_column = pg_sys::get_attnum(table, c"regime".as_ptr()) > 0;
             let enforce_column = definitions != pg_sys::InvalidOid
                 && pg_sys::get_attnum(definitions, c"enforce".as_ptr()) > 0;
             // Whether the table carries DISTRIBUTED_MARKER: its relcache
@@ -247,12 +257,23 @@ fn look_up() -> Objects {
                 index,
                 owner,
                 definitions,
-                enforce_column,
+                (overrides, overrides_index),
+                (enforce_column, regime_column),
                 marked,
             ))
         })
     };
-    let Some((schema, table, index, owner, definitions, enforce_column, marked)) = found else {
+    let Some((
+        schema,
+        table,
+        index,
+        owner,
+        definitions,
+        (overrides, overrides_index),
+        (enforce_column, regime_column),
+        marked,
+    )) = found
+    else {
         ereport!(
             PgLogLevel::ERROR,
             PgSqlErrorCode::ERRCODE_UNDEFINED_TABLE,
@@ -266,11 +287,14 @@ fn look_up() -> Objects {
         table,
         index,
         definitions,
+        overrides,
+        overrides_index,
         owner,
         config_type: type_in(c"config", schema),
         request_type: type_in(c"request", schema),
         define: define_function(),
         enforce_column,
+        regime_column,
         elsewhere: marked || distributed(table, definitions),
         marked,
     };

@@ -24,22 +24,38 @@ use std::collections::HashMap;
 const TEXT: PgOid = PgOid::BuiltIn(pg_sys::PgBuiltInOids::TEXTOID);
 
 const LOOKUP: &str =
-    "SELECT kind::text, rate, period, capacity, max_reserved, shards, start, enforce \
+    "SELECT kind::text, rate, period, capacity, max_reserved, shards, start, enforce, \
+            EXISTS (SELECT FROM rate_limiter.overrides AS o WHERE o.name = d.name COLLATE \"C\") \
+     FROM rate_limiter.definitions AS d WHERE name = $1";
+
+/// [`LOOKUP`] on the tables of a version before 0.6.0 (no overrides).
+const LOOKUP_BEFORE_0_6: &str =
+    "SELECT kind::text, rate, period, capacity, max_reserved, shards, start, enforce, false \
      FROM rate_limiter.definitions WHERE name = $1";
 
 /// [`LOOKUP`] on the tables of a version before 0.4.0 (no column
 /// `enforce`: every limit enforces), until `ALTER EXTENSION ... UPDATE`.
 const LOOKUP_BEFORE_0_4: &str =
-    "SELECT kind::text, rate, period, capacity, max_reserved, shards, start, true \
+    "SELECT kind::text, rate, period, capacity, max_reserved, shards, start, true, false \
      FROM rate_limiter.definitions WHERE name = $1";
 
-/// What a call of a limit uses: its config, and whether it enforces
-/// (`false`: shadow mode, see `rate_limiter_algorithm::verdict`). An inline
-/// config always enforces.
+/// What a call of a limit uses: its config, whether it enforces
+/// (`false`: shadow mode, see `rate_limiter_algorithm::verdict`), and the
+/// regime its state rows are written under (`None`: the definition's;
+/// `crate::overrides::regime`). An inline config always enforces.
 #[derive(Debug, Clone, Copy, PartialEq)]
 pub struct Definition {
     pub config: Config,
     pub enforce: bool,
+    pub regime: Option<i64>,
+}
+
+/// A definition as stored and cached: the definition, and whether any key
+/// of the name has an override (only then does a call look for one).
+#[derive(Debug, Clone, Copy, PartialEq)]
+struct Named {
+    definition: Definition,
+    overridden: bool,
 }
 
 /// Cached definitions by name. The hash is foldhash's
@@ -47,7 +63,7 @@ pub struct Definition {
 /// that collide cannot be worked out from the source; the map is bounded
 /// below anyway), which costs a fraction of std's SipHash: every call
 /// looks its name up here.
-type Names = HashMap<Vec<u8>, Option<Definition>, foldhash::fast::RandomState>;
+type Names = HashMap<Vec<u8>, Option<Named>, foldhash::fast::RandomState>;
 
 thread_local! {
     /// Definitions looked up in this backend, by name (`None`: undefined).
@@ -64,7 +80,7 @@ const MAX_CACHED_NAMES: usize = 10_000;
 const MAX_CACHED_BYTES: usize = 1 << 20;
 
 /// Caches `found` for `name`, first emptying the cache if it is full.
-fn remember(name: &[u8], found: Option<Definition>) {
+fn remember(name: &[u8], found: Option<Named>) {
     CACHE.with(|cache| {
         let mut cache = cache.borrow_mut();
         let bytes = CACHED_BYTES.with(Cell::get);
@@ -98,6 +114,7 @@ unsafe extern "C-unwind" fn forget_definitions(_arg: pg_sys::Datum, _relid: pg_s
             CACHED_BYTES.with(|cached| cached.set(0));
         }
     });
+    crate::overrides::forget();
     crate::catalog::forget();
 }
 
@@ -118,9 +135,11 @@ fn _invalidate_definitions(relid: pg_sys::Oid) {
     }
 }
 
-/// The config a call of `name` uses: `inline` when given (enforcing), else
-/// the definition of `name`, else a 42704 error naming the limit (a
-/// misspelled name is never a silent new limit).
+/// The config a call of (`name`, `key`) uses (docs/overrides.md,
+/// "Precedence"): `inline` when given (enforcing), else the key's
+/// override that has not expired, else the definition of `name`, else a
+/// 42704 error naming the limit (a misspelled name is never a silent new
+/// limit).
 ///
 /// An inline config is for names without a definition. For a defined name
 /// it would override the definition, which is managing the limit (it could
@@ -129,9 +148,14 @@ fn _invalidate_definitions(relid: pg_sys::Oid) {
 /// resolve before acting as the owner). An inline config has at most
 /// `rate_limiter.max_inline_shards` shards.
 ///
-/// Errors: 42704 (neither); 42501 (an inline config for a defined name
-/// from a role that may not call `define`); 54000 (too many shards).
-pub fn resolve(name: &[u8], inline: Option<Config>) -> Result<Definition, CallError> {
+/// Errors: 42704 (neither, or an override's plan that is gone); 42501 (an
+/// inline config for a defined name from a role that may not call
+/// `define`); 54000 (too many shards).
+pub fn resolve(
+    name: &[u8],
+    key: Option<&[u8]>,
+    inline: Option<Config>,
+) -> Result<Definition, CallError> {
     match inline {
         Some(config) => {
             let most = crate::settings::max_inline_shards();
@@ -147,14 +171,64 @@ pub fn resolve(name: &[u8], inline: Option<Config>) -> Result<Definition, CallEr
             Ok(Definition {
                 config,
                 enforce: true,
+                regime: None,
             })
         }
-        None => lookup(name)?.ok_or_else(|| CallError::Undefined(name.to_vec())),
+        None => {
+            let named = lookup_named(name)?.ok_or_else(|| CallError::Undefined(name.to_vec()))?;
+            match key {
+                Some(key) if named.overridden => overridden(name, key, named.definition),
+                _ => Ok(named.definition),
+            }
+        }
     }
 }
 
+/// The definition that applies to `key` of `name` (defined as
+/// `definition`, with overrides): its override while in force (the
+/// clock's now is before `expires_at`), else `definition`.
+fn overridden(name: &[u8], key: &[u8], definition: Definition) -> Result<Definition, CallError> {
+    let Some(found) = crate::overrides::find(name, key)? else {
+        return Ok(definition);
+    };
+    if !found.in_force(crate::clock::now()) {
+        return Ok(definition);
+    }
+    let (config, enforce) = match (&found.plan, found.config) {
+        (Some(plan), _) => {
+            let plan = lookup(plan)?.ok_or_else(|| CallError::Undefined(plan.clone()))?;
+            (plan.config, found.enforce.unwrap_or(plan.enforce))
+        }
+        (None, Some(config)) => (config, found.enforce.unwrap_or(definition.enforce)),
+        (None, None) => return Ok(definition),
+    };
+    let regime = crate::overrides::regime(&config, &definition.config);
+    if regime.is_some() && !crate::catalog::objects().regime_column {
+        return Err(CallError::NeedsUpdate("overrides"));
+    }
+    Ok(Definition {
+        config,
+        enforce,
+        regime,
+    })
+}
+
+/// The regime of the rows of (`name`, `key`) when called without an
+/// inline config: where a node reads rows for another that resolved the
+/// call (Citus's `_rate_state_at`). `None` when the name is undefined.
+pub fn regime_of(name: &[u8], key: Option<&[u8]>) -> Option<i64> {
+    resolve(name, key, None)
+        .ok()
+        .and_then(|definition| definition.regime)
+}
+
+/// Whether `name` has a definition and a key of it has an override.
+pub fn has_overrides(name: &[u8]) -> Result<bool, CallError> {
+    Ok(lookup_named(name)?.is_some_and(|named| named.overridden))
+}
+
 /// Whether the calling role may call `rate_limiter.define()`.
-fn may_define() -> bool {
+pub fn may_define() -> bool {
     let define = crate::catalog::objects().define;
     // SAFETY: an ACL check inside the caller's transaction.
     define != pg_sys::InvalidOid
@@ -162,21 +236,28 @@ fn may_define() -> bool {
 }
 
 /// Called by a consuming call once it holds its rows, before it decides:
-/// whether `used`, the definition it resolved for `name` (`inline` = the
-/// caller's inline config), is still the one in force (config and
-/// enforcement). A `define` that
+/// whether `used`, the definition it resolved for (`name`, `key`)
+/// (`inline` = the caller's inline config), is still the one in force
+/// (config, enforcement and regime: a key's override may have been set,
+/// removed or have expired meanwhile). A `define` that
 /// committed while the call waited for a row has sent an invalidation,
 /// processed here; then the definition is read again.
 ///
 /// Errors: [`CallError::DefinitionChanged`] when the definition changed
 /// (the call starts again, so it never writes state under a replaced
 /// definition); as [`lookup`].
-pub fn recheck(name: &[u8], inline: Option<Config>, used: &Definition) -> Result<(), CallError> {
+pub fn recheck(
+    name: &[u8],
+    key: Option<&[u8]>,
+    inline: Option<Config>,
+    used: &Definition,
+) -> Result<(), CallError> {
     if inline.is_some() {
         return Ok(());
     }
-    match lookup(name)? {
-        Some(current) if current == *used => Ok(()),
+    match resolve(name, key, None) {
+        Ok(current) if current == *used => Ok(()),
+        Err(error @ CallError::Spi(_)) => Err(error),
         _ => Err(CallError::DefinitionChanged(name.to_vec())),
     }
 }
@@ -206,7 +287,13 @@ pub fn is_defined(name: &[u8]) -> bool {
 
 /// The validated definition of the limit `name`, or `None` when there is
 /// no definition of that name; cached (see the module documentation).
+/// Without the key's override: a call resolves with [`resolve`].
 pub fn lookup(name: &[u8]) -> Result<Option<Definition>, CallError> {
+    Ok(lookup_named(name)?.map(|named| named.definition))
+}
+
+/// [`lookup`], with whether the name has overrides.
+fn lookup_named(name: &[u8]) -> Result<Option<Named>, CallError> {
     // Process pending invalidations (cheap when there are none).
     unsafe { pg_sys::AcceptInvalidationMessages() };
     if let Some(cached) = CACHE.with(|cache| cache.borrow().get(name).copied()) {
@@ -235,7 +322,7 @@ pub fn lookup(name: &[u8]) -> Result<Option<Definition>, CallError> {
 const MAX_READS: usize = 8;
 
 /// Reads the definition of `name` with the latest snapshot, as the owner.
-fn read_latest(name: &[u8]) -> Result<Option<Definition>, CallError> {
+fn read_latest(name: &[u8]) -> Result<Option<Named>, CallError> {
     crate::security::as_owner(|| {
         // SAFETY: pushed and popped around the read; an error pops it in
         // the abort.
@@ -248,9 +335,12 @@ fn read_latest(name: &[u8]) -> Result<Option<Definition>, CallError> {
 
 /// Reads the definition from the table. A stored definition is validated
 /// again (a superuser may have written the table by hand).
-fn lookup_uncached(client: &SpiClient<'_>, name: &[u8]) -> Result<Option<Definition>, CallError> {
-    let lookup = if crate::catalog::objects().enforce_column {
+fn lookup_uncached(client: &SpiClient<'_>, name: &[u8]) -> Result<Option<Named>, CallError> {
+    let objects = crate::catalog::objects();
+    let lookup = if objects.overrides != pg_sys::InvalidOid {
         LOOKUP
+    } else if objects.enforce_column {
+        LOOKUP_BEFORE_0_6
     } else {
         LOOKUP_BEFORE_0_4
     };
@@ -272,8 +362,12 @@ fn lookup_uncached(client: &SpiClient<'_>, name: &[u8]) -> Result<Option<Definit
         shards: required(row.get(6)?, "shards")?,
         start: row.get(7)?,
     };
-    Ok(Some(Definition {
-        config: values.to_config()?,
-        enforce: required(row.get(8)?, "enforce")?,
+    Ok(Some(Named {
+        definition: Definition {
+            config: values.to_config()?,
+            enforce: required(row.get(8)?, "enforce")?,
+            regime: None,
+        },
+        overridden: required(row.get(9)?, "overridden")?,
     }))
 }

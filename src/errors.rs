@@ -63,6 +63,13 @@ pub enum CallError {
     /// function does (named, e.g. `rate_limiter.rate_credit()`) was called
     /// by a role that may not call that function (SQLSTATE 42501).
     NotAllowed(&'static str),
+    /// A managing function (named, e.g. `rate_limiter.override()`) was
+    /// called by a role that may not call `rate_limiter.define()`
+    /// (SQLSTATE 42501).
+    ManagingOnly(&'static str),
+    /// `undefine` of a limit (bytes) that is the plan of overrides
+    /// (SQLSTATE 2BP01).
+    PlanInUse(Vec<u8>),
 }
 
 /// An error of the cluster layer, as [`report`] raises it.
@@ -164,6 +171,16 @@ pub fn report(error: CallError) -> ! {
             PgSqlErrorCode::ERRCODE_INSUFFICIENT_PRIVILEGE,
             format!("permission denied: this internal function does what {function} does, which the current role may not call"),
             Some(format!("Grant EXECUTE on {function} to the role on every node, and call that function instead.")),
+        ),
+        CallError::ManagingOnly(function) => (
+            PgSqlErrorCode::ERRCODE_INSUFFICIENT_PRIVILEGE,
+            format!("permission denied for {function}: it manages limits, and the current role may not call rate_limiter.define()"),
+            Some("Call it as a role that may call rate_limiter.define() (the README's admin role).".to_string()),
+        ),
+        CallError::PlanInUse(name) => (
+            PgSqlErrorCode::ERRCODE_DEPENDENT_OBJECTS_STILL_EXIST,
+            format!("rate limit \"{}\" is the plan of overrides", names::for_message(&name)),
+            Some("Remove those overrides first (rate_limiter.remove_override(), or override() with another plan); SELECT name, key FROM rate_limiter.overrides WHERE plan = ... lists them.".to_string()),
         ),
         CallError::StatisticsOff => (
             PgSqlErrorCode::ERRCODE_OBJECT_NOT_IN_PREREQUISITE_STATE,

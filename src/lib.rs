@@ -55,6 +55,7 @@ pub mod definitions;
 pub mod errors;
 pub mod local;
 pub mod names;
+pub mod overrides;
 pub mod placement;
 pub mod plans;
 pub mod result_row;

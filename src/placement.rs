@@ -23,7 +23,7 @@
 use crate::call::{Answers, Call, RequestArgument};
 use crate::catalog;
 use crate::config::ConfigValues;
-use crate::definitions;
+use crate::definitions::{self, Definition};
 use crate::errors::{CallError, ClusterError};
 use crate::local;
 use crate::stats::Counted;
@@ -204,28 +204,28 @@ pub fn credit(
         None => local::credit::credit(name, key, count, inline, ShardPlaces::STATE_TABLE),
         Some(cluster) => {
             writing(cluster, c"rate_credit()", || {
-                definitions::resolve(name, inline).map(drop)
+                definitions::resolve(name, key, inline).map(drop)
             })?;
             cluster.credit(name, key, count, inline, config_argument)
         }
     }
 }
 
-/// The stored state of every shard of (name, key) under `config`, read
-/// without a lock where the rows live.
+/// The stored state of every shard of (name, key) under `definition`,
+/// read without a lock where the rows live.
 pub fn read_states(
     name: &[u8],
     key: Option<&[u8]>,
-    config: &Config,
+    definition: &Definition,
 ) -> Result<Vec<Option<State>>, CallError> {
     match cluster()? {
         None => Ok(local::status::read_states(
             name,
             key,
-            config,
+            definition,
             Target::StateTable,
         )),
-        Some(cluster) => cluster.read_states(name, key, config),
+        Some(cluster) => cluster.read_states(name, key, &definition.config),
     }
 }
 

@@ -16,6 +16,14 @@ use rate_limiter_algorithm::LimitError;
 
 const UNDEFINE: &str = "DELETE FROM rate_limiter.definitions WHERE name = $1 RETURNING true";
 
+/// After [`UNDEFINE`] (whose row lock waited for any `override()` naming
+/// the limit as a plan), in a new statement that sees what it committed:
+/// whether the limit is still some override's plan, and the deletion of
+/// the limit's own overrides.
+const PLAN_IN_USE: &str =
+    "SELECT EXISTS (SELECT FROM rate_limiter.overrides WHERE plan = $1 AND name <> $1)";
+const UNDEFINE_OVERRIDES: &str = "DELETE FROM rate_limiter.overrides WHERE name = $1";
+
 /// Tokens a shard should hold at least (below this, `define` warns).
 const MIN_TOKENS_PER_SHARD: f64 = 5.0;
 
@@ -97,21 +105,37 @@ fn define_limit(
     }
 }
 
-/// `rate_limiter.undefine(name)`: true when a definition was deleted.
-/// State rows are left alone. See sql/functions.sql.
+/// `rate_limiter.undefine(name)`: true when a definition was deleted,
+/// with the limit's overrides. State rows are left alone. See
+/// sql/functions.sql.
+///
+/// Errors: 22004 (NULL name); 2BP01 (the limit is the plan of an
+/// override).
 #[pg_extern(sql = false)]
 fn undefine(name: Option<&[u8]>) -> bool {
     let name = match required(name, "name") {
         Ok(name) => name,
         Err(error) => report(CallError::Limit(error)),
     };
+    let overrides = crate::catalog::objects().overrides != pgrx::pg_sys::InvalidOid;
     let deleted = crate::security::write_as_owner(c"undefine()", |client| {
-        client
+        let deleted = client
             .update(UNDEFINE, None, &[text_argument(name)])
-            .map(|table| !table.is_empty())
+            .map(|table| !table.is_empty())?;
+        if overrides {
+            let in_use = client
+                .update(PLAN_IN_USE, Some(1), &[text_argument(name)])?
+                .first()
+                .get_one::<bool>()?;
+            if in_use == Some(true) {
+                return Err(CallError::PlanInUse(name.to_vec()));
+            }
+            client.update(UNDEFINE_OVERRIDES, None, &[text_argument(name)])?;
+        }
+        Ok(deleted)
     });
     match deleted {
         Ok(deleted) => deleted,
-        Err(error) => report(CallError::Spi(error)),
+        Err(error) => report(error),
     }
 }

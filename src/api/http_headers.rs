@@ -106,9 +106,10 @@ fn headers(
     remaining: Option<f64>,
     config: Option<PgHeapTuple<'_, AllocatedByRust>>,
 ) -> Result<serde_json::Value, CallError> {
-    let (name, config) = status::arguments(name, config)?;
+    let (name, definition) = status::arguments(name, key, config)?;
+    let config = definition.config;
     let label = sf_string(name)?;
-    let (current, now) = status::current(name, key, &config)?;
+    let (current, now) = status::current(name, key, &definition)?;
     // The current value as status shows it (docs/semantics.md, "What a
     // call shows"), so that r= is the whole part of what status says.
     let remaining = remaining.unwrap_or_else(|| rate_limiter_algorithm::shown(current.value));

@@ -8,12 +8,15 @@
 //! - [`rate_credit`]: giving tokens back;
 //! - [`rate_wait`]: sleeping until the limit admits;
 //! - [`define`]: `define` and `undefine`;
+//! - [`overrides`]: `override` and `remove_override`, a key's own
+//!   configuration;
 //! - [`prune`]: deleting the state rows that change no later answer;
 //! - [`status`]: where a limit stands without consuming;
 //! - [`http_headers`]: the IETF RateLimit fields.
 
 pub mod define;
 pub mod http_headers;
+pub mod overrides;
 pub mod prune;
 pub mod rate_credit;
 pub mod rate_limit;

@@ -1,18 +1,43 @@
 //! `rate_limiter.prune()`: housekeeping. Deletes the state rows that change
 //! no later answer, and optionally old rows of names without a definition
 //! (`local::prune` says which and how; on a distributed install every node
-//! prunes its own shards).
+//! prunes its own shards), and the overrides that have expired.
 
-use crate::errors::report;
+use crate::errors::{report, CallError};
 use crate::placement;
+use crate::storage::timestamp;
 use pgrx::prelude::*;
 
-/// `rate_limiter.prune(older_than)`: how many rows were deleted. See
-/// sql/functions.sql.
+/// Deletes the overrides whose `expires_at` is not after the clock's now
+/// (they apply no more).
+const PRUNE_OVERRIDES: &str =
+    "DELETE FROM rate_limiter.overrides WHERE expires_at <= $1 RETURNING true";
+
+/// `rate_limiter.prune(older_than)`: how many rows were deleted, state
+/// rows and expired overrides (a NOTICE says how many of them were
+/// overrides). See sql/functions.sql.
 #[pg_extern(sql = false)]
 fn prune(older_than: Option<Interval>) -> i64 {
-    match placement::prune(older_than) {
+    let pruned = placement::prune(older_than).and_then(|deleted| {
+        let overrides = prune_overrides()?;
+        if overrides > 0 {
+            pgrx::notice!("rate_limiter.prune() deleted {overrides} expired overrides");
+        }
+        Ok(deleted + overrides)
+    });
+    match pruned {
         Ok(deleted) => deleted,
         Err(error) => report(error),
     }
+}
+
+/// Deletes the expired overrides: how many.
+fn prune_overrides() -> Result<i64, CallError> {
+    if crate::catalog::objects().overrides == pgrx::pg_sys::InvalidOid {
+        return Ok(0);
+    }
+    let now = timestamp(crate::clock::now())?;
+    crate::security::write_as_owner(c"prune()", |client| {
+        Ok(client.update(PRUNE_OVERRIDES, None, &[now.into()])?.len() as i64)
+    })
 }

@@ -5,38 +5,42 @@
 
 use crate::clock;
 use crate::config::{inline_config, required};
-use crate::definitions;
+use crate::definitions::{self, Definition};
 use crate::errors::{report, CallError};
 use crate::placement;
 use crate::storage;
 use pgrx::heap_tuple::PgHeapTuple;
 use pgrx::prelude::*;
 use pgrx::AllocatedByRust;
-use rate_limiter_algorithm::{Config, LimitId, Micros, Status};
+use rate_limiter_algorithm::{LimitId, Micros, Status};
 
-/// The status of (name, key) under `config` at the current time, read with
-/// the active snapshot, taking no lock. Returns it with that time.
+/// The status of (name, key) under `definition` at the current time,
+/// read with the active snapshot, taking no lock. Returns it with that
+/// time.
 pub fn current(
     name: &[u8],
     key: Option<&[u8]>,
-    config: &Config,
+    definition: &Definition,
 ) -> Result<(Status, Micros), CallError> {
-    let stored = placement::read_states(name, key, config)?;
+    let config = &definition.config;
+    let stored = placement::read_states(name, key, definition)?;
     let now = clock::now();
     let status = rate_limiter_algorithm::status(config, LimitId { name, key }, &stored, now)?;
     Ok((status, now))
 }
 
 /// The checked arguments `name` and `config` of a read-only function, and
-/// the config to use (inline, else the definition, else 42704).
+/// what applies to `key` (inline, else the key's override, else the
+/// definition, else 42704).
 pub fn arguments<'a>(
     name: Option<&'a [u8]>,
+    key: Option<&[u8]>,
     config: Option<PgHeapTuple<'_, AllocatedByRust>>,
-) -> Result<(&'a [u8], Config), CallError> {
+) -> Result<(&'a [u8], Definition), CallError> {
     let name = required(name, "name")?;
     let inline = inline_config(config)?;
     placement::before_read()?;
-    Ok((name, definitions::resolve(name, inline)?.config))
+    Ok((name, definitions::resolve(name, key, inline)?))
 }
 
 /// `rate_limiter.status(name, key, config)`. See sql/functions.sql.
@@ -54,8 +58,9 @@ fn status(
         name!(shards, i32),
     ),
 > {
-    let result = arguments(name, config).and_then(|(name, config)| {
-        let (status, _) = current(name, key, &config)?;
+    let result = arguments(name, key, config).and_then(|(name, definition)| {
+        let config = definition.config;
+        let (status, _) = current(name, key, &definition)?;
         let full_at = storage::timestamp(status.full_at)?;
         Ok((
             rate_limiter_algorithm::shown(status.value),

@@ -38,7 +38,9 @@ pub fn credit(
     config_argument: Option<pg_sys::Datum>,
 ) -> Result<f64, CallError> {
     if key.is_none() {
-        let shards = crate::definitions::resolve(name, inline)?.config.shards;
+        let shards = crate::definitions::resolve(name, None, inline)?
+            .config
+            .shards;
         if shards > 1 {
             return credit_spread(name, count, inline, config_argument, shards as i16);
         }
@@ -71,7 +73,9 @@ pub(super) fn credit_spread(
     config_argument: Option<pg_sys::Datum>,
     shards: i16,
 ) -> Result<f64, CallError> {
-    let shard = crate::definitions::resolve(name, inline)?.config.shard();
+    let shard = crate::definitions::resolve(name, None, inline)?
+        .config
+        .shard();
     let spread = spread(name, shards, true)?;
     let stored = read_spread_states(name, &spread, shards)?;
     let existing: Vec<(usize, State)> = stored

@@ -415,7 +415,13 @@ pub(super) fn state_at(
     }
     let expected = delegated("_rate_state_at", STATE_AT_HINT, false, dkey, name, key)?;
     here(&expected, false, |target| {
-        Ok(crate::storage::read_shards(name, key, shards, target))
+        let limit = crate::storage::LimitRows {
+            name,
+            key,
+            shards,
+            regime: crate::definitions::regime_of(name, key),
+        };
+        Ok(crate::storage::read_shards(limit, target))
     })?
     .ok_or_else(not_here)
 }
@@ -476,7 +482,9 @@ pub(super) fn credit_at(
     )?;
     const HINT: &str = "It is internal: call rate_limiter.rate_credit(), which reaches the node holding the row inside your transaction.";
     if key.is_none() {
-        let shards = crate::definitions::resolve(name, inline)?.config.shards;
+        let shards = crate::definitions::resolve(name, None, inline)?
+            .config
+            .shards;
         if shards > 1 {
             // A global limit's shards on this node, which must hold the
             // one of dkey.

@@ -22,6 +22,7 @@ pub(super) fn read_local_shards(name: &[u8], spread: &Spread, shards: i16) -> Ve
                     name,
                     key: None,
                     shard: *number,
+                    regime: None,
                 },
                 *target,
             );
@@ -57,7 +58,13 @@ pub fn read_states(
     }
     let dkey = distribution_value(name, key, 0)?;
     if let Some(states) = here(&dkey, false, |target| {
-        Ok(crate::storage::read_shards(name, key, shards, target))
+        let limit = crate::storage::LimitRows {
+            name,
+            key,
+            shards,
+            regime: crate::definitions::regime_of(name, key),
+        };
+        Ok(crate::storage::read_shards(limit, target))
     })? {
         return Ok(states);
     }

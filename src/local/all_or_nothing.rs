@@ -16,13 +16,19 @@ use rate_limiter_algorithm::{
 };
 use std::collections::HashMap;
 
+/// What [`group`] makes of the requests: the limits, the members and
+/// each limit's regime.
+type Grouped<'a> = (Vec<Limit<'a>>, Vec<Member>, Vec<Option<i64>>);
+
 /// The limits the requests name, each once (a limit named twice must have
-/// the same config both times), and each request as a member of them.
+/// the same config both times), each request as a member of them, and the
+/// regime of each limit's rows.
 fn group<'a>(
     requests: &[&'a RequestArgument],
     reserve: bool,
-) -> Result<(Vec<Limit<'a>>, Vec<Member>), CallError> {
+) -> Result<Grouped<'a>, CallError> {
     let mut limits: Vec<Limit<'a>> = Vec::new();
+    let mut regimes = Vec::new();
     // Where each limit is in `limits`.
     let mut seen: HashMap<LimitId<'a>, usize> = HashMap::with_capacity(requests.len());
     let mut members = Vec::with_capacity(requests.len());
@@ -35,7 +41,8 @@ fn group<'a>(
         let limit = match seen.get(&id).copied() {
             Some(limit)
                 if limits[limit].config != request.config
-                    || limits[limit].enforce != request.enforce =>
+                    || limits[limit].enforce != request.enforce
+                    || regimes[limit] != request.regime =>
             {
                 return Err(CallError::Limit(LimitError::invalid(
                     "requests",
@@ -53,6 +60,7 @@ fn group<'a>(
                     stored: vec![None; request.config.shards.max(1) as usize],
                     enforce: request.enforce,
                 });
+                regimes.push(request.regime);
                 seen.insert(id, limits.len() - 1);
                 limits.len() - 1
             }
@@ -65,7 +73,7 @@ fn group<'a>(
             },
         });
     }
-    Ok((limits, members))
+    Ok((limits, members, regimes))
 }
 
 /// Locks, decides and writes (see the module documentation), in the
@@ -80,14 +88,16 @@ pub fn consume(
     reserve: bool,
     target: Target,
 ) -> Result<Answers, CallError> {
-    let (mut limits, members) = group(requests, reserve)?;
+    let (mut limits, members, regimes) = group(requests, reserve)?;
     let mut rows: Vec<RowId<'_>> = limits
         .iter()
-        .flat_map(|limit| {
+        .zip(&regimes)
+        .flat_map(|(limit, regime)| {
             (0..limit.stored.len()).map(move |shard| RowId {
                 name: limit.id.name,
                 key: limit.id.key,
                 shard: shard as i16,
+                regime: *regime,
             })
         })
         .collect();
@@ -144,8 +154,9 @@ pub fn consume(
                 let used = Definition {
                     config: request.config,
                     enforce: request.enforce,
+                    regime: request.regime,
                 };
-                definitions::recheck(&request.name, request.inline, &used)?;
+                definitions::recheck(&request.name, request.key.as_deref(), request.inline, &used)?;
             }
             for (limit, positions) in limits.iter_mut().zip(&positions) {
                 for (slot, position) in limit.stored.iter_mut().zip(positions) {
@@ -181,9 +192,11 @@ pub fn restarting(
         // A restart resolves every definition again.
         if !std::mem::take(&mut first) {
             for request in requests.iter_mut() {
-                let definition = definitions::resolve(&request.name, request.inline)?;
+                let definition =
+                    definitions::resolve(&request.name, request.key.as_deref(), request.inline)?;
                 request.config = definition.config;
                 request.enforce = definition.enforce;
+                request.regime = definition.regime;
             }
         }
         let requests: Vec<&RequestArgument> = requests.iter().collect();

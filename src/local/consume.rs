@@ -80,13 +80,13 @@ fn consume_once(
     let config = definition.config;
     // Check the count against the config before touching the row.
     config.validate_count(call.request.count, call.request.reserve)?;
-    let current = || definitions::recheck(call.name, call.config, &definition);
+    let current = || definitions::recheck(call.name, call.key, call.config, &definition);
     if !places.fit(config.shards, call.key) {
         return Err(CallError::PlacesChanged);
     }
     if config.shards > 1 {
         let (decision, contended) = storage::consume_sharded(
-            call.shards(&config),
+            call.shards(&definition),
             places,
             settings::lock_free_refusals(),
             |stored| {
@@ -118,7 +118,7 @@ fn consume_once(
         return Err(CallError::PlacesChanged);
     };
     let decision = storage::consume(
-        call.row(),
+        call.row(&definition),
         target,
         settings::lock_free_refusals(),
         |stored| {
@@ -150,11 +150,10 @@ pub fn check(call: &Call<'_>, target: Target) -> Result<Decision, CallError> {
         return Err(CallError::PlacesChanged);
     }
     if config.shards > 1 {
-        let limit = call.shards(&config);
-        let stored = storage::read_shards(limit.name, limit.key, limit.shards, target);
+        let stored = storage::read_shards(call.shards(&definition), target);
         return check_shards(call, &definition, &stored);
     }
-    let stored = storage::read(call.row(), target);
+    let stored = storage::read(call.row(&definition), target);
     let decision = evaluate(&config, call.id(), stored, clock::now(), call.request)?;
     // Answer as rate_limit would: a state it could not store is an error.
     if let Some(state) = decision.new_state {

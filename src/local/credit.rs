@@ -23,22 +23,30 @@ pub fn credit(
     places: ShardPlaces,
 ) -> Result<f64, CallError> {
     definitions::restarting(|| {
-        let definition = definitions::resolve(name, inline)?;
+        let definition = definitions::resolve(name, key, inline)?;
         let config = definition.config;
         if !places.fit(config.shards, key) {
             // Its shards are in several relations, or no longer these.
             return Err(CallError::PlacesChanged);
         }
         let shard = config.shard();
-        let after = storage::credit(name, key, config.shards as i16, places.clone(), |stored| {
-            definitions::recheck(name, inline, &definition)?;
-            Ok(rate_limiter_algorithm::credit(
-                &shard,
-                stored,
-                count,
-                clock::now(),
-            ))
-        })?;
+        let shards = config.shards as i16;
+        let after = storage::credit(
+            name,
+            key,
+            shards,
+            definition.regime,
+            places.clone(),
+            |stored| {
+                definitions::recheck(name, key, inline, &definition)?;
+                Ok(rate_limiter_algorithm::credit(
+                    &shard,
+                    stored,
+                    count,
+                    clock::now(),
+                ))
+            },
+        )?;
         let value = |number: usize| {
             after
                 .get(number)

@@ -23,14 +23,14 @@
 //! layer gives [`prune_tables`] those relations.
 
 use crate::clock;
-use crate::definitions;
+use crate::definitions::{self, Definition};
 use crate::errors::CallError;
 use crate::security::write_as_owner;
 use pgrx::datum::DatumWithOid;
 use pgrx::pg_sys;
 use pgrx::prelude::*;
 use pgrx::spi::{SpiClient, SpiTupleTable};
-use rate_limiter_algorithm::{period_micros, prunable, Config, LimitError, LimitId, Micros, State};
+use rate_limiter_algorithm::{period_micros, prunable, LimitError, LimitId, Micros, State};
 use std::collections::HashMap;
 
 /// Rows judged per batch.
@@ -49,10 +49,16 @@ struct Statements {
 
 impl Statements {
     fn of(table: &str) -> Self {
+        // Tables before 0.6.0 have no regime: every row is a definition's.
+        let regime = if crate::catalog::objects().regime_column {
+            "regime"
+        } else {
+            "NULL::pg_catalog.int8"
+        };
         Statements {
-            select: format!("SELECT ctid, name, key, shard, value, ts FROM {table}"),
+            select: format!("SELECT ctid, name, key, shard, value, ts, {regime} FROM {table}"),
             lock: format!(
-                "SELECT ctid, name, key, shard, value, ts FROM {table} \
+                "SELECT ctid, name, key, shard, value, ts, {regime} FROM {table} \
                  WHERE ctid = ANY($1) FOR UPDATE SKIP LOCKED"
             ),
             delete: format!("DELETE FROM {table} WHERE ctid = ANY($1)"),
@@ -105,6 +111,7 @@ struct Row {
     key: Option<Vec<u8>>,
     shard: i16,
     state: State,
+    regime: Option<i64>,
 }
 
 /// The rows of `table` (columns as in `SELECT_ROWS`).
@@ -143,35 +150,46 @@ fn read_rows(mut table: SpiTupleTable<'_>) -> Result<Vec<Row>, CallError> {
                 value,
                 ts: ts.into_inner(),
             },
+            regime: table.get::<i64>(7)?,
         });
     }
     Ok(rows)
 }
 
 /// The rows among `rows` that change no later answer at `now` (see the
-/// module documentation); definitions are looked up once per name.
+/// module documentation): judged under what applies to the row's key (its
+/// override, else the definition); a row of another regime than that one
+/// reads as missing, so it goes. Definitions are looked up once per name.
 fn doomed(
     rows: &[Row],
     now: Micros,
     older_than: Option<Micros>,
-    configs: &mut HashMap<Vec<u8>, Option<Config>>,
+    definitions: &mut HashMap<Vec<u8>, Option<(Definition, bool)>>,
 ) -> Result<Vec<pg_sys::ItemPointerData>, CallError> {
     let mut doomed = Vec::new();
     for row in rows {
-        let config = match configs.get(&row.name) {
-            Some(config) => *config,
+        let named = match definitions.get(&row.name) {
+            Some(named) => *named,
             None => {
-                let config = definitions::lookup(&row.name)?.map(|definition| definition.config);
-                configs.insert(row.name.clone(), config);
-                config
+                let named = match definitions::lookup(&row.name)? {
+                    Some(definition) => Some((definition, definitions::has_overrides(&row.name)?)),
+                    None => None,
+                };
+                definitions.insert(row.name.clone(), named);
+                named
             }
+        };
+        let applies = match (named, row.key.as_deref()) {
+            (Some((_, true)), Some(key)) => Some(definitions::resolve(&row.name, Some(key), None)?),
+            (named, _) => named.map(|(definition, _)| definition),
         };
         let id = LimitId {
             name: &row.name,
             key: row.key.as_deref(),
         };
-        let goes = match config {
-            Some(config) if i32::from(row.shard) < config.shards.max(1) => {
+        let goes = match applies {
+            Some(definition) if definition.regime != row.regime => true,
+            Some(Definition { config, .. }) if i32::from(row.shard) < config.shards.max(1) => {
                 prunable(&config.shard(), id, row.state, now)
             }
             _ => older_than.is_some_and(|older_than| row.state.ts < now.saturating_sub(older_than)),
@@ -195,7 +213,7 @@ fn prune_rows(
     older_than: Option<Micros>,
 ) -> Result<i64, CallError> {
     let mut cursor = client.try_open_cursor_mut(statements.select.as_str(), &[])?;
-    let mut configs = HashMap::new();
+    let mut definitions = HashMap::new();
     let mut deleted = 0;
     loop {
         let batch = cursor.fetch(BATCH)?;
@@ -203,7 +221,12 @@ fn prune_rows(
             break;
         }
         // Candidates, judged on the unlocked rows...
-        let candidates = doomed(&read_rows(batch)?, clock::now(), older_than, &mut configs)?;
+        let candidates = doomed(
+            &read_rows(batch)?,
+            clock::now(),
+            older_than,
+            &mut definitions,
+        )?;
         if candidates.is_empty() {
             continue;
         }
@@ -211,7 +234,7 @@ fn prune_rows(
         // after the locks.
         let locked =
             read_rows(client.update(statements.lock.as_str(), None, &[tid_array(candidates)])?)?;
-        let doomed = doomed(&locked, clock::now(), older_than, &mut configs)?;
+        let doomed = doomed(&locked, clock::now(), older_than, &mut definitions)?;
         if !doomed.is_empty() {
             deleted += client
                 .update(statements.delete.as_str(), None, &[tid_array(doomed)])?

@@ -155,7 +155,7 @@ pub fn consume_all_or_nothing<T>(
         let stored: Vec<Option<State>> = held
             .iter()
             .map(|held| match held {
-                Held::Locked(locked) => Some(locked.state),
+                Held::Locked(locked) => locked.state,
                 Held::Placeholder { .. } | Held::Skipped => None,
             })
             .collect();
@@ -222,7 +222,7 @@ pub fn consume_all_or_nothing<T>(
                     )
                 }
             };
-            if state != locked.state {
+            if Some(state) != locked.state {
                 write_locked(&relations, &mut locked, state, command)?;
             }
         }

@@ -155,7 +155,9 @@ unsafe fn consume_looking_first(
             // Nobody writes it: lock it, and decide again under the lock.
             Peek::Free { tid, .. } => {
                 // Waiting only for a transaction that merely locked it.
-                if let Some(mut locked) = lock_waiting(relations, tid, command, &mut false)? {
+                if let Some(mut locked) =
+                    lock_waiting(relations, tid, row.regime, command, &mut false)?
+                {
                     return decide_locked(relations, row, &mut locked, command, decide);
                 }
                 // Changed since the look: look again.
@@ -186,10 +188,10 @@ unsafe fn decide_locked(
     command: pg_sys::CommandId,
     decide: &mut impl FnMut(Option<State>) -> Result<Decision, CallError>,
 ) -> Result<Decision, CallError> {
-    let decision = decide(Some(locked.state))?;
+    let decision = decide(locked.state)?;
     match decision.new_state {
         Some(state) => write_locked(relations, locked, state, command)?,
-        None => confirm_unwritten(relations, [(row, Some(locked.state))])?,
+        None => confirm_unwritten(relations, [(row, locked.state)])?,
     }
     Ok(decision)
 }

@@ -28,6 +28,7 @@ pub fn credit(
     name: &[u8],
     key: Option<&[u8]>,
     shards: i16,
+    regime: Option<i64>,
     places: ShardPlaces,
     apply: impl FnOnce(&[State]) -> Result<Vec<State>, CallError>,
 ) -> Result<Vec<Option<State>>, CallError> {
@@ -36,23 +37,32 @@ pub fn credit(
     unsafe {
         let places = Places::open(places, c"rate_credit()");
         let command = pg_sys::GetCurrentCommandId(true);
-        let mut locked: Vec<(usize, LockedRow)> = Vec::new();
+        let mut locked: Vec<(usize, State, LockedRow)> = Vec::new();
         for shard in places.ascending(shards) {
-            let row = RowId { name, key, shard };
+            let row = RowId {
+                name,
+                key,
+                shard,
+                regime,
+            };
             // rate_credit counts no contention (it makes no decision).
             let acquired = places.at(shard, |relations| {
                 acquire(relations, row, command, &mut false)
             })?;
+            // A row of another regime reads as missing: a full limit,
+            // which a credit leaves as it is.
             if let Acquired::Locked(locked_row) = acquired {
-                locked.push((shard as usize, locked_row));
+                if let Some(state) = locked_row.state {
+                    locked.push((shard as usize, state, locked_row));
+                }
             }
         }
-        let stored: Vec<State> = locked.iter().map(|(_, row)| row.state).collect();
+        let stored: Vec<State> = locked.iter().map(|(_, state, _)| *state).collect();
         let credited = apply(&stored)?;
         let mut after = vec![None; shards.max(1) as usize];
-        for ((shard, row), state) in locked.iter_mut().zip(credited) {
+        for ((shard, stored, row), state) in locked.iter_mut().zip(credited) {
             let number = *shard as i16;
-            if state != row.state {
+            if state != *stored {
                 places.at(number, |relations| {
                     write_locked(relations, row, state, command)
                 })?;
@@ -65,8 +75,9 @@ pub fn credit(
                         name,
                         key,
                         shard: number,
+                        regime,
                     },
-                    Some(row.state),
+                    Some(*stored),
                 )];
                 places.at(number, |relations| confirm_unwritten(relations, unchanged))?;
             }

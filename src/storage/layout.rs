@@ -16,6 +16,11 @@ pub struct RowId<'a> {
     pub key: Option<&'a [u8]>,
     /// `0..shards`.
     pub shard: i16,
+    /// The regime the call's configuration writes and expects (the column
+    /// `regime`: `None` for the limit's definition, else the key's
+    /// override's, `crate::overrides::regime`). A stored row of another
+    /// regime reads as missing, and a write replaces its regime.
+    pub regime: Option<i64>,
 }
 
 /// The rows of a sharded limit: its name and key (`None`: the global
@@ -26,6 +31,8 @@ pub struct LimitRows<'a> {
     pub key: Option<&'a [u8]>,
     /// Number of shards, >= 2.
     pub shards: i16,
+    /// As [`RowId::regime`].
+    pub regime: Option<i64>,
 }
 
 impl<'a> LimitRows<'a> {
@@ -35,6 +42,7 @@ impl<'a> LimitRows<'a> {
             name: self.name,
             key: self.key,
             shard,
+            regime: self.regime,
         }
     }
 }
@@ -50,12 +58,29 @@ pub(super) const TS: usize = 4;
 /// own rows; a stand-in's rows carry their target's value
 /// (`target.rs`).
 pub(super) const EXTRA: usize = 5;
-/// Columns of the current version's table; before 0.5.0 the table has
-/// the first `COLUMNS - 1` (no extra column).
-pub(super) const COLUMNS: usize = 6;
+/// The column `regime` (0.6.0 and later): which configuration the row was
+/// written under ([`RowId::regime`]).
+pub(super) const REGIME: usize = 6;
+/// Columns of the current version's table; before 0.6.0 the table has
+/// the first `COLUMNS - 1` (no regime), before 0.5.0 the first
+/// `COLUMNS - 2` (no extra column either).
+pub(super) const COLUMNS: usize = 7;
 /// The unique index's columns searched: the first three (a stand-in's
 /// index has the extra column as a fourth, a function of these three).
 pub(super) const KEY_COLUMNS: usize = 3;
+
+/// Whether a stored tuple's regime, deformed into `values` / `nulls` of a
+/// table of `columns` columns, is `expected`. A table without the column
+/// (before 0.6.0) stores only rows of the definition (`None`).
+pub(super) fn regime_is(
+    values: &[pg_sys::Datum],
+    nulls: &[bool],
+    columns: usize,
+    expected: Option<i64>,
+) -> bool {
+    let stored = (columns > REGIME && !nulls[REGIME]).then(|| values[REGIME].value() as i64);
+    stored == expected
+}
 
 /// A row as datums: `values[i]` / `nulls[i]` for column `i`.
 pub(super) struct Datums {
@@ -72,9 +97,9 @@ impl Datums {
         }
     }
 
-    /// The key columns of `row` and the extra column's value (`None`:
-    /// NULL, the state table's own rows; `Relations::extra` of the
-    /// relations written); value and ts are left for the caller.
+    /// The key columns of `row`, its regime and the extra column's value
+    /// (`None`: NULL, the state table's own rows; `Relations::extra` of
+    /// the relations written); value and ts are left for the caller.
     pub(super) fn of(row: RowId<'_>, extra: Option<pg_sys::Datum>) -> Self {
         let (name, key) = text_datums(row.name, row.key);
         let Datums {
@@ -89,7 +114,21 @@ impl Datums {
             Some(extra) => values[EXTRA] = extra,
             None => nulls[EXTRA] = true,
         }
-        Datums { values, nulls }
+        let mut datums = Datums { values, nulls };
+        datums.set_regime(row.regime);
+        datums
+    }
+
+    /// The regime these datums expect and write.
+    pub(super) fn regime(&self) -> Option<i64> {
+        (!self.nulls[REGIME]).then(|| self.values[REGIME].value() as i64)
+    }
+
+    /// Sets the regime to write ([`RowId::regime`]); int8 is passed by
+    /// value.
+    pub(super) fn set_regime(&mut self, regime: Option<i64>) {
+        self.values[REGIME] = pg_sys::Datum::from(regime.unwrap_or(0));
+        self.nulls[REGIME] = regime.is_none();
     }
 
     pub(super) fn set_state(&mut self, value: f64, ts: TimestampWithTimeZone) {

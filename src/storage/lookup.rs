@@ -2,7 +2,7 @@
 //! row, every version of a row a snapshot sees, or every shard of a key;
 //! and a stored tuple's `(value, ts)`.
 
-use super::layout::{Datums, KEY_COLUMNS, SHARD, TS, VALUE};
+use super::layout::{regime_is, Datums, KEY_COLUMNS, REGIME, SHARD, TS, VALUE};
 use super::relations::Relations;
 use super::scan_keys::scan_keys;
 use crate::compat;
@@ -24,7 +24,9 @@ impl Relations {
     ) -> Option<(pg_sys::ItemPointerData, Option<State>)> {
         let mut found = None;
         self.scan(datums, KEY_COLUMNS, snapshot, |slot| {
-            let state = with_state.then(|| slot_state(slot)).flatten();
+            let state = with_state
+                .then(|| slot_state(slot, datums.regime()))
+                .flatten();
             found = Some(((*slot).tts_tid, state));
             false
         });
@@ -45,7 +47,7 @@ impl Relations {
         mut visit: impl FnMut(pg_sys::ItemPointerData, Option<State>) -> bool,
     ) {
         self.scan(datums, KEY_COLUMNS, snapshot, |slot| {
-            visit((*slot).tts_tid, slot_state(slot))
+            visit((*slot).tts_tid, slot_state(slot, datums.regime()))
         });
     }
 
@@ -63,8 +65,10 @@ impl Relations {
         self.scan(datums, KEY_COLUMNS - 1, snapshot, |slot| {
             let mut is_null = false;
             let shard = pg_sys::slot_getattr(slot, (SHARD + 1) as i32, &mut is_null);
-            if let (Some(shard), Some(state)) = (i16::from_datum(shard, is_null), slot_state(slot))
-            {
+            if let (Some(shard), Some(state)) = (
+                i16::from_datum(shard, is_null),
+                slot_state(slot, datums.regime()),
+            ) {
                 shards.push((shard, state));
             }
             true
@@ -127,19 +131,28 @@ impl Relations {
 }
 
 /// `(value, ts)` of the tuple in `slot`: `slot_getattr` (tuptable.h) of
-/// both columns, with one deforming call for the two (`slot_getsomeattrs`
-/// up to ts, the later of them) instead of one call each.
+/// both columns, with one deforming call for the columns read (up to
+/// regime, the last of them, when the table has it) instead of one call
+/// each. `None` when the tuple's regime is not `expected` (the row was
+/// written under another configuration: it reads as missing).
 ///
 /// # Safety
-/// `slot` holds a tuple of the state table (ts after value).
-pub(super) unsafe fn slot_state(slot: *mut pg_sys::TupleTableSlot) -> Option<State> {
-    const COLUMNS_READ: usize = TS + 1;
-    const _: () = assert!(VALUE < TS);
-    if ((*slot).tts_nvalid as usize) < COLUMNS_READ {
-        pg_sys::slot_getsomeattrs_int(slot, COLUMNS_READ as i32);
+/// `slot` holds a tuple of the state table (ts after value, regime last).
+pub(super) unsafe fn slot_state(
+    slot: *mut pg_sys::TupleTableSlot,
+    expected: Option<i64>,
+) -> Option<State> {
+    const _: () = assert!(VALUE < TS && TS < REGIME);
+    let columns = (*(*slot).tts_tupleDescriptor).natts as usize;
+    let read = if columns > REGIME { REGIME + 1 } else { TS + 1 };
+    if ((*slot).tts_nvalid as usize) < read {
+        pg_sys::slot_getsomeattrs_int(slot, read as i32);
     }
-    let values = std::slice::from_raw_parts((*slot).tts_values, COLUMNS_READ);
-    let nulls = std::slice::from_raw_parts((*slot).tts_isnull, COLUMNS_READ);
+    let values = std::slice::from_raw_parts((*slot).tts_values, read);
+    let nulls = std::slice::from_raw_parts((*slot).tts_isnull, read);
+    if !regime_is(values, nulls, columns, expected) {
+        return None;
+    }
     Some(State {
         value: f64::from_datum(values[VALUE], nulls[VALUE])?,
         ts: i64::from_datum(values[TS], nulls[TS])?,

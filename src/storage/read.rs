@@ -1,7 +1,7 @@
 //! Reading state rows without a lock (`rate_check`, `status`): a direct
 //! scan of the unique index with the caller's snapshot.
 
-use super::layout::{Datums, RowId};
+use super::layout::{Datums, LimitRows, RowId};
 use super::read_cache;
 use super::relations::Relations;
 use super::target::Target;
@@ -28,29 +28,18 @@ pub fn read(row: RowId<'_>, target: Target) -> Option<State> {
         .and_then(|(_, state)| state)
 }
 
-/// The stored state of every shard of (name, key), without locking, with
+/// The stored state of every shard of `limit`, without locking, with
 /// the active snapshot (as [`read`]): `states[i]` is shard `i`, `None`
-/// where there is no row. Rows of shards beyond `shards` (left by an inline
-/// config with more shards) are ignored.
-pub fn read_shards(
-    name: &[u8],
-    key: Option<&[u8]>,
-    shards: i16,
-    target: Target,
-) -> Vec<Option<State>> {
+/// where there is no row (or a row of another regime). Rows of shards
+/// beyond `limit.shards` (left by an inline config with more shards) are
+/// ignored.
+pub fn read_shards(limit: LimitRows<'_>, target: Target) -> Vec<Option<State>> {
     let relations = Relations::open(pg_sys::AccessShareLock, target);
-    let datums = Datums::of(
-        RowId {
-            name,
-            key,
-            shard: 0,
-        },
-        relations.extra(),
-    );
+    let datums = Datums::of(limit.row(0), relations.extra());
     // SAFETY: the active snapshot outlives the scan.
     shard_states(
         unsafe { relations.find_shards(&datums, pg_sys::GetActiveSnapshot()) },
-        shards,
+        limit.shards,
     )
 }
 

@@ -201,7 +201,7 @@ unsafe fn find_again(kept: &Kept, datums: &Datums, snapshot: pg_sys::Snapshot) -
         KEY_COLUMNS,
         snapshot,
         |slot| {
-            state = slot_state(slot);
+            state = slot_state(slot, datums.regime());
             false
         },
     );

@@ -10,7 +10,7 @@
 //! `shards.rs`, `credit.rs` and `all_or_nothing.rs` compose them.
 
 use super::committed::{serialization_failure, uses_transaction_snapshot};
-use super::layout::{timestamp, Datums, RowId, TS, VALUE};
+use super::layout::{regime_is, timestamp, Datums, RowId, TS, VALUE};
 use super::relations::Relations;
 use crate::compat::{self, IndexUpdates};
 use crate::errors::CallError;
@@ -43,8 +43,9 @@ pub(super) struct LockedRow {
     tid: pg_sys::ItemPointerData,
     copy: pg_sys::HeapTuple,
     datums: Datums,
-    /// The stored state, read under the lock.
-    pub state: State,
+    /// The stored state, read under the lock; `None` when the row was
+    /// written under another regime (it reads as missing: a full limit).
+    pub state: Option<State>,
 }
 
 impl LockedRow {
@@ -55,7 +56,7 @@ impl LockedRow {
             tid,
             copy: std::ptr::null_mut(),
             datums,
-            state,
+            state: Some(state),
         }
     }
 }
@@ -98,7 +99,7 @@ pub(super) unsafe fn acquire(
         else {
             return Ok(Acquired::New);
         };
-        if let Some(locked) = lock_waiting(relations, tid, command, waited)? {
+        if let Some(locked) = lock_waiting(relations, tid, row.regime, command, waited)? {
             return Ok(Acquired::Locked(locked));
         }
         // READ COMMITTED: the row changed while we waited; look again.
@@ -117,12 +118,14 @@ pub(super) unsafe fn acquire(
 pub(super) unsafe fn lock_waiting(
     relations: &Relations,
     tid: pg_sys::ItemPointerData,
+    regime: Option<i64>,
     command: pg_sys::CommandId,
     waited: &mut bool,
 ) -> Result<Option<LockedRow>, CallError> {
     let mut locked = lock(
         relations,
         tid,
+        regime,
         command,
         pg_sys::LockWaitPolicy::LockWaitSkip,
     )?;
@@ -131,6 +134,7 @@ pub(super) unsafe fn lock_waiting(
         locked = lock(
             relations,
             tid,
+            regime,
             command,
             pg_sys::LockWaitPolicy::LockWaitBlock,
         )?;
@@ -260,7 +264,8 @@ pub(super) enum Lock {
 /// Locks the row at `tid` (`FOR NO KEY UPDATE`) with `policy`
 /// (`LockWaitBlock` waits for other lockers, `LockWaitSkip` does not) and
 /// reads its state, as `heap_lock_tuple` under `ExecLockRows` /
-/// `ExecOnConflictUpdate` would.
+/// `ExecOnConflictUpdate` would. A row of another regime than `regime`
+/// reads as missing, and a write of it stores `regime`.
 ///
 /// Errors: 40001 under REPEATABLE READ or SERIALIZABLE when the row
 /// changed after the transaction's snapshot (or is not visible to it).
@@ -271,6 +276,7 @@ pub(super) enum Lock {
 pub(super) unsafe fn lock(
     relations: &Relations,
     tid: pg_sys::ItemPointerData,
+    regime: Option<i64>,
     command: pg_sys::CommandId,
     policy: pg_sys::LockWaitPolicy::Type,
 ) -> Result<Lock, CallError> {
@@ -329,15 +335,21 @@ pub(super) unsafe fn lock(
         datums.values.as_mut_ptr(),
         datums.nulls.as_mut_ptr(),
     );
+    let columns = (*(*relations.table).rd_att).natts as usize;
     let state = match (
         f64::from_datum(datums.values[VALUE], datums.nulls[VALUE]),
         i64::from_datum(datums.values[TS], datums.nulls[TS]),
     ) {
-        (Some(value), Some(ts)) => State { value, ts },
+        (Some(value), Some(ts)) => {
+            regime_is(&datums.values, &datums.nulls, columns, regime).then_some(State { value, ts })
+        }
         _ => {
             error!("rate_limiter: a state row has a NULL value or ts");
         }
     };
+    // A write stores the call's regime (a table without the column has
+    // none to store: the call's regime is then None, `overrides.rs`).
+    datums.set_regime(regime);
     Ok(Lock::Locked(LockedRow {
         tid: tuple.t_self,
         copy,

@@ -41,7 +41,7 @@ impl Shard {
         let (stored, writable) = match &self.slot {
             Slot::New => (None, true),
             Slot::Peeked { state, .. } => (*state, true),
-            Slot::Locked(row) => (Some(row.state), true),
+            Slot::Locked(row) => (row.state, true),
             Slot::ReadOnly(state) => (*state, false),
         };
         Candidate { stored, writable }
@@ -394,6 +394,7 @@ unsafe fn lock_consumed(
             lock(
                 relations,
                 tid,
+                on.limit.regime,
                 on.command,
                 pg_sys::LockWaitPolicy::LockWaitSkip,
             )

@@ -87,7 +87,7 @@ ROLLBACK;
 -- Everything else a write through the executor would do and the direct
 -- write would not makes rate_limit fail closed with 55000, naming the
 -- cause, and write nothing: triggers (foreign keys are triggers too),
--- rules, CHECK constraints, NOT NULL on key, row-level security, unique or
+-- rules, CHECK constraints, NOT NULL on key or regime, row-level security, unique or
 -- exclusion indexes on other columns, a unique (name, key, shard) index
 -- whose equality is not bytewise (a nondeterministic collation would make
 -- every new row's speculative insert withdraw and the call spin; another
@@ -123,6 +123,7 @@ SELECT alteration, pg_temp.fails_closed(alteration) AS outcome FROM (VALUES
     ('CREATE RULE audit AS ON INSERT TO rate_limiter.rate_limits DO ALSO INSERT INTO store_audit VALUES (NEW.name, NEW.key)'),
     ('ALTER TABLE rate_limiter.rate_limits ADD CHECK (value <= 100) NOT VALID'),
     ('DELETE FROM rate_limiter.rate_limits WHERE key IS NULL; ALTER TABLE rate_limiter.rate_limits ALTER COLUMN key SET NOT NULL'),
+    ('UPDATE rate_limiter.rate_limits SET regime = 0; ALTER TABLE rate_limiter.rate_limits ALTER COLUMN regime SET NOT NULL'),
     ('ALTER TABLE rate_limiter.rate_limits ENABLE ROW LEVEL SECURITY'),
     ('CREATE UNIQUE INDEX ON rate_limiter.rate_limits (name, key, shard, ts) NULLS NOT DISTINCT'),
     ('CREATE UNIQUE INDEX ON rate_limiter.rate_limits (name, key, shard)'),
