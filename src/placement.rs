@@ -45,6 +45,9 @@ pub trait Cluster {
     /// Fails when the cluster cannot serve calls now (before a read-only
     /// call reads anything).
     fn usable(&self) -> Result<(), CallError>;
+    /// Fails when an override written now would not reach every node's
+    /// calls (before `override` or `remove_override` writes).
+    fn before_override(&self) -> Result<(), CallError>;
     /// `rate_limit`: the decision as answered and as counted.
     fn consume(&self, call: &Call<'_>) -> Result<(Decision, Counted), CallError>;
     /// `rate_check`: the decision as answered.
@@ -156,6 +159,15 @@ fn writing(
 pub fn before_call(function: &'static CStr) -> Result<(), CallError> {
     match cluster()? {
         Some(cluster) => cluster.before_call(named(function)),
+        None => Ok(()),
+    }
+}
+
+/// What `override` and `remove_override` check before they write: on a
+/// distributed install, that every node reads the overrides.
+pub fn before_override() -> Result<(), CallError> {
+    match cluster()? {
+        Some(cluster) => cluster.before_override(),
         None => Ok(()),
     }
 }

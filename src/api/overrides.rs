@@ -57,6 +57,7 @@ fn managing(function: &'static str, name: &[u8]) -> Result<(), CallError> {
     if !definitions::may_define() {
         return Err(CallError::ManagingOnly(function));
     }
+    crate::placement::before_override()?;
     if definitions::lookup(name)?.is_none() {
         return Err(CallError::Undefined(name.to_vec()));
     }

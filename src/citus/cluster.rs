@@ -39,6 +39,11 @@ impl Cluster for Citus {
         usable()
     }
 
+    fn before_override(&self) -> Result<(), CallError> {
+        usable()?;
+        super::metadata::overrides_distributed()
+    }
+
     fn consume(&self, call: &Call<'_>) -> Result<(Decision, Counted), CallError> {
         if let Some(shards) = call.spread_shards()? {
             return consume_spread(call, shards);

@@ -444,3 +444,28 @@ pub fn distribution_value(
     let column_type = distribution().map_or(pg_sys::TEXTOID, |d| d.column_type);
     value_for(column_type, name, key, shard)
 }
+
+/// Fails (55000) unless `rate_limiter.overrides` is a reference table:
+/// on an install distributed before 0.6.0 and updated since, the table is
+/// the coordinator's own until `distribute()` runs again, and an override
+/// written there would reach no worker's calls.
+pub(super) fn overrides_distributed() -> Result<(), CallError> {
+    let distributed = Spi::connect(|client| {
+        client
+            .select(
+                "SELECT EXISTS (SELECT FROM pg_catalog.pg_dist_partition \
+                 WHERE logicalrelid = 'rate_limiter.overrides'::pg_catalog.regclass AND partmethod = 'n')",
+                Some(1),
+                &[],
+            )?
+            .first()
+            .get_one::<bool>()
+    })?;
+    if distributed == Some(true) {
+        return Ok(());
+    }
+    Err(CallError::from(super::error::Error::Unusable(
+        "rate_limiter.overrides is not a reference table of this cluster: an override written now would reach only this node's calls".into(),
+        "Call SELECT rate_limiter.distribute(); on the coordinator once more (after ALTER EXTENSION rate_limiter UPDATE it makes the overrides a reference table), then retry.",
+    )))
+}

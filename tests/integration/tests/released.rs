@@ -1,7 +1,7 @@
 //! Released versions: their install scripts are kept and never edited, and
 //! a database that uses the extension survives `pg_dump` and `pg_restore`
-//! with every definition and state row (a restore must not hand everyone a
-//! full bucket).
+//! with every definition, override and state row (a restore must not hand
+//! everyone a full bucket, nor take a customer's plan away).
 
 use postgres::{Client, NoTls};
 use sha2::{Digest, Sha256};
@@ -41,8 +41,9 @@ fn released_install_scripts_are_never_edited() {
     assert!(listed.iter().any(|file| file == "rate_limiter--0.1.0.sql"));
 }
 
-/// The state and definitions of a database, as text, in a stable order.
-fn snapshot(client: &mut Client) -> (Vec<String>, Vec<String>, Vec<String>) {
+/// The definitions, overrides, state and answers of a database, as text,
+/// in a stable order.
+fn snapshot(client: &mut Client) -> (Vec<String>, Vec<String>, Vec<String>, Vec<String>) {
     let rows = |client: &mut Client, sql: &str| -> Vec<String> {
         client
             .query(sql, &[])
@@ -55,6 +56,10 @@ fn snapshot(client: &mut Client) -> (Vec<String>, Vec<String>, Vec<String>) {
         client,
         "SELECT d::text FROM rate_limiter.definitions d ORDER BY name",
     );
+    let overrides = rows(
+        client,
+        "SELECT o::text FROM rate_limiter.overrides o ORDER BY name, key",
+    );
     let state = rows(
         client,
         "SELECT s::text FROM rate_limiter.rate_limits s ORDER BY name, key NULLS FIRST, shard",
@@ -65,10 +70,11 @@ fn snapshot(client: &mut Client) -> (Vec<String>, Vec<String>, Vec<String>) {
     let answers = rows(
         client,
         "SELECT format('%s %s %s', p.name, coalesce(p.key, '(global)'), r)
-         FROM (VALUES ('chat', 'alice'), ('chat', NULL), ('llm', 'org'), ('hot', NULL), ('window', 'w')) p(name, key),
+         FROM (VALUES ('chat', 'alice'), ('chat', NULL), ('llm', 'org'), ('hot', NULL), ('window', 'w'),
+                      ('chat', 'vip'), ('chat', 'boosted')) p(name, key),
          LATERAL rate_limiter.rate_check(p.name, p.key, 1) r ORDER BY 1",
     );
-    (definitions, state, answers)
+    (definitions, overrides, state, answers)
 }
 
 #[test]
@@ -104,11 +110,16 @@ fn dump_and_restore_keep_definitions_and_state() {
              SELECT * FROM rate_limiter.rate_limit('chat', NULL, 3);
              SELECT * FROM rate_limiter.rate_limit('llm', 'org', 50000, reserve => true);
              SELECT * FROM rate_limiter.rate_limit('hot', NULL, 40);
-             SELECT * FROM rate_limiter.rate_limit('window', 'w', 4);",
+             SELECT * FROM rate_limiter.rate_limit('window', 'w', 4);
+             SELECT rate_limiter.override('chat', 'vip', plan => 'window');
+             SELECT rate_limiter.override('chat', 'boosted', config => rate_limiter.token_bucket(100, '1 minute'),
+                                          expires_at => '2026-02-01 00:00:00+00');
+             SELECT * FROM rate_limiter.rate_limit('chat', 'vip', 2);
+             SELECT * FROM rate_limiter.rate_limit('chat', 'boosted', 30);",
         )
         .expect("definitions and state");
     let before = snapshot(&mut source);
-    assert!(!before.1.is_empty());
+    assert!(!before.1.is_empty() && !before.2.is_empty());
 
     let dump = std::env::temp_dir().join(format!("rl_dump_{}.dump", std::process::id()));
     let status = Command::new(format!("{bin}/pg_dump"))

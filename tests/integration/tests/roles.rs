@@ -143,6 +143,9 @@ fn check_roles(mut owner: Client, edition: Edition) {
         "SELECT rate_limiter.undefine('signup')".to_string(),
         format!("SELECT rate_limiter.define('shadow', {bucket}, enforce => false)"),
         format!("SELECT rate_limiter.define('signup', {bucket})"),
+        "SELECT rate_limiter.override('signup', 'vip', plan => 'shadow')".to_string(),
+        format!("SELECT rate_limiter.override('signup', 'k3', config => {bucket}, expires_at => now() + interval '1 day')"),
+        "SELECT rate_limiter.remove_override('signup', 'k3')".to_string(),
     ] {
         expect(&mut admin, "admin", &sql, None);
     }
@@ -157,6 +160,7 @@ fn check_roles(mut owner: Client, edition: Edition) {
         "SELECT * FROM rate_limiter.rate_limits",
         "SELECT * FROM rate_limiter.definitions",
         "DELETE FROM rate_limiter.definitions",
+        "SELECT * FROM rate_limiter.overrides",
         "SELECT * FROM rate_limiter.stats",
     ] {
         expect(&mut admin, "admin", sql, denied.clone());
@@ -184,6 +188,8 @@ fn check_roles(mut owner: Client, edition: Edition) {
     for sql in [
         "SELECT * FROM rate_limiter.rate_limit('signup', 'k')".to_string(),
         "SELECT * FROM rate_limiter.rate_check('signup', 'k')".to_string(),
+        // A key with an override: the app calls it as any other.
+        "SELECT * FROM rate_limiter.rate_limit('signup', 'vip')".to_string(),
         format!("SELECT * FROM rate_limiter.rate_limit('inline', 'k', config => {bucket})"),
         "SELECT * FROM rate_limiter.rate_limit('inline', config => rate_limiter.fixed_window(5, '1 hour'))"
             .to_string(),
@@ -205,6 +211,11 @@ fn check_roles(mut owner: Client, edition: Edition) {
         "SELECT rate_limiter.prune()".to_string(),
         "SELECT * FROM rate_limiter.rate_limits".to_string(),
         "UPDATE rate_limiter.rate_limits SET value = 100".to_string(),
+        // A key's own limit is managing too.
+        "SELECT rate_limiter.override('signup', 'k', plan => 'shadow')".to_string(),
+        "SELECT rate_limiter.remove_override('signup', 'vip')".to_string(),
+        "SELECT * FROM rate_limiter.overrides".to_string(),
+        "DELETE FROM rate_limiter.overrides".to_string(),
 
         // An inline config for a defined limit overrides the definition:
         // managing the limit (a refill, or a deep debt), refused to a role

@@ -131,3 +131,17 @@ SELECT name, enforce FROM rate_limiter.definitions ORDER BY name;
 \c :regression_database
 DROP DATABASE rl_upgrade_grants;
 DROP ROLE rl_upgrade_admin, rl_upgrade_deputy;
+
+-- Every released version updates to one where a key's override works
+-- (0.1.0 above, 0.3.0 just before: the others here).
+CREATE DATABASE rl_upgrade_each;
+\c rl_upgrade_each
+SET rate_limiter.now_override = '2026-01-01 00:00:00+00';
+\set version 0.2.0
+\i tests/pg_regress/sql/include/upgrade_overrides.sql
+\set version 0.4.0
+\i tests/pg_regress/sql/include/upgrade_overrides.sql
+\set version 0.5.0
+\i tests/pg_regress/sql/include/upgrade_overrides.sql
+\c :regression_database
+DROP DATABASE rl_upgrade_each;

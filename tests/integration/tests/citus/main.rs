@@ -19,7 +19,8 @@
 //! - a sharded global limit uses the shards of the caller's node first,
 //!   then the other nodes' (rollback and 2PC on both workers), and never
 //!   waits for another node's busy shard;
-//! - a definition made on any node is used by every node's next call;
+//! - a definition made on any node is used by every node's next call,
+//!   and so is an override (a reference table too);
 //! - `status`, `http_headers`, `postgrest_limit` and `rate_credit` reach
 //!   the rows where they live; `prune()` on any node prunes every node's
 //!   shards;
@@ -54,6 +55,7 @@ mod delegation;
 mod distribute;
 mod global_limits;
 mod internal_functions;
+mod overrides;
 mod pruning;
 mod rate_limit_all;
 mod routing;

@@ -1,0 +1,18 @@
+-- Included by upgrade.sql with :version set: installs that released
+-- version, uses it, updates, and gives a key an override on the updated
+-- database (whose state rows all have a NULL regime: the definition's).
+CREATE EXTENSION rate_limiter VERSION :'version';
+SELECT rate_limiter.define('plain', rate_limiter.token_bucket(10, '1 minute'));
+SELECT ok, remaining FROM rate_limiter.rate_limit('plain', 'acme', 4);
+ALTER EXTENSION rate_limiter UPDATE;
+SELECT extversion = (SELECT default_version FROM pg_available_extensions WHERE name = 'rate_limiter') AS updated
+FROM pg_extension WHERE extname = 'rate_limiter';
+SELECT count(*) FILTER (WHERE regime IS NULL) AS kept_rows FROM rate_limiter.rate_limits;
+SELECT rate_limiter.define('plain_pro', rate_limiter.token_bucket(100, '1 minute'));
+SELECT rate_limiter.override('plain', 'acme', plan => 'plain_pro');
+-- (The same kind and period: its 6 tokens carry over, under the plan's rate.)
+SELECT ok, remaining FROM rate_limiter.rate_limit('plain', 'acme', 6);
+SELECT rate_limiter.override('plain', 'acme', config => rate_limiter.fixed_window(3, '1 hour'));
+SELECT ok, remaining FROM rate_limiter.rate_limit('plain', 'acme');
+SELECT ok, remaining FROM rate_limiter.rate_limit('plain', 'globex');
+DROP EXTENSION rate_limiter;
