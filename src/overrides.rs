@@ -79,14 +79,14 @@ type Keys = HashMap<(Vec<u8>, Vec<u8>), Option<Override>, foldhash::fast::Random
 
 thread_local! {
     static CACHE: RefCell<Keys> = RefCell::new(Keys::default());
-    /// The bytes of the names and keys in `CACHE`.
+    /// The bytes of the names, keys and plans in `CACHE`.
     static CACHED_BYTES: Cell<usize> = const { Cell::new(0) };
 }
 
 /// The most (name, key) pairs the cache holds, and the most bytes of
-/// them: when full it is emptied, so a backend's memory stays bounded
-/// (about 4 MiB of names and keys, plus the map's 100,000 entries of about
-/// 150 bytes) however many keys it calls.
+/// their names, keys and plans: when full it is emptied, so a backend's
+/// memory stays bounded (4 MiB of names, keys and plans, plus the map's
+/// 100,000 entries of about 150 bytes) however many keys it calls.
 const MAX_CACHED_KEYS: usize = 100_000;
 const MAX_CACHED_BYTES: usize = 4 << 20;
 
@@ -124,7 +124,11 @@ fn remember(name: &[u8], key: &[u8], found: Option<Override>) {
     CACHE.with(|cache| {
         let mut cache = cache.borrow_mut();
         let bytes = CACHED_BYTES.with(Cell::get);
-        let size = name.len() + key.len();
+        let plan = found
+            .as_ref()
+            .and_then(|found| found.plan.as_ref())
+            .map_or(0, Vec::len);
+        let size = name.len() + key.len() + plan;
         if cache.len() >= MAX_CACHED_KEYS || bytes + size > MAX_CACHED_BYTES {
             *cache = Keys::default();
             CACHED_BYTES.with(|cached| cached.set(0));

@@ -290,3 +290,57 @@ fn racing_speculative_inserts_lose_nothing_and_duplicate_nothing() {
         withdrawn.load(Ordering::SeqCst)
     );
 }
+
+/// A key with an override (docs/overrides.md): its own limit is exact too,
+/// at every isolation level, on the plan's row (a plan of another kind
+/// than the definition: its rows carry a regime) and on a sharded config
+/// of its own; the definition's keys are untouched.
+#[test]
+fn an_overridden_key_admits_exactly_its_own_capacity_at_every_isolation_level() {
+    let mut client = connect();
+    for isolation in [
+        IsolationLevel::ReadCommitted,
+        IsolationLevel::RepeatableRead,
+        IsolationLevel::Serializable,
+    ] {
+        let name = unique_name("hammer_override");
+        let plan = format!("{name}_plan");
+        client
+            .batch_execute(&format!(
+                "SELECT rate_limiter.define('{name}', rate_limiter.token_bucket(5, '{LONG_PERIOD}'));
+                 SELECT rate_limiter.define('{plan}', rate_limiter.fixed_window({CAPACITY}, '{LONG_PERIOD}',
+                     start => clock_timestamp() - interval '1 hour'));
+                 SELECT rate_limiter.override('{name}', 'k', plan => '{plan}');
+                 SELECT rate_limiter.override('{name}', 'sharded',
+                     config => rate_limiter.token_bucket({CAPACITY}, '{LONG_PERIOD}', shards => 4));"
+            ))
+            .expect("define the limit, its plan and the overrides");
+        for key in ["k", "sharded"] {
+            let sql = format!("SELECT ok FROM rate_limiter.rate_limit($1, '{key}')");
+            let tally = rate_limiter_integration_tests::hammer_until(
+                &rate_limiter_integration_tests::url(),
+                CONNECTIONS,
+                HAMMER_FOR,
+                &sql,
+                &name,
+                isolation,
+                rate_limiter_integration_tests::REFUSALS_TO_STOP,
+            );
+            println!("override {key}, {isolation:?}: {tally:?}");
+            assert_eq!(tally.admitted, CAPACITY, "{key}, {isolation:?}: {tally:?}");
+        }
+        let remaining: f64 = client
+            .query_one(
+                "SELECT remaining FROM rate_limiter.rate_check($1, 'plain')",
+                &[&name],
+            )
+            .expect("rate_check of a key without an override")
+            .get(0);
+        assert_eq!(remaining, 4.0, "the definition's keys are untouched");
+        client
+            .batch_execute(&format!(
+                "SELECT rate_limiter.undefine('{name}'); SELECT rate_limiter.undefine('{plan}');"
+            ))
+            .expect("undefine");
+    }
+}
