@@ -1,8 +1,8 @@
 -- The portable edition (docs/guarantees.md, "Portable edition"): named
 -- limits. define() and undefine() write rate_limiter.definitions with the
 -- native extension's statements (src/definitions.rs), and a call resolves
--- its config as the native one does: the inline config, else the
--- definition, else 42704.
+-- its config as the native one does: the inline config, else the key's
+-- override (42_overrides.sql), else the definition, else 42704.
 
 -- Whether the definition of name that this transaction's snapshot sees
 -- was replaced or deleted by a transaction that has committed since: its
@@ -63,21 +63,26 @@ BEGIN
 END
 $defined_after$;
 
--- The config a call of name uses, and whether it enforces (false: shadow
--- mode): inline when given (enforcing; for a defined name only a role
--- that may call define may pass one, and only in a call made from no
--- other function (rate_limiter._called_directly): 42501; at most
--- rate_limiter.max_inline_shards shards: 54000), else the definition,
--- else 42704 naming the limit. The config is checked (22004, 22023).
-CREATE FUNCTION rate_limiter._resolve(name text, inline rate_limiter.config, inline_given boolean,
+-- The config a call of (name, key) uses, and whether it enforces (false:
+-- shadow mode), in the order of docs/overrides.md, "Precedence": inline
+-- when given (enforcing; for a defined name only a role that may call
+-- define may pass one, and only in a call made from no other function
+-- (rate_limiter._called_directly): 42501; at most
+-- rate_limiter.max_inline_shards shards: 54000), else the key's override
+-- while it is in force (_overridden), else the definition, else 42704
+-- naming the limit. The config is checked (22004, 22023). regime: what
+-- the state rows of the call are written under (NULL: the definition's
+-- kind, period and shards; _regime).
+CREATE FUNCTION rate_limiter._resolve(name text, key text, inline rate_limiter.config, inline_given boolean,
                                       OUT config rate_limiter.config, OUT enforce boolean,
-                                      OUT period bigint, OUT start bigint)
+                                      OUT period bigint, OUT start bigint, OUT regime bigint)
 LANGUAGE plpgsql STABLE
 AS $resolve$
 DECLARE
     checked record;
     most int;
     defined rate_limiter.definitions;
+    applied record;
 BEGIN
     IF inline_given THEN
         checked := rate_limiter._config(inline);
@@ -125,6 +130,19 @@ BEGIN
                       defined.shards, defined.start)::rate_limiter.config;
         checked := rate_limiter._config(config);
         enforce := defined.enforce;
+        -- (A change of the key's override since the snapshot rewrote the
+        -- definition's row: 40001 above; 42_overrides.sql.)
+        IF key IS NOT NULL THEN
+            applied := rate_limiter._overridden(name, key, config, checked.period, enforce);
+            IF applied.period IS NOT NULL THEN
+                config := applied.config;
+                enforce := applied.enforce;
+                period := applied.period;
+                start := applied.start;
+                regime := applied.regime;
+                RETURN;
+            END IF;
+        END IF;
     END IF;
     period := checked.period;
     start := checked.start;
@@ -237,6 +255,8 @@ RETURNS boolean
 LANGUAGE plpgsql VOLATILE SECURITY DEFINER
 SET search_path = pg_catalog, pg_temp
 AS $undefine$
+DECLARE
+    deleted boolean;
 BEGIN
     IF name IS NULL THEN
         RAISE EXCEPTION 'name must not be NULL' USING ERRCODE = '22004';
@@ -245,6 +265,18 @@ BEGIN
         RAISE EXCEPTION 'cannot execute undefine() in a read-only transaction' USING ERRCODE = '25006';
     END IF;
     DELETE FROM rate_limiter.definitions AS d WHERE d.name = undefine.name;
-    RETURN FOUND;
+    deleted := FOUND;
+    -- In a statement of its own, which sees what an override() that held
+    -- the row committed: a limit that is some other limit's key's plan
+    -- stays (2BP01, and the deletion above is undone); else its own
+    -- overrides go with it (docs/overrides.md).
+    IF EXISTS (SELECT FROM rate_limiter.overrides AS o
+               WHERE o.plan = undefine.name AND o.name <> undefine.name) THEN
+        RAISE EXCEPTION 'rate limit "%" is the plan of overrides', rate_limiter._for_message(name)
+            USING ERRCODE = '2BP01',
+                  HINT = 'Remove those overrides first (rate_limiter.remove_override(), or override() with another plan); SELECT name, key FROM rate_limiter.overrides WHERE plan = ... lists them.';
+    END IF;
+    DELETE FROM rate_limiter.overrides AS o WHERE o.name = undefine.name;
+    RETURN deleted;
 END
 $undefine$;

@@ -11,7 +11,9 @@
 --   deadlock;
 -- * a definition that changed while the call waited for its row (define()
 --   locks the definition, then the rows it discards) is read again and the
---   call starts again (after 16 restarts: 40001).
+--   call starts again (after 16 restarts: 40001);
+-- * a row of another regime than the call's reads as missing and is
+--   overwritten (47_state_rows.sql).
 
 -- The verdict of a decision as a call answers it (verdict::shadow): in
 -- shadow mode a refusal answers ok with no retry_after.
@@ -23,108 +25,6 @@ AS $$
            CASE WHEN decided_ok OR enforce THEN decided_retry_after END,
            CASE WHEN decided_ok THEN 'admitted' WHEN enforce THEN 'refused' ELSE 'shadow refused' END
 $$;
-
--- The stored state of (name, key, shard), locked (FOR UPDATE) when lock:
--- (value, ts in microseconds), or NULLs when there is no row.
-CREATE FUNCTION rate_limiter._row(name text, key text, shard int2, lock boolean, OUT value float8, OUT ts bigint)
-LANGUAGE plpgsql VOLATILE
-AS $row$
-BEGIN
-    IF NOT lock AND key IS NULL THEN
-        SELECT r.value, rate_limiter._micros(r.ts) INTO value, ts FROM rate_limiter.rate_limits AS r
-        WHERE r.name = _row.name AND r.key IS NULL AND r.shard = _row.shard;
-    ELSIF NOT lock THEN
-        SELECT r.value, rate_limiter._micros(r.ts) INTO value, ts FROM rate_limiter.rate_limits AS r
-        WHERE r.name = _row.name AND r.key = _row.key AND r.shard = _row.shard;
-    ELSIF pg_catalog.current_setting('transaction_isolation') = 'read committed' THEN
-        SELECT locked.value, locked.ts INTO value, ts FROM rate_limiter._locked_row(name, key, shard) AS locked;
-    ELSE
-        -- Under REPEATABLE READ or SERIALIZABLE a row that another
-        -- transaction changed or deleted after the snapshot cannot be
-        -- locked (40001). Deleted (a rate_reset, a prune), it is no row:
-        -- the call starts a new one, as the native extension does.
-        -- Changed, the insert of that new row fails with 40001 itself
-        -- (ON CONFLICT meets a row the snapshot cannot see), so the call
-        -- never decides on a state it did not read.
-        BEGIN
-            SELECT locked.value, locked.ts INTO value, ts FROM rate_limiter._locked_row(name, key, shard) AS locked;
-        EXCEPTION WHEN serialization_failure THEN
-            value := NULL;
-            ts := NULL;
-        END;
-    END IF;
-END
-$row$;
-
--- The stored states of the shards of (name, key): values[i], tss[i] for
--- shard i - 1 (NULL: no row), without a lock.
-CREATE FUNCTION rate_limiter._states(name text, key text, shards int,
-                                     OUT stored_values float8[], OUT stored_tss bigint[])
-LANGUAGE plpgsql STABLE
-AS $states$
-DECLARE
-    found_row record;
-BEGIN
-    stored_values := pg_catalog.array_fill(NULL::float8, ARRAY[shards]);
-    stored_tss := pg_catalog.array_fill(NULL::bigint, ARRAY[shards]);
-    IF key IS NULL THEN
-        FOR found_row IN SELECT r.shard, r.value, r.ts FROM rate_limiter.rate_limits AS r
-                         WHERE r.name = _states.name AND r.key IS NULL AND r.shard < shards LOOP
-            stored_values[found_row.shard + 1] := found_row.value;
-            stored_tss[found_row.shard + 1] := rate_limiter._micros(found_row.ts);
-        END LOOP;
-    ELSE
-        FOR found_row IN SELECT r.shard, r.value, r.ts FROM rate_limiter.rate_limits AS r
-                         WHERE r.name = _states.name AND r.key = _states.key AND r.shard < shards LOOP
-            stored_values[found_row.shard + 1] := found_row.value;
-            stored_tss[found_row.shard + 1] := rate_limiter._micros(found_row.ts);
-        END LOOP;
-    END IF;
-END
-$states$;
-
--- The state of (name, key, shard), locked FOR UPDATE (waiting for a
--- holder), or NULLs when there is no row.
-CREATE FUNCTION rate_limiter._locked_row(name text, key text, shard int2, OUT value float8, OUT ts bigint)
-LANGUAGE plpgsql VOLATILE
-AS $locked_row$
-BEGIN
-    IF key IS NULL THEN
-        SELECT r.value, rate_limiter._micros(r.ts) INTO value, ts FROM rate_limiter.rate_limits AS r
-        WHERE r.name = _locked_row.name AND r.key IS NULL AND r.shard = _locked_row.shard FOR UPDATE;
-    ELSE
-        SELECT r.value, rate_limiter._micros(r.ts) INTO value, ts FROM rate_limiter.rate_limits AS r
-        WHERE r.name = _locked_row.name AND r.key = _locked_row.key AND r.shard = _locked_row.shard FOR UPDATE;
-    END IF;
-END
-$locked_row$;
-
--- Writes the state of (name, key, shard): updates the row (which the
--- call holds) when it exists, else inserts it; false when another
--- transaction inserted it first (the call then starts again).
-CREATE FUNCTION rate_limiter._write(name text, key text, shard int2, existed boolean, value float8, ts bigint)
-RETURNS boolean
-LANGUAGE plpgsql VOLATILE
-AS $write$
-DECLARE
-    at timestamptz := rate_limiter._timestamp(ts);
-BEGIN
-    IF existed THEN
-        IF key IS NULL THEN
-            UPDATE rate_limiter.rate_limits AS r SET value = _write.value, ts = at
-            WHERE r.name = _write.name AND r.key IS NULL AND r.shard = _write.shard;
-        ELSE
-            UPDATE rate_limiter.rate_limits AS r SET value = _write.value, ts = at
-            WHERE r.name = _write.name AND r.key = _write.key AND r.shard = _write.shard;
-        END IF;
-        RETURN true;
-    END IF;
-    INSERT INTO rate_limiter.rate_limits AS r (name, key, shard, value, ts)
-    VALUES (_write.name, _write.key, _write.shard, _write.value, at)
-    ON CONFLICT ON CONSTRAINT rate_limits_name_key_shard_key DO NOTHING;
-    RETURN FOUND;
-END
-$write$;
 
 -- Whether the definition of name is still (config, enforce): a define()
 -- that committed while the call waited for a row changed it.
@@ -138,6 +38,28 @@ AS $$
                              config.shards, config.start, enforce)
                      FROM rate_limiter.definitions AS d WHERE d.name = _same_definition.name), false)
 $$;
+
+-- Whether what applies to (name, key) is still (config, enforce, regime)
+-- (definitions::recheck): a define(), override() or remove_override()
+-- that committed while the call waited for a row changed it (or the
+-- key's override expired meanwhile). A key without an override row needs
+-- only the definition's.
+CREATE FUNCTION rate_limiter._still_applies(name text, key text, config rate_limiter.config, enforce boolean,
+                                            regime bigint)
+RETURNS boolean
+LANGUAGE plpgsql VOLATILE
+AS $still_applies$
+DECLARE
+    now_applies record;
+BEGIN
+    IF key IS NULL OR NOT EXISTS (SELECT FROM rate_limiter.overrides AS o
+                                  WHERE o.name = _still_applies.name AND o.key = _still_applies.key) THEN
+        RETURN regime IS NULL AND rate_limiter._same_definition(name, config, enforce);
+    END IF;
+    now_applies := rate_limiter._resolve(name, key, NULL, false);
+    RETURN (now_applies.config, now_applies.enforce, now_applies.regime) IS NOT DISTINCT FROM (config, enforce, regime);
+END
+$still_applies$;
 
 -- The error of a call whose definition kept changing.
 CREATE FUNCTION rate_limiter._kept_changing(name text)
@@ -169,12 +91,12 @@ BEGIN
     IF pg_catalog.current_setting('transaction_read_only')::boolean THEN
         -- (After the definition and the count, as the native extension:
         -- 42704, then 22023 for a count the limit could never admit.)
-        limit_ := rate_limiter._resolve(name, inline, inline_given);
+        limit_ := rate_limiter._resolve(name, key, inline, inline_given);
         PERFORM rate_limiter._validate_count(limit_.config, count, reserve);
         RAISE EXCEPTION 'cannot execute rate_limit() in a read-only transaction' USING ERRCODE = '25006';
     END IF;
     FOR attempt IN 1..17 LOOP
-        limit_ := rate_limiter._resolve(name, inline, inline_given);
+        limit_ := rate_limiter._resolve(name, key, inline, inline_given);
         config := limit_.config;
         PERFORM rate_limiter._validate_count(config, count, reserve);
         -- Refusals never wait (docs/guarantees.md, "Concurrency and
@@ -185,20 +107,21 @@ BEGIN
         -- would wait for one: _consume_sharded.)
         refused := false;
         IF config.shards <= 1 AND rate_limiter._lock_free() THEN
-            decision := rate_limiter._committed(name, key, count, reserve, config, limit_.period, limit_.start);
+            decision := rate_limiter._committed(name, key, count, reserve, config, limit_.period, limit_.start,
+                                                limit_.regime);
             refused := NOT decision.ok;
         END IF;
         IF refused THEN
             NULL;
         ELSIF config.shards > 1 THEN
             decision := rate_limiter._consume_sharded(name, key, count, reserve, config, limit_.period, limit_.start,
-                                                      limit_.enforce, inline_given);
+                                                      limit_.enforce, inline_given, limit_.regime);
             IF decision.restart THEN
                 CONTINUE;
             END IF;
         ELSE
-            stored := rate_limiter._row(name, key, 0::int2, true);
-            IF NOT inline_given AND NOT rate_limiter._same_definition(name, config, limit_.enforce) THEN
+            stored := rate_limiter._row(name, key, 0::int2, true, limit_.regime);
+            IF NOT inline_given AND NOT rate_limiter._still_applies(name, key, config, limit_.enforce, limit_.regime) THEN
                 CONTINUE;
             END IF;
             capacity := coalesce(config.capacity, config.rate);
@@ -206,7 +129,8 @@ BEGIN
                                                limit_.start, name, key, stored.value, stored.ts, rate_limiter._now(),
                                                count, reserve);
             IF decision.new_value IS NOT NULL
-               AND NOT rate_limiter._write(name, key, 0::int2, stored.value IS NOT NULL, decision.new_value, decision.new_ts) THEN
+               AND NOT rate_limiter._write(name, key, 0::int2, stored.present, decision.new_value, decision.new_ts,
+                                           limit_.regime) THEN
                 -- Another transaction created the row first: take it.
                 CONTINUE;
             END IF;
@@ -232,7 +156,7 @@ $consume$;
 -- refusals never wait); new_ts* are the timestamps the call would store
 -- (NULL: none).
 CREATE FUNCTION rate_limiter._committed(name text, key text, count float8, reserve boolean,
-                                        config rate_limiter.config, period bigint, start bigint,
+                                        config rate_limiter.config, period bigint, start bigint, regime bigint,
                                         OUT ok boolean, OUT retry_after bigint, OUT remaining float8,
                                         OUT new_ts bigint, OUT new_ts0 bigint, OUT new_ts1 bigint)
 LANGUAGE plpgsql VOLATILE
@@ -243,7 +167,7 @@ DECLARE
 BEGIN
     IF config.shards > 1 THEN
         -- Every shard's row in one statement: work per row, not per shard.
-        stored := rate_limiter._states(name, key, config.shards);
+        stored := rate_limiter._states(name, key, config.shards, regime);
         decision := rate_limiter._evaluate_fullest(config.kind, config.rate, period,
             coalesce(config.capacity, config.rate), config.max_reserved, config.shards, start, name, key,
             stored.stored_values, stored.stored_tss, rate_limiter._now(), count, reserve);
@@ -254,7 +178,7 @@ BEGIN
             new_ts1 := decision.new_ts1;
         END IF;
     ELSE
-        stored := rate_limiter._row(name, key, 0::int2, false);
+        stored := rate_limiter._row(name, key, 0::int2, false, regime);
         decision := rate_limiter._evaluate(config.kind, config.rate, period, coalesce(config.capacity, config.rate),
                                            config.max_reserved, start, name, key, stored.value, stored.ts,
                                            rate_limiter._now(), count, reserve);
@@ -280,9 +204,10 @@ DECLARE
     decision record;
     answered record;
 BEGIN
-    limit_ := rate_limiter._resolve(name, inline, inline_given);
+    limit_ := rate_limiter._resolve(name, key, inline, inline_given);
     PERFORM rate_limiter._validate_count(limit_.config, count, reserve);
-    decision := rate_limiter._committed(name, key, count, reserve, limit_.config, limit_.period, limit_.start);
+    decision := rate_limiter._committed(name, key, count, reserve, limit_.config, limit_.period, limit_.start,
+                                        limit_.regime);
     -- As rate_limit would: a state it could not store is an error.
     IF decision.new_ts IS NOT NULL THEN
         PERFORM rate_limiter._timestamp(decision.new_ts);
@@ -336,6 +261,7 @@ DECLARE
     now_us bigint;
     now_ts timestamptz;
     definition_ctid tid;
+    overridden boolean;
     limit_kind rate_limiter.kind;
     limit_rate float8;
     limit_capacity float8;
@@ -350,6 +276,7 @@ DECLARE
     row_ctid tid;
     row_value float8;
     row_ts timestamptz;
+    row_regime bigint;
     row_ts_us bigint;
     new_value float8;
     new_ts timestamptz;
@@ -369,11 +296,15 @@ BEGIN
     -- no insert). The arithmetic
     -- is _refill's and _evaluate's, in the same order, so it answers
     -- exactly as the general path (_consume) does. Anything else (no
-    -- definition, shards, inline configs, the global key, a refusal, a
+    -- definition, shards, inline configs, the global key, a key with an
+    -- override (expired or not) or a row of another regime
+    -- (42_overrides.sql), a refusal, a
     -- reservation, numbers near the ends of float8, a fixed window without
     -- a start, a lost race to insert, read-only or stricter isolation,
     -- lock-free refusals turned off) takes the general path, which then
-    -- holds the lock taken here, if any.
+    -- holds the lock taken here, if any. (An override() rewrites the
+    -- definition's row: the insert below, guarded by the version read,
+    -- then inserts nothing.)
     -- Cost: every column a statement here computes, and every
     -- function it names, is compiled again each time the statement runs;
     -- so the statements read and write plain columns and PL/pgSQL, whose
@@ -382,15 +313,16 @@ BEGIN
        AND name IS NOT NULL AND reserve IS NOT NULL AND throws IS NOT NULL
        AND NOT pg_catalog.current_setting('transaction_read_only')::boolean
        AND pg_catalog.current_setting('transaction_isolation') = 'read committed' THEN
-        SELECT d.ctid, d.kind, d.rate, d.capacity, d.shards, d.start, d.period
+        SELECT d.ctid, d.kind, d.rate, d.capacity, d.shards, d.start, d.period,
+               EXISTS (SELECT FROM rate_limiter.overrides AS o WHERE o.name = rate_limit.name AND o.key = rate_limit.key)
         INTO definition_ctid, limit_kind, limit_rate, limit_defined_capacity, limit_shards,
-             limit_start, limit_interval
+             limit_start, limit_interval, overridden
         FROM rate_limiter.definitions AS d WHERE d.name = rate_limit.name;
         limit_capacity := coalesce(limit_defined_capacity, limit_rate);
         limit_period_us := CASE WHEN limit_shards = 1 THEN EXTRACT(epoch FROM limit_interval) * 1000000 END;
         lock_free := pg_catalog.current_setting('rate_limiter.lock_free_refusals', true);
         -- (limit_period_us is NULL when there is no definition.)
-        IF limit_period_us >= 1 AND limit_period_us <= 9223372036854775807
+        IF limit_period_us >= 1 AND limit_period_us <= 9223372036854775807 AND NOT overridden
            AND limit_rate >= 1e-280 AND limit_rate <= 1e280 AND limit_capacity <= 1e280
            AND count <= limit_capacity AND (limit_kind = 'token bucket' OR limit_start IS NOT NULL)
            AND (lock_free = 'on' OR lock_free IS NULL OR lock_free = '' OR rate_limiter._lock_free()) THEN
@@ -404,10 +336,12 @@ BEGIN
             -- reused once the version is gone) and decide again under the
             -- lock. A version changed or deleted meanwhile is not found:
             -- general path.
-            SELECT r.ctid, r.value, r.ts INTO row_ctid, row_value, row_ts
+            SELECT r.ctid, r.value, r.ts, r.regime INTO row_ctid, row_value, row_ts, row_regime
             FROM rate_limiter.rate_limits AS r
             WHERE r.name = rate_limit.name AND r.key = rate_limit.key AND r.shard = 0;
-            IF row_ctid IS NOT NULL THEN
+            IF row_regime IS NOT NULL THEN
+                NULL;
+            ELSIF row_ctid IS NOT NULL THEN
                 IF override IS NULL OR pg_catalog.btrim(override) = '' THEN
                     now_us := rate_limiter._micros(pg_catalog.clock_timestamp());
                 ELSE

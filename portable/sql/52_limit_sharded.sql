@@ -60,28 +60,38 @@ $new_row_busy$;
 -- call's snapshot sees it, 'new' when it has no row, 'busy' when a
 -- transaction that was running when the snapshot was taken has written or
 -- locked that row (its xmax is one of the snapshot's running
--- transactions: the row would make the call wait), with that state.
-CREATE FUNCTION rate_limiter._peek_shard(name text, key text, shard int2,
-                                         OUT how text, OUT value float8, OUT ts bigint)
+-- transactions: the row would make the call wait), with that state. A
+-- row of another regime than regime has no state (NULLs: full); present:
+-- there is a row.
+CREATE FUNCTION rate_limiter._peek_shard(name text, key text, shard int2, regime bigint,
+                                         OUT how text, OUT value float8, OUT ts bigint, OUT present boolean)
 LANGUAGE plpgsql VOLATILE
 AS $peek_shard$
 DECLARE
     held_by xid;
+    stored_regime bigint;
     snapshot pg_catalog.pg_snapshot;
     top numeric;
     holder numeric;
     own xid8;
 BEGIN
     IF key IS NULL THEN
-        SELECT r.value, rate_limiter._micros(r.ts), r.xmax INTO value, ts, held_by FROM rate_limiter.rate_limits AS r
+        SELECT r.value, rate_limiter._micros(r.ts), r.xmax, r.regime INTO value, ts, held_by, stored_regime
+        FROM rate_limiter.rate_limits AS r
         WHERE r.name = _peek_shard.name AND r.key IS NULL AND r.shard = _peek_shard.shard;
     ELSE
-        SELECT r.value, rate_limiter._micros(r.ts), r.xmax INTO value, ts, held_by FROM rate_limiter.rate_limits AS r
+        SELECT r.value, rate_limiter._micros(r.ts), r.xmax, r.regime INTO value, ts, held_by, stored_regime
+        FROM rate_limiter.rate_limits AS r
         WHERE r.name = _peek_shard.name AND r.key = _peek_shard.key AND r.shard = _peek_shard.shard;
     END IF;
-    IF NOT FOUND THEN
+    present := FOUND;
+    IF NOT present THEN
         how := CASE WHEN rate_limiter._new_row_busy(name, key, shard) THEN 'busy' ELSE 'new' END;
         RETURN;
+    END IF;
+    IF stored_regime IS DISTINCT FROM regime THEN
+        value := NULL;
+        ts := NULL;
     END IF;
     how := 'row';
     IF held_by::text = '0' THEN
@@ -108,19 +118,28 @@ END
 $peek_shard$;
 
 -- A shard's row locked without waiting (FOR UPDATE SKIP LOCKED): its
--- state as locked, or NULLs when another transaction holds it (or it is
+-- state as locked (NULLs for a row of another regime than regime), and
+-- locked; NULLs and false when another transaction holds it (or it is
 -- gone).
-CREATE FUNCTION rate_limiter._lock_shard(name text, key text, shard int2, OUT value float8, OUT ts bigint)
+CREATE FUNCTION rate_limiter._lock_shard(name text, key text, shard int2, regime bigint,
+                                         OUT value float8, OUT ts bigint, OUT locked boolean)
 LANGUAGE plpgsql VOLATILE
 AS $lock_shard$
+DECLARE
+    stored_regime bigint;
 BEGIN
     IF key IS NULL THEN
-        SELECT r.value, rate_limiter._micros(r.ts) INTO value, ts FROM rate_limiter.rate_limits AS r
+        SELECT r.value, rate_limiter._micros(r.ts), r.regime INTO value, ts, stored_regime FROM rate_limiter.rate_limits AS r
         WHERE r.name = _lock_shard.name AND r.key IS NULL AND r.shard = _lock_shard.shard FOR UPDATE SKIP LOCKED;
     ELSE
-        SELECT r.value, rate_limiter._micros(r.ts) INTO value, ts FROM rate_limiter.rate_limits AS r
+        SELECT r.value, rate_limiter._micros(r.ts), r.regime INTO value, ts, stored_regime FROM rate_limiter.rate_limits AS r
         WHERE r.name = _lock_shard.name AND r.key = _lock_shard.key AND r.shard = _lock_shard.shard
         FOR UPDATE SKIP LOCKED;
+    END IF;
+    locked := FOUND;
+    IF locked AND stored_regime IS DISTINCT FROM regime THEN
+        value := NULL;
+        ts := NULL;
     END IF;
 END
 $lock_shard$;
@@ -143,9 +162,12 @@ $lock_shard$;
 -- "Concurrency and exactness"). It waits for a shard only while
 -- every shard it holds has a lower number (no deadlock). restart: a new
 -- row lost a race, or the definition changed: the caller starts again.
+-- The rows are read and written under regime (47_state_rows.sql): a row
+-- of another regime is free or busy as any row, reads as full, and is
+-- updated.
 CREATE FUNCTION rate_limiter._consume_sharded(name text, key text, count float8, reserve boolean,
                                               config rate_limiter.config, period bigint, start bigint,
-                                              enforce boolean, inline_given boolean,
+                                              enforce boolean, inline_given boolean, regime bigint,
                                               OUT ok boolean, OUT retry_after bigint, OUT remaining float8,
                                               OUT restart boolean)
 LANGUAGE plpgsql VOLATILE
@@ -160,6 +182,7 @@ DECLARE
     free_value float8[] := ARRAY[]::float8[];
     free_ts bigint[] := ARRAY[]::bigint[];
     busy_shard int[] := ARRAY[]::int[];
+    busy_present boolean[] := ARRAY[]::boolean[];
     busy_value float8[] := ARRAY[]::float8[];
     busy_ts bigint[] := ARRAY[]::bigint[];
     held int := -1;
@@ -183,9 +206,10 @@ BEGIN
     restart := false;
     FOR round IN 1..4 * config.shards + 8 LOOP
         WHILE pg_catalog.cardinality(free_shard) < 2 AND next_ <= config.shards LOOP
-            looked := rate_limiter._peek_shard(name, key, order_[next_]::int2);
+            looked := rate_limiter._peek_shard(name, key, order_[next_]::int2, regime);
             IF looked.how = 'busy' THEN
                 busy_shard := busy_shard || order_[next_];
+                busy_present := busy_present || looked.present;
                 busy_value := busy_value || looked.value;
                 busy_ts := busy_ts || looked.ts;
             ELSE
@@ -219,33 +243,34 @@ BEGIN
             -- exactness"): before waiting, every shard as committed; its
             -- refusal is the answer.
             IF rate_limiter._lock_free() THEN
-                committed := rate_limiter._committed(name, key, count, reserve, config, period, start);
+                committed := rate_limiter._committed(name, key, count, reserve, config, period, start, regime);
                 IF NOT committed.ok THEN
                     ok := false; retry_after := committed.retry_after; remaining := committed.remaining;
                     RETURN;
                 END IF;
             END IF;
-            IF busy_value[waiting] IS NULL THEN
+            IF NOT busy_present[waiting] THEN
                 -- A new row that another transaction is inserting: wait for
                 -- that transaction (for its lock), then read the row.
                 lock := rate_limiter._new_row_lock(name, key, busy_shard[waiting]::int2);
                 PERFORM pg_catalog.pg_advisory_xact_lock(lock.k1, lock.k2);
             END IF;
-            looked := rate_limiter._row(name, key, busy_shard[waiting]::int2, true);
+            looked := rate_limiter._row(name, key, busy_shard[waiting]::int2, true, regime);
             free_shard := ARRAY[busy_shard[waiting]];
-            free_exists := ARRAY[looked.value IS NOT NULL];
-            free_locked := ARRAY[looked.value IS NOT NULL];
+            free_exists := ARRAY[looked.present];
+            free_locked := ARRAY[looked.present];
             free_value := ARRAY[looked.value];
             free_ts := ARRAY[looked.ts];
-            IF looked.value IS NOT NULL THEN
+            IF looked.present THEN
                 held := greatest(held, busy_shard[waiting]);
             END IF;
             busy_shard := busy_shard[1:waiting - 1] || busy_shard[waiting + 1:];
+            busy_present := busy_present[1:waiting - 1] || busy_present[waiting + 1:];
             busy_value := busy_value[1:waiting - 1] || busy_value[waiting + 1:];
             busy_ts := busy_ts[1:waiting - 1] || busy_ts[waiting + 1:];
             CONTINUE;
         END IF;
-        IF NOT inline_given AND NOT rate_limiter._same_definition(name, config, enforce) THEN
+        IF NOT inline_given AND NOT rate_limiter._still_applies(name, key, config, enforce, regime) THEN
             restart := true;
             RETURN;
         END IF;
@@ -267,22 +292,23 @@ BEGIN
                 p_value, p_ts, true, rate_limiter._now(), count, reserve);
             IF trial.ok THEN
                 IF rate_limiter._lock_free() THEN
-                    committed := rate_limiter._committed(name, key, count, reserve, config, period, start);
+                    committed := rate_limiter._committed(name, key, count, reserve, config, period, start, regime);
                     IF NOT committed.ok THEN
                         ok := false; retry_after := committed.retry_after; remaining := committed.remaining;
                         RETURN;
                     END IF;
                 END IF;
-                looked := rate_limiter._row(name, key, busy_shard[1]::int2, true);
+                looked := rate_limiter._row(name, key, busy_shard[1]::int2, true, regime);
                 free_shard := free_shard || busy_shard[1];
-                free_exists := free_exists || (looked.value IS NOT NULL);
-                free_locked := free_locked || (looked.value IS NOT NULL);
+                free_exists := free_exists || looked.present;
+                free_locked := free_locked || looked.present;
                 free_value := free_value || looked.value;
                 free_ts := free_ts || looked.ts;
-                IF looked.value IS NOT NULL THEN
+                IF looked.present THEN
                     held := greatest(held, busy_shard[1]);
                 END IF;
                 busy_shard := busy_shard[2:];
+                busy_present := busy_present[2:];
                 busy_value := busy_value[2:];
                 busy_ts := busy_ts[2:];
                 CONTINUE;
@@ -302,8 +328,8 @@ BEGIN
         FOR i IN 1..pg_catalog.cardinality(free_shard) LOOP
             new_value := CASE WHEN i = 1 THEN decision.new_value0 ELSE decision.new_value1 END;
             IF new_value IS NOT NULL AND free_exists[i] AND NOT free_locked[i] THEN
-                looked := rate_limiter._lock_shard(name, key, free_shard[i]::int2);
-                IF looked.value IS NULL THEN
+                looked := rate_limiter._lock_shard(name, key, free_shard[i]::int2, regime);
+                IF NOT looked.locked THEN
                     lost := i;
                     EXIT;
                 END IF;
@@ -317,13 +343,14 @@ BEGIN
         IF lost IS NOT NULL THEN
             -- Someone holds it now (busy, first in line as the partner), or
             -- it is gone (new, free as before).
-            looked := rate_limiter._peek_shard(name, key, free_shard[lost]::int2);
+            looked := rate_limiter._peek_shard(name, key, free_shard[lost]::int2, regime);
             IF looked.how = 'new' THEN
                 free_exists[lost] := false;
                 free_value[lost] := NULL;
                 free_ts[lost] := NULL;
             ELSE
                 busy_shard := free_shard[lost] || busy_shard;
+                busy_present := looked.present || busy_present;
                 busy_value := looked.value || busy_value;
                 busy_ts := looked.ts || busy_ts;
                 free_shard := free_shard[1:lost - 1] || free_shard[lost + 1:];
@@ -344,7 +371,7 @@ BEGIN
             IF NOT free_exists[i] AND new_value IS NOT NULL THEN
                 lock := rate_limiter._new_row_lock(name, key, free_shard[i]::int2);
                 IF pg_catalog.pg_try_advisory_xact_lock(lock.k1, lock.k2)
-                   AND rate_limiter._write(name, key, free_shard[i]::int2, false, new_value, new_ts) THEN
+                   AND rate_limiter._write(name, key, free_shard[i]::int2, false, new_value, new_ts, regime) THEN
                     inserted := inserted || free_shard[i];
                 ELSE
                     -- Another transaction inserted it first, or is
@@ -368,7 +395,7 @@ BEGIN
             new_value := CASE WHEN i = 1 THEN decision.new_value0 ELSE decision.new_value1 END;
             IF free_exists[i] AND new_value IS NOT NULL THEN
                 PERFORM rate_limiter._write(name, key, free_shard[i]::int2, true, new_value,
-                    CASE WHEN i = 1 THEN decision.new_ts0 ELSE decision.new_ts1 END);
+                    CASE WHEN i = 1 THEN decision.new_ts0 ELSE decision.new_ts1 END, regime);
             END IF;
         END LOOP;
         ok := decision.ok;

@@ -7,7 +7,8 @@
 -- from (the first 2 m missing shards of a limit named m times) is held by
 -- inserting a placeholder row, withdrawn again when nothing is written to it.
 -- So overlapping calls never wait for each other in a cycle, whatever the
--- order of their requests.
+-- order of their requests. A limit's rows are read and written under the
+-- regime of what applies to its key (47_state_rows.sql).
 
 -- The request in force for each element of requests, checked in the
 -- native order: 54000 more than rate_limiter.max_requests; per element
@@ -60,9 +61,10 @@ AS $consume_all$
 DECLARE
     n int := pg_catalog.cardinality(names);
     resolved record;
-    -- Per request: its config, enforcement, period, start, limit.
+    -- Per request: its config, enforcement, regime, period, start, limit.
     configs rate_limiter.config[] := ARRAY[]::rate_limiter.config[];
     enforces boolean[] := ARRAY[]::boolean[];
+    regimes bigint[] := ARRAY[]::bigint[];
     periods bigint[] := ARRAY[]::bigint[];
     starts bigint[] := ARRAY[]::bigint[];
     limit_of int[] := ARRAY[]::int[];
@@ -93,16 +95,18 @@ DECLARE
 BEGIN
     restart := false;
     FOR i IN 1..n LOOP
-        resolved := rate_limiter._resolve(names[i], inline[i], given[i]);
+        resolved := rate_limiter._resolve(names[i], keys[i], inline[i], given[i]);
         configs := configs || resolved.config;
         enforces := enforces || resolved.enforce;
+        regimes := regimes || resolved.regime;
         periods := periods || resolved.period;
         starts := starts || resolved.start;
     END LOOP;
     IF pg_catalog.current_setting('transaction_read_only')::boolean THEN
         RAISE EXCEPTION 'cannot execute rate_limit_all() in a read-only transaction' USING ERRCODE = '25006';
     END IF;
-    -- The limits, each once (same name and key: same config, else 22023).
+    -- The limits, each once (same name and key: same config and regime,
+    -- else 22023).
     FOR i IN 1..n LOOP
         PERFORM rate_limiter._validate_count(configs[i], counts[i], reserve);
         l := NULL;
@@ -114,11 +118,12 @@ BEGIN
         END LOOP;
         IF l IS NOT NULL THEN
             IF ((configs[i]).kind, (configs[i]).rate, periods[i], (configs[i]).capacity, (configs[i]).max_reserved,
-                (configs[i]).shards, starts[i], enforces[i])
+                (configs[i]).shards, starts[i], enforces[i], regimes[i])
                IS DISTINCT FROM
                ((configs[first_request[l]]).kind, (configs[first_request[l]]).rate, periods[first_request[l]],
                 (configs[first_request[l]]).capacity, (configs[first_request[l]]).max_reserved,
-                (configs[first_request[l]]).shards, starts[first_request[l]], enforces[first_request[l]]) THEN
+                (configs[first_request[l]]).shards, starts[first_request[l]], enforces[first_request[l]],
+                regimes[first_request[l]]) THEN
                 RAISE EXCEPTION 'requests[%] names the same limit as an earlier request with a different config', i
                     USING ERRCODE = '22023';
             END IF;
@@ -158,12 +163,14 @@ BEGIN
             END IF;
             IF pass = 1 THEN
                 -- As committed, without a lock (a plain SELECT).
-                looked := rate_limiter._row(names[first_request[l]], keys[first_request[l]], row_shard[r]::int2, false);
+                looked := rate_limiter._row(names[first_request[l]], keys[first_request[l]], row_shard[r]::int2, false,
+                                            regimes[first_request[l]]);
                 held := held || 'read'::text;
             END IF;
             WHILE pass = 2 LOOP
-                looked := rate_limiter._row(names[first_request[l]], keys[first_request[l]], row_shard[r]::int2, true);
-                IF looked.value IS NOT NULL THEN
+                looked := rate_limiter._row(names[first_request[l]], keys[first_request[l]], row_shard[r]::int2, true,
+                                            regimes[first_request[l]]);
+                IF looked.present THEN
                     held := held || 'locked'::text;
                     EXIT;
                 END IF;
@@ -173,8 +180,9 @@ BEGIN
                 END IF;
                 -- Hold the missing row with a placeholder (never seen by others
                 -- as it is: updated or deleted before this transaction ends).
-                INSERT INTO rate_limiter.rate_limits AS t (name, key, shard, value, ts)
-                VALUES (names[first_request[l]], keys[first_request[l]], row_shard[r]::int2, 0, '2000-01-01 00:00:00+00')
+                INSERT INTO rate_limiter.rate_limits AS t (name, key, shard, value, ts, regime)
+                VALUES (names[first_request[l]], keys[first_request[l]], row_shard[r]::int2, 0, '2000-01-01 00:00:00+00',
+                        regimes[first_request[l]])
                 ON CONFLICT ON CONSTRAINT rate_limits_name_key_shard_key DO NOTHING;
                 IF FOUND THEN
                     held := held || 'placeholder'::text;
@@ -188,7 +196,8 @@ BEGIN
         END LOOP;
         -- Every definition used is still the one in force.
         FOR i IN 1..n LOOP
-            IF pass = 2 AND NOT given[i] AND NOT rate_limiter._same_definition(names[i], configs[i], enforces[i]) THEN
+            IF pass = 2 AND NOT given[i]
+               AND NOT rate_limiter._still_applies(names[i], keys[i], configs[i], enforces[i], regimes[i]) THEN
                 PERFORM rate_limiter._delete_rows(names, keys, first_request, row_limit, row_shard, held, 'placeholder');
                 restart := true;
                 RETURN;
@@ -257,7 +266,8 @@ BEGIN
         IF changed[r] AND (held[r] = 'placeholder'
                            OR (current_values[r], current_tss[r]) IS DISTINCT FROM (stored_values[r], stored_tss[r])) THEN
             PERFORM rate_limiter._write(names[first_request[row_limit[r]]], keys[first_request[row_limit[r]]],
-                                        row_shard[r]::int2, true, current_values[r], current_tss[r]);
+                                        row_shard[r]::int2, true, current_values[r], current_tss[r],
+                                        regimes[first_request[row_limit[r]]]);
         END IF;
     END LOOP;
 END

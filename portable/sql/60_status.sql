@@ -3,14 +3,14 @@
 -- src/http.rs). No lock, no write: both work in read-only transactions and
 -- on standbys.
 
--- Where (name, key) stands now (status::current), and the time it was
--- read at (microseconds).
+-- Where (name, key) stands now (status::current), its rows read under
+-- regime, and the time it was read at (microseconds).
 CREATE FUNCTION rate_limiter._current(name text, key text, config rate_limiter.config, period bigint, start bigint,
-                                      OUT value float8, OUT full_at bigint, OUT now_ bigint)
+                                      regime bigint, OUT value float8, OUT full_at bigint, OUT now_ bigint)
 LANGUAGE plpgsql VOLATILE
 AS $current$
 DECLARE
-    stored record := rate_limiter._states(name, key, greatest(config.shards, 1));
+    stored record := rate_limiter._states(name, key, greatest(config.shards, 1), regime);
     decided record;
 BEGIN
     now_ := rate_limiter._now();
@@ -21,9 +21,10 @@ BEGIN
 END
 $current$;
 
--- The config of a read (status::arguments): 22004 NULL name, then the
--- inline config, then the definition (42704).
-CREATE FUNCTION rate_limiter._read_arguments(name text, config rate_limiter.config)
+-- The config of a read of (name, key) (status::arguments): 22004 NULL
+-- name, then the inline config, then the key's override or the
+-- definition (42704).
+CREATE FUNCTION rate_limiter._read_arguments(name text, key text, config rate_limiter.config)
 RETURNS record
 LANGUAGE plpgsql STABLE
 AS $read_arguments$
@@ -36,7 +37,7 @@ BEGIN
     IF given THEN
         PERFORM rate_limiter._config(config);
     END IF;
-    RETURN rate_limiter._resolve(name, config, given);
+    RETURN rate_limiter._resolve(name, key, config, given);
 END
 $read_arguments$;
 
@@ -49,9 +50,9 @@ LANGUAGE plpgsql VOLATILE ROWS 1 SECURITY DEFINER
 SET search_path = pg_catalog, pg_temp
 AS $status$
 DECLARE
-    resolved record := rate_limiter._read_arguments(name, config);
+    resolved record := rate_limiter._read_arguments(name, key, config);
     c rate_limiter.config := resolved.config;
-    now_state record := rate_limiter._current(name, key, c, resolved.period, resolved.start);
+    now_state record := rate_limiter._current(name, key, c, resolved.period, resolved.start, resolved.regime);
 BEGIN
     value := rate_limiter._shown(now_state.value);
     capacity := coalesce(c.capacity, c.rate);
@@ -163,10 +164,10 @@ LANGUAGE plpgsql VOLATILE SECURITY DEFINER
 SET search_path = pg_catalog, pg_temp
 AS $http_headers$
 DECLARE
-    resolved record := rate_limiter._read_arguments(name, config);
+    resolved record := rate_limiter._read_arguments(name, key, config);
     c rate_limiter.config := resolved.config;
     label text := rate_limiter._sf_string(name);
-    now_state record := rate_limiter._current(name, key, c, resolved.period, resolved.start);
+    now_state record := rate_limiter._current(name, key, c, resolved.period, resolved.start, resolved.regime);
     -- The current value as status shows it (http::headers).
     left_ float8 := coalesce(remaining, rate_limiter._shown(now_state.value));
     retry_micros numeric;

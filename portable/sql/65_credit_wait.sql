@@ -1,5 +1,7 @@
 -- The portable edition (docs/guarantees.md, "Portable edition"):
--- rate_credit (src/credit.rs) and rate_wait (src/wait.rs).
+-- rate_credit (src/credit.rs) and rate_wait (src/wait.rs). A credit
+-- leaves a row of another regime than the key's alone (it reads as full:
+-- 47_state_rows.sql).
 
 CREATE FUNCTION rate_limiter.rate_credit(
     name   text,
@@ -35,7 +37,7 @@ BEGIN
         RAISE EXCEPTION 'count must be finite and at least zero, got %', rate_limiter._show(count) USING ERRCODE = '22023';
     END IF;
     FOR attempt IN 1..17 LOOP
-        resolved := rate_limiter._resolve(name, config, given);
+        resolved := rate_limiter._resolve(name, key, config, given);
         c := resolved.config;
         IF pg_catalog.current_setting('transaction_read_only')::boolean THEN
             RAISE EXCEPTION 'cannot execute rate_credit() in a read-only transaction' USING ERRCODE = '25006';
@@ -46,14 +48,14 @@ BEGIN
         held_values := ARRAY[]::float8[];
         held_tss := ARRAY[]::bigint[];
         FOR shard IN 0..greatest(c.shards, 1) - 1 LOOP
-            looked := rate_limiter._row(name, key, shard::int2, true);
+            looked := rate_limiter._row(name, key, shard::int2, true, resolved.regime);
             IF looked.value IS NOT NULL THEN
                 held := held || shard;
                 held_values := held_values || looked.value;
                 held_tss := held_tss || looked.ts;
             END IF;
         END LOOP;
-        IF NOT given AND NOT rate_limiter._same_definition(name, c, resolved.enforce) THEN
+        IF NOT given AND NOT rate_limiter._still_applies(name, key, c, resolved.enforce, resolved.regime) THEN
             CONTINUE;
         END IF;
         shard_rate := c.rate / greatest(c.shards, 1)::float8;
@@ -62,7 +64,8 @@ BEGIN
                                          held_values, held_tss, count, rate_limiter._now());
         FOR i IN 1..pg_catalog.cardinality(held) LOOP
             IF (credited.new_values[i], credited.new_tss[i]) IS DISTINCT FROM (held_values[i], held_tss[i]) THEN
-                PERFORM rate_limiter._write(name, key, held[i]::int2, true, credited.new_values[i], credited.new_tss[i]);
+                PERFORM rate_limiter._write(name, key, held[i]::int2, true, credited.new_values[i], credited.new_tss[i],
+                                            resolved.regime);
             END IF;
         END LOOP;
         -- The value afterwards, summed over the shards in order (a missing

@@ -3,33 +3,48 @@
 -- candidates are read again with FOR UPDATE SKIP LOCKED and judged again
 -- on the locked versions, with the clock read after the locks, then
 -- deleted. A row another transaction holds is in use and left alone.
+-- Then the overrides that have expired go (docs/overrides.md, "Expiry and
+-- prune").
 
--- Whether a stored row goes (prune::doomed): a shard of a defined limit
--- when a missing row would answer exactly as it does (prune::prunable);
--- any other row when older_than is given and its ts is older than
--- now - older_than.
-CREATE FUNCTION rate_limiter._doomed(name text, key text, shard int2, value float8, ts bigint,
-                                     defined rate_limiter.definitions, now bigint, older_than bigint)
+-- Whether a stored row goes (prune::doomed), judged under what applies to
+-- its key (its override in force, when overridden says the key has an
+-- override row; else the definition): a row of another regime than that
+-- one (it reads as missing); a shard of a defined limit when a missing
+-- row would answer exactly as it does (prune::prunable); any other row
+-- when older_than is given and its ts is older than now - older_than.
+CREATE FUNCTION rate_limiter._doomed(name text, key text, shard int2, value float8, ts bigint, regime bigint,
+                                     defined rate_limiter.definitions, overridden boolean,
+                                     now bigint, older_than bigint)
 RETURNS boolean
 LANGUAGE plpgsql VOLATILE
 AS $doomed$
 DECLARE
     c rate_limiter.config;
     checked record;
+    applies record;
     shards float8;
     shard_capacity float8;
     refilled record;
     initial record;
 BEGIN
     IF defined.name IS NOT NULL THEN
-        c := ROW(defined.kind, defined.rate, defined.period, defined.capacity, defined.max_reserved,
-                 defined.shards, defined.start)::rate_limiter.config;
-        checked := rate_limiter._config(c);
+        IF overridden AND key IS NOT NULL THEN
+            applies := rate_limiter._resolve(name, key, NULL, false);
+        ELSE
+            c := ROW(defined.kind, defined.rate, defined.period, defined.capacity, defined.max_reserved,
+                     defined.shards, defined.start)::rate_limiter.config;
+            checked := rate_limiter._config(c);
+            SELECT c AS config, checked.period AS period, checked.start AS start, NULL::bigint AS regime INTO applies;
+        END IF;
+        IF regime IS DISTINCT FROM applies.regime THEN
+            RETURN true;
+        END IF;
+        c := applies.config;
         IF shard < greatest(c.shards, 1) THEN
             shards := greatest(c.shards, 1)::float8;
             shard_capacity := coalesce(c.capacity, c.rate) / shards;
-            refilled := rate_limiter._refill(c.kind, c.rate / shards, checked.period, shard_capacity, value, ts, now);
-            initial := rate_limiter._initial(c.kind, shard_capacity, checked.period, checked.start, name, key, now);
+            refilled := rate_limiter._refill(c.kind, c.rate / shards, applies.period, shard_capacity, value, ts, now);
+            initial := rate_limiter._initial(c.kind, shard_capacity, applies.period, applies.start, name, key, now);
             RETURN refilled.new_value = initial.value AND refilled.new_ts = initial.ts;
         END IF;
     END IF;
@@ -50,6 +65,7 @@ DECLARE
     deleted bigint := 0;
     stored record;
     now_ bigint;
+    expired bigint;
 BEGIN
     IF older_than IS NOT NULL THEN
         IF (EXTRACT(year FROM older_than), EXTRACT(month FROM older_than),
@@ -68,13 +84,16 @@ BEGIN
     IF pg_catalog.current_setting('transaction_read_only')::boolean THEN
         RAISE EXCEPTION 'cannot execute prune() in a read-only transaction' USING ERRCODE = '25006';
     END IF;
-    FOR stored IN SELECT r.ctid, r.name, r.key, r.shard, r.value, rate_limiter._micros(r.ts) AS ts, d AS defined
+    FOR stored IN SELECT r.ctid, r.name, r.key, r.shard, r.value, rate_limiter._micros(r.ts) AS ts, r.regime,
+                         d AS defined,
+                         EXISTS (SELECT FROM rate_limiter.overrides AS o
+                                 WHERE o.name = r.name AND o.key = r.key) AS overridden
                   FROM rate_limiter.rate_limits AS r
                   LEFT JOIN rate_limiter.definitions AS d ON d.name = r.name LOOP
         seen := seen + 1;
         now_ := rate_limiter._now();
-        IF rate_limiter._doomed(stored.name, stored.key, stored.shard, stored.value, stored.ts, stored.defined,
-                                now_, older) THEN
+        IF rate_limiter._doomed(stored.name, stored.key, stored.shard, stored.value, stored.ts, stored.regime,
+                                stored.defined, stored.overridden, now_, older) THEN
             batch := batch || stored.ctid;
         END IF;
         IF seen % 1000 = 0 THEN
@@ -82,7 +101,14 @@ BEGIN
             batch := ARRAY[]::tid[];
         END IF;
     END LOOP;
-    RETURN deleted + rate_limiter._prune_batch(batch, older);
+    deleted := deleted + rate_limiter._prune_batch(batch, older);
+    -- The overrides that apply no more (expires_at not after now).
+    DELETE FROM rate_limiter.overrides AS o WHERE o.expires_at <= rate_limiter._timestamp(rate_limiter._now());
+    GET DIAGNOSTICS expired = ROW_COUNT;
+    IF expired > 0 THEN
+        RAISE NOTICE 'rate_limiter.prune() deleted % expired overrides', expired;
+    END IF;
+    RETURN deleted + expired;
 END
 $prune$;
 
@@ -100,12 +126,14 @@ BEGIN
     IF pg_catalog.cardinality(candidates) = 0 THEN
         RETURN 0;
     END IF;
-    FOR locked IN SELECT r.ctid, r.name, r.key, r.shard, r.value, rate_limiter._micros(r.ts) AS ts
+    FOR locked IN SELECT r.ctid, r.name, r.key, r.shard, r.value, rate_limiter._micros(r.ts) AS ts, r.regime
                   FROM rate_limiter.rate_limits AS r
                   WHERE r.ctid = ANY (candidates)
                   FOR UPDATE OF r SKIP LOCKED LOOP
-        IF rate_limiter._doomed(locked.name, locked.key, locked.shard, locked.value, locked.ts,
+        IF rate_limiter._doomed(locked.name, locked.key, locked.shard, locked.value, locked.ts, locked.regime,
                                 (SELECT d FROM rate_limiter.definitions AS d WHERE d.name = locked.name),
+                                EXISTS (SELECT FROM rate_limiter.overrides AS o
+                                        WHERE o.name = locked.name AND o.key = locked.key),
                                 rate_limiter._now(), older) THEN
             doomed := doomed || locked.ctid;
         END IF;

@@ -4,9 +4,11 @@
 //! and the extended-protocol sessions (tests/extended_protocol.rs). Both
 //! kinds, counts, reserve, throws, shadow mode, inline and defined
 //! configs, redefinitions, credits, resets, `rate_limit_all`, `status`,
-//! `http_headers`, `prune`, `rate_wait`, invalid arguments, floats at the
-//! edges of their range, and a clock (`rate_limiter.now_override`) that
-//! moves forwards and sometimes back.
+//! `http_headers`, `prune`, `rate_wait`, per-key overrides (a plan or a
+//! config of the key's own, with and without `expires_at` and `enforce`;
+//! their removal; `undefine` of a limit that is some key's plan), invalid
+//! arguments, floats at the edges of their range, and a clock
+//! (`rate_limiter.now_override`) that moves forwards and sometimes back.
 
 use rand::rngs::StdRng;
 use rand::Rng;
@@ -153,7 +155,7 @@ pub fn statement(rng: &mut StdRng, clock: &mut i64, edges: bool) -> (String, Str
         String::new()
     };
     let reserve = rng.random_bool(0.2);
-    let body = match rng.random_range(0..if edges { 105 } else { 100 }) {
+    let body = match rng.random_range(0..if edges { 115 } else { 110 }) {
         0..=34 => format!(
             "SELECT ok, (extract(epoch FROM retry_after) * 1000000)::bigint, remaining FROM rate_limiter.rate_limit({}, {}, {}, reserve => {reserve}, throws => {}{inline})",
             literal(Some(name)), literal(key), count(rng), rng.random_bool(0.1)
@@ -248,6 +250,7 @@ pub fn statement(rng: &mut StdRng, clock: &mut i64, edges: bool) -> (String, Str
             "SELECT rate_limiter.http_headers({}, ok => false)::text",
             literal(Some(name))
         ),
+        100..=109 => overriding(rng, *clock),
         // What review found (errors raised while the state table is open):
         // a check that raises its refusal, a credit of an invalid tiny
         // count, and floats at the edges of their range.
@@ -301,6 +304,90 @@ pub fn statement(rng: &mut StdRng, clock: &mut i64, edges: bool) -> (String, Str
         },
     };
     (at, body)
+}
+
+/// A call that manages per-key overrides (docs/overrides.md), at `clock`:
+/// `override` with a plan (sometimes the limit itself, or a name without a
+/// definition) or a config of the key's own, with or without an
+/// `expires_at` near the clock (which the sequence's clock then passes, or
+/// goes back before) and an `enforce`; `remove_override`; `undefine` of a
+/// limit that may be some key's plan; and their invalid arguments.
+fn overriding(rng: &mut StdRng, clock: i64) -> String {
+    // Mostly the names that are defined now and then; sometimes one that
+    // never is.
+    let defined_or_not = |rng: &mut StdRng, defined: f64| {
+        let names = if rng.random_bool(defined) {
+            4
+        } else {
+            NAMES.len()
+        };
+        NAMES[rng.random_range(0..names)]
+    };
+    let name = defined_or_not(rng, 0.9);
+    let key = if rng.random_bool(0.03) {
+        None
+    } else {
+        KEYS[rng.random_range(1..KEYS.len())]
+    };
+    let expires_at = match rng.random_range(0..10) {
+        0..=4 => String::new(),
+        5 => format!(
+            ", expires_at => '{}'",
+            ["infinity", "-infinity"][rng.random_range(0..2)]
+        ),
+        _ => format!(
+            ", expires_at => '{}'",
+            chrono_text(clock + rng.random_range(-60_000_000..600_000_000))
+        ),
+    };
+    let enforce = match rng.random_range(0..10) {
+        0..=5 => String::new(),
+        6 => ", enforce => NULL".to_string(),
+        7 => ", enforce => true".to_string(),
+        _ => ", enforce => false".to_string(),
+    };
+    match rng.random_range(0..20) {
+        0..=5 => format!(
+            "SELECT rate_limiter.override({}, {}, plan => {}{expires_at}{enforce})",
+            literal(Some(name)),
+            literal(key),
+            literal(Some(defined_or_not(rng, 0.95)))
+        ),
+        6..=11 => format!(
+            "SELECT rate_limiter.override({}, {}, config => {}{expires_at}{enforce})",
+            literal(Some(name)),
+            literal(key),
+            {
+                let sharded = rng.random_bool(0.25);
+                config(rng, sharded)
+            }
+        ),
+        12..=15 => format!(
+            "SELECT rate_limiter.remove_override({}, {})",
+            literal(Some(name)),
+            literal(key)
+        ),
+        16..=17 => format!("SELECT rate_limiter.undefine({})", literal(Some(name))),
+        // Both or neither of config and plan, an invalid config.
+        18 => format!(
+            "SELECT rate_limiter.override({}, {}{})",
+            literal(Some(name)),
+            literal(key),
+            if rng.random_bool(0.5) {
+                ", config => rate_limiter.token_bucket(1, '1 second'), plan => 'alpha'"
+            } else {
+                ""
+            }
+        ),
+        _ => format!(
+            "SELECT rate_limiter.override({}, {}, config => ROW('fixed window', {}, '{}', NULL, NULL, {}, NULL)::rate_limiter.config)",
+            literal(Some(name)),
+            literal(key),
+            float([1.0, -1.0, f64::NAN][rng.random_range(0..3)]),
+            ["1 minute", "0 seconds"][rng.random_range(0..2)],
+            [1, 0][rng.random_range(0..2)]
+        ),
+    }
 }
 
 /// 2026-01-01 00:00:00 UTC plus `micros`, as a timestamptz literal

@@ -4,13 +4,17 @@
 //! server) runs the same random sequence of calls, from a seeded
 //! generator: both kinds, counts, reserve, throws, shadow mode, inline and
 //! defined configs, redefinitions, credits, resets, `rate_limit_all`,
-//! `status`, `http_headers`, `prune`, invalid arguments, and a clock
-//! (`rate_limiter.now_override`) that moves forwards and sometimes back.
+//! `status`, `http_headers`, `prune`, per-key overrides and plans
+//! (`override`, `remove_override`, `undefine` of a plan in use), invalid
+//! arguments, and a clock (`rate_limiter.now_override`) that moves
+//! forwards and sometimes back (past overrides' `expires_at`, and before
+//! it again).
 //! Every answer must be the same: `ok`, `retry_after` (to the microsecond),
 //! `remaining` (the same float, or within 1e-9 relative), every other
 //! column, and for an error its SQLSTATE, message, detail and hint; and
-//! after every call the state tables must hold the same rows (the
-//! definitions every 250 calls). Sharded
+//! after every call the state tables must hold the same rows, each with
+//! the same regime (docs/overrides.md, "The key's state"), and the same
+//! overrides (the definitions every 250 calls). Sharded
 //! limits too: both sessions seed the choice of shards
 //! (`rate_limiter.random_seed`, SplitMix64 in both editions), so their
 //! shard choices are the same.
@@ -146,14 +150,25 @@ struct Pair {
     differences: Vec<String>,
     errors: usize,
     calls: usize,
+    /// Calls after which some key had an override, and after which some
+    /// state row was of a regime other than its definition's: what shows
+    /// that the sequence exercised overrides.
+    overridden: usize,
+    other_regimes: usize,
     recent: std::collections::VecDeque<String>,
 }
 
 /// What a short sequence starts with defined, so that its few calls do
-/// more than find the names undefined.
+/// more than find the names undefined: two limits, a key of one on the
+/// other as its plan (another kind, period and shards: another regime),
+/// and a key of the other with a config of its own until 30 seconds after
+/// the sequence's clock starts (which it may pass).
 const DEFINED: &str =
     "SELECT rate_limiter.define('alpha', rate_limiter.token_bucket(10, '1 minute')); \
-    SELECT rate_limiter.define('beta', rate_limiter.fixed_window(10, '1 second', shards => 2))";
+    SELECT rate_limiter.define('beta', rate_limiter.fixed_window(10, '1 second', shards => 2)); \
+    SELECT rate_limiter.override('alpha', 'k1', plan => 'beta'); \
+    SELECT rate_limiter.override('beta', 'ключ', config => rate_limiter.token_bucket(5, '1 second'), \
+                                 expires_at => '2026-01-01 00:00:30+00')";
 
 /// The settings each session starts with, and has again after a reset.
 const SETUP: &str =
@@ -198,16 +213,36 @@ impl Pair {
             self.recent.pop_front();
         }
         // The state after every call, so that a difference shows at the
-        // call that made it, with the calls before it.
-        let rows =
-            "SELECT name, key, shard, value, ts FROM rate_limiter.rate_limits ORDER BY 1, 2, 3";
-        let (a, b) = (run(&mut self.native, rows), run(&mut self.portable, rows));
-        if !same(&a, &b) {
-            self.differences.push(format!(
-                "state after {label}, after:\n    {}\n  native:   {a:?}\n  portable: {b:?}",
-                Vec::from(self.recent.clone()).join("\n    ")
-            ));
-            return false;
+        // call that made it, with the calls before it: the state rows
+        // (with the regime each was written under) and the overrides.
+        for (counted, rows) in [
+            (
+                &mut self.other_regimes,
+                "SELECT name, key, shard, value, ts, regime FROM rate_limiter.rate_limits ORDER BY 1, 2, 3",
+            ),
+            (
+                &mut self.overridden,
+                "SELECT *, true FROM rate_limiter.overrides ORDER BY name, key",
+            ),
+        ] {
+            let (a, b) = (run(&mut self.native, rows), run(&mut self.portable, rows));
+            if !same(&a, &b) {
+                self.differences.push(format!(
+                    "state after {label} ({rows}), after:\n    {}\n  native:   {a:?}\n  portable: {b:?}",
+                    Vec::from(self.recent.clone()).join("\n    ")
+                ));
+                return false;
+            }
+            // What is counted: a row whose last column is not NULL (a
+            // state row's regime; any override).
+            if let Outcome::Rows(found) = &a {
+                if found
+                    .iter()
+                    .any(|row| row.last().is_some_and(Option::is_some))
+                {
+                    *counted += 1;
+                }
+            }
         }
         true
     }
@@ -230,7 +265,8 @@ impl Pair {
     /// their settings as at the start.
     fn reset(&mut self) {
         let sql = format!(
-            "RESET ALL; DELETE FROM rate_limiter.rate_limits; DELETE FROM rate_limiter.definitions; {SETUP}; {DEFINED}"
+            "RESET ALL; DELETE FROM rate_limiter.rate_limits; DELETE FROM rate_limiter.overrides; \
+             DELETE FROM rate_limiter.definitions; {SETUP}; {DEFINED}"
         );
         self.native
             .batch_execute(&sql)
@@ -269,6 +305,8 @@ fn pair(suffix: &str) -> Pair {
         differences: Vec::new(),
         errors: 0,
         calls: 0,
+        overridden: 0,
+        other_regimes: 0,
         recent: std::collections::VecDeque::new(),
     }
 }
@@ -298,8 +336,8 @@ fn the_portable_edition_answers_as_the_native_extension() {
         }
     }
     eprintln!(
-        "{CALLS} calls compared, {} of them errors on both",
-        pair.errors
+        "{CALLS} calls compared, {} of them errors on both; {} with a key overridden, {} with a state row of another regime",
+        pair.errors, pair.overridden, pair.other_regimes
     );
     assert!(
         pair.differences.is_empty(),
@@ -310,6 +348,12 @@ fn the_portable_edition_answers_as_the_native_extension() {
         pair.errors > 100 && pair.errors < CALLS / 2,
         "{} errors: the sequence exercises both paths",
         pair.errors
+    );
+    assert!(
+        pair.overridden > CALLS / 10 && pair.other_regimes > CALLS / 20,
+        "{} calls with an override, {} with a row of another regime: the sequence exercises overrides",
+        pair.overridden,
+        pair.other_regimes
     );
 }
 

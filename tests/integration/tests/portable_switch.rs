@@ -2,7 +2,8 @@
 //! README's two procedures, run as written (the blocks between
 //! `<!-- switch-to-portable:begin -->` / `end` and
 //! `<!-- switch-to-native:begin -->` / `end`, with psql, as the README
-//! says), keep every definition and state row and every answer.
+//! says), keep every definition, override and state row (its regime
+//! included) and every answer.
 //!
 //! Two databases get the same calls at the same (overridden) times: one
 //! keeps the native extension throughout, the other switches to the
@@ -32,6 +33,10 @@ fn calls(client: &mut Client, at: u32) -> Vec<String> {
         "SELECT ok, retry_after, remaining FROM rate_limiter.rate_limit('switch_shadow', 'k', 2)",
         "SELECT ok, retry_after, remaining FROM rate_limiter.rate_limit('switch_inline', 'k', config => rate_limiter.token_bucket(2, '1 minute'))",
         "SELECT value, capacity, full_at, shards FROM rate_limiter.status('switch_bucket', 'alice')",
+        // Keys with overrides: a plan of the same kind, a config of
+        // another kind (its rows carry a regime).
+        "SELECT ok, retry_after, remaining FROM rate_limiter.rate_limit('switch_bucket', 'vip', 4)",
+        "SELECT ok, retry_after, remaining FROM rate_limiter.rate_limit('switch_bucket', 'windowed')",
     ] {
         for row in client.simple_query(sql).expect(sql) {
             if let postgres::SimpleQueryMessage::Row(row) = row {
@@ -56,8 +61,8 @@ fn chrono(seconds: u32) -> String {
     )
 }
 
-/// The definitions and the state rows, as text.
-fn contents(client: &mut Client) -> (Vec<String>, Vec<String>) {
+/// The definitions, the overrides and the state rows, as text.
+fn contents(client: &mut Client) -> (Vec<String>, Vec<String>, Vec<String>) {
     let text = |client: &mut Client, sql: &str| -> Vec<String> {
         client
             .query(sql, &[])
@@ -68,9 +73,10 @@ fn contents(client: &mut Client) -> (Vec<String>, Vec<String>) {
     };
     (
         text(client, "SELECT d::text FROM rate_limiter.definitions AS d ORDER BY name"),
+        text(client, "SELECT o::text FROM rate_limiter.overrides AS o ORDER BY name, key"),
         text(
             client,
-            "SELECT (name, key, shard, value, ts)::text FROM rate_limiter.rate_limits ORDER BY name, key, shard",
+            "SELECT (name, key, shard, value, ts, regime)::text FROM rate_limiter.rate_limits ORDER BY name, key, shard",
         ),
     )
 }
@@ -98,7 +104,12 @@ fn switching_editions_keeps_every_limit_and_answer() {
                 "SELECT rate_limiter.define('switch_bucket', rate_limiter.token_bucket(10, '1 minute', max_reserved => 5));
                  SELECT rate_limiter.define('switch_window', rate_limiter.fixed_window(3, '1 hour'));
                  SELECT rate_limiter.define('switch_sharded', rate_limiter.token_bucket(40, '1 minute', shards => 4));
-                 SELECT rate_limiter.define('switch_shadow', rate_limiter.token_bucket(3, '1 hour'), enforce => false);",
+                 SELECT rate_limiter.define('switch_shadow', rate_limiter.token_bucket(3, '1 hour'), enforce => false);
+                 SELECT rate_limiter.define('switch_pro', rate_limiter.token_bucket(100, '1 minute'));
+                 SELECT rate_limiter.override('switch_bucket', 'vip', plan => 'switch_pro');
+                 SELECT rate_limiter.override('switch_bucket', 'windowed',
+                     config => rate_limiter.fixed_window(5, '1 hour', start => '2026-01-01'),
+                     expires_at => '2026-01-01 00:00:50+00');",
             )
             .expect("define the limits");
     }

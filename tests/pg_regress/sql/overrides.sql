@@ -190,8 +190,6 @@ REVOKE ALL ON FUNCTION rate_limiter.override(text, text, rate_limiter.config, te
 REVOKE USAGE ON SCHEMA rate_limiter FROM rl_ov_app;
 DROP ROLE rl_ov_app;
 
--- pg_dump keeps overrides (configuration data of the extension).
-SELECT pg_catalog.array_length(extconfig, 1) FROM pg_extension WHERE extname = 'rate_limiter';
 
 SELECT rate_limiter.remove_override('api', key) FROM rate_limiter.overrides WHERE name = 'api' ORDER BY key;
 SELECT rate_limiter.undefine('api');

@@ -413,3 +413,49 @@ fn an_update_from_0_4_0_keeps_every_row_and_then_distributes() {
     assert_eq!(stored(&mut coordinator, "old", "b"), Some(7.0));
     forget("old");
 }
+
+#[test]
+#[ignore = "needs the Citus cluster of scripts/test.sh"]
+fn an_install_distributed_at_0_5_0_updates_and_distribute_again_places_its_overrides() {
+    let mut coordinator = coordinator();
+    make_local();
+    coordinator
+        .batch_execute(
+            "DROP EXTENSION rate_limiter; CREATE EXTENSION rate_limiter VERSION '0.5.0'; \
+             SELECT rate_limiter.define('old5', rate_limiter.token_bucket(10, '1000 days')); \
+             SELECT rate_limiter.define('old5_pro', rate_limiter.token_bucket(100, '1000 days'))",
+        )
+        .expect("install 0.5.0 on every node");
+    make_distributed();
+    assert!(consume(&mut coordinator, "old5", Some("a")));
+    coordinator
+        .batch_execute("ALTER EXTENSION rate_limiter UPDATE")
+        .expect("update the distributed install");
+    // The overrides are the coordinator's own table until distribute():
+    // an override would reach no worker, so it fails closed.
+    let error = coordinator
+        .batch_execute("SELECT rate_limiter.override('old5', 'a', plan => 'old5_pro')")
+        .expect_err("an override before distribute()");
+    assert_eq!(
+        error.as_db_error().expect("db error").code(),
+        &SqlState::OBJECT_NOT_IN_PREREQUISITE_STATE,
+        "{error}"
+    );
+    coordinator
+        .batch_execute("SELECT rate_limiter.distribute()")
+        .expect("distribute() again after the update");
+    coordinator
+        .batch_execute("SELECT rate_limiter.override('old5', 'a', plan => 'old5_pro')")
+        .expect("an override after distribute()");
+    for (node, mut client) in nodes() {
+        let remaining: f64 = client
+            .query_one(
+                "SELECT remaining FROM rate_limiter.rate_check('old5', 'a')",
+                &[],
+            )
+            .expect("rate_check")
+            .get(0);
+        assert_eq!(remaining, 8.0, "on the {node}: the key's 9 tokens under the plan");
+    }
+    forget("old5");
+}
