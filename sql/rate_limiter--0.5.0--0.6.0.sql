@@ -101,6 +101,9 @@ CREATE TABLE rate_limiter.overrides (
     CONSTRAINT overrides_pkey PRIMARY KEY (name, key),
     CONSTRAINT overrides_config_or_plan CHECK ((plan IS NULL) = (kind IS NOT NULL))
 );
+-- A call probes this index (src/overrides.rs): a hash probe costs the same
+-- however many overrides there are.
+CREATE INDEX overrides_key ON rate_limiter.overrides USING hash (key);
 COMMENT ON TABLE rate_limiter.overrides IS
     'Per-key overrides of named limits: a config (kind ... start) or a plan (another definition) for (name, key) until expires_at; write it with rate_limiter.override() and rate_limiter.remove_override()';
 

@@ -25,6 +25,9 @@ pub struct Objects {
     /// invalid if missing: then no key has an override).
     pub overrides: pg_sys::Oid,
     pub overrides_index: pg_sys::Oid,
+    /// The hash index on `overrides.key`, which a call probes (invalid if
+    /// missing: the primary key then).
+    pub overrides_key_index: pg_sys::Oid,
     /// The owner of the table: the role the functions act as.
     pub owner: pg_sys::Oid,
     /// `rate_limiter.define(text, rate_limiter.config, boolean)` (before
@@ -229,6 +232,7 @@ fn look_up() -> Objects {
             let definitions = pg_sys::get_relname_relid(c"definitions".as_ptr(), schema);
             let overrides = pg_sys::get_relname_relid(c"overrides".as_ptr(), schema);
             let overrides_index = pg_sys::get_relname_relid(c"overrides_pkey".as_ptr(), schema);
+            let overrides_key_index = pg_sys::get_relname_relid(c"overrides_key".as_ptr(), schema);
             let regime_column = pg_sys::get_attnum(table, c"regime".as_ptr()) > 0;
             let enforce_column = definitions != pg_sys::InvalidOid
                 && pg_sys::get_attnum(definitions, c"enforce".as_ptr()) > 0;
@@ -257,7 +261,7 @@ fn look_up() -> Objects {
                 index,
                 owner,
                 definitions,
-                (overrides, overrides_index),
+                (overrides, overrides_index, overrides_key_index),
                 (enforce_column, regime_column),
                 marked,
             ))
@@ -269,7 +273,7 @@ fn look_up() -> Objects {
         index,
         owner,
         definitions,
-        (overrides, overrides_index),
+        (overrides, overrides_index, overrides_key_index),
         (enforce_column, regime_column),
         marked,
     )) = found
@@ -289,6 +293,7 @@ fn look_up() -> Objects {
         definitions,
         overrides,
         overrides_index,
+        overrides_key_index,
         owner,
         config_type: type_in(c"config", schema),
         request_type: type_in(c"request", schema),

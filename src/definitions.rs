@@ -23,9 +23,19 @@ use std::collections::HashMap;
 
 const TEXT: PgOid = PgOid::BuiltIn(pg_sys::PgBuiltInOids::TEXTOID);
 
+/// A definition by name, and whether any key of the name has an override.
+///
+/// Whether the name has overrides is the first entry of the overrides'
+/// primary key for the name, if any: an `ORDER BY` of the index's columns
+/// with `LIMIT 1`, so the planner probes the index. (A bare `EXISTS` was
+/// planned as a sequential scan, which is cheap when the statistics say
+/// every row has one name and ruinous for any other name: a definition
+/// lookup of a plan read all of 1,000,000 overrides.)
 const LOOKUP: &str =
     "SELECT kind::text, rate, period, capacity, max_reserved, shards, start, enforce, \
-            EXISTS (SELECT FROM rate_limiter.overrides AS o WHERE o.name = d.name COLLATE \"C\") \
+            EXISTS (SELECT FROM (SELECT FROM rate_limiter.overrides AS o \
+                                 WHERE o.name = d.name COLLATE \"C\" \
+                                 ORDER BY o.name, o.key LIMIT 1) AS first) \
      FROM rate_limiter.definitions AS d WHERE name = $1";
 
 /// [`LOOKUP`] on the tables of a version before 0.6.0 (no overrides).

@@ -7,7 +7,8 @@
 //!
 //! A call reads the table only for names that have overrides (the cached
 //! definition says so), and then at most once per (name, key) until an
-//! invalidation: one direct probe of the primary key (no SPI, no planner),
+//! invalidation: one direct probe of the hash index on `key` (no SPI, no
+//! planner),
 //! with the latest snapshot, as the definitions are read. Any write to the
 //! table fires the definitions' statement trigger, whose relcache
 //! invalidation empties every backend's caches, so a committed override
@@ -237,8 +238,15 @@ fn checked(value: Override) -> Result<Override, CallError> {
     Ok(value)
 }
 
-/// [`probe`] on one server: one probe of the primary key (name, key)
-/// (`systable_beginscan`: the index's own collation, "C").
+/// [`probe`] on one server: one probe of the hash index on `key`
+/// (`overrides_key`), the matching name found among the key's entries
+/// (one per limit that overrides that key). A hash probe costs the same
+/// for 1,000 or 1,000,000 overrides, where the primary key's btree
+/// compares the name and the key at every level of its descent
+/// (bench/report/overrides.md). A hash index scan is lossy (two keys may
+/// share a hash), so each entry's key is compared too, as the executor
+/// rechecks it. Without that index (a table altered by hand) the primary
+/// key is probed instead.
 fn probe_index(
     objects: crate::catalog::Objects,
     name: &[u8],
@@ -246,54 +254,73 @@ fn probe_index(
 ) -> Result<Option<Override>, CallError> {
     let name_datum = name.into_datum().unwrap_or(pg_sys::Datum::from(0));
     let key_datum = key.into_datum().unwrap_or(pg_sys::Datum::from(0));
-    // SAFETY: the relation and index are the extension's, opened and
-    // closed here; the scan keys point at text datums that outlive the
-    // scan; the found tuple is decoded (and its varlenas copied) before
-    // the scan ends and releases its buffer.
+    let hashed = objects.overrides_key_index != pg_sys::InvalidOid;
+    let searched: Vec<pg_sys::Datum> = if hashed {
+        vec![key_datum]
+    } else {
+        vec![name_datum, key_datum]
+    };
+    // SAFETY: the relations are the extension's, opened and closed here;
+    // the scan keys point at text datums that outlive the scan; each tuple
+    // is decoded (and its varlenas copied) while the slot holds it.
     unsafe {
-        let relation = pg_sys::table_open(objects.overrides, pg_sys::AccessShareLock as i32);
+        let lock = pg_sys::AccessShareLock as pg_sys::LOCKMODE;
+        let relation = pg_sys::table_open(objects.overrides, lock);
         if (*(*relation).rd_att).natts as usize != COLUMNS {
-            pg_sys::table_close(relation, pg_sys::AccessShareLock as i32);
+            pg_sys::table_close(relation, lock);
             pgrx::error!(
                 "rate_limiter: rate_limiter.overrides does not have the columns this version made"
             );
         }
-        let mut keys: [pg_sys::ScanKeyData; 2] = std::mem::zeroed();
-        for (index, datum) in [name_datum, key_datum].into_iter().enumerate() {
-            pg_sys::ScanKeyInit(
-                &mut keys[index],
-                (index + 1) as pg_sys::AttrNumber,
+        let index = pg_sys::index_open(
+            if hashed {
+                objects.overrides_key_index
+            } else {
+                objects.overrides_index
+            },
+            lock,
+        );
+        let mut keys: Vec<pg_sys::ScanKeyData> = vec![std::mem::zeroed(); searched.len()];
+        for (number, (scan_key, datum)) in keys.iter_mut().zip(&searched).enumerate() {
+            // Equality is strategy 1 of both btree and hash; the index
+            // columns are "C" (bytewise).
+            pg_sys::ScanKeyEntryInitialize(
+                scan_key,
+                0,
+                (number + 1) as pg_sys::AttrNumber,
                 pg_sys::BTEqualStrategyNumber as pg_sys::StrategyNumber,
+                pg_sys::InvalidOid,
+                pg_sys::C_COLLATION_OID,
                 pg_sys::regproc::from(pg_sys::Oid::from(pg_sys::F_TEXTEQ)),
-                datum,
+                *datum,
             );
         }
         let snapshot = pg_sys::RegisterSnapshot(pg_sys::GetLatestSnapshot());
-        let scan = pg_sys::systable_beginscan(
-            relation,
-            objects.overrides_index,
-            true,
-            snapshot,
-            2,
+        let scan = crate::compat::index_beginscan(relation, index, snapshot, keys.len() as i32);
+        pg_sys::index_rescan(
+            scan,
             keys.as_mut_ptr(),
+            keys.len() as i32,
+            std::ptr::null_mut(),
+            0,
         );
-        let tuple = pg_sys::systable_getnext(scan);
-        let found = if tuple.is_null() {
-            Ok(None)
-        } else {
-            let mut values = [pg_sys::Datum::from(0); COLUMNS];
-            let mut nulls = [true; COLUMNS];
-            pg_sys::heap_deform_tuple(
-                tuple,
-                (*relation).rd_att,
-                values.as_mut_ptr(),
-                nulls.as_mut_ptr(),
-            );
-            decode(&values, &nulls).map(Some)
-        };
-        pg_sys::systable_endscan(scan);
+        let slot = pg_sys::table_slot_create(relation, std::ptr::null_mut());
+        let mut found = Ok(None);
+        while pg_sys::index_getnext_slot(scan, pg_sys::ScanDirection::ForwardScanDirection, slot) {
+            pg_sys::slot_getsomeattrs_int(slot, COLUMNS as i32);
+            let values = std::slice::from_raw_parts((*slot).tts_values, COLUMNS);
+            let nulls = std::slice::from_raw_parts((*slot).tts_isnull, COLUMNS);
+            let bytes = |column: usize| Vec::<u8>::from_datum(values[column], nulls[column]);
+            if bytes(0).as_deref() == Some(name) && bytes(1).as_deref() == Some(key) {
+                found = decode(values, nulls).map(Some);
+                break;
+            }
+        }
+        pg_sys::ExecDropSingleTupleTableSlot(slot);
+        pg_sys::index_endscan(scan);
         pg_sys::UnregisterSnapshot(snapshot);
-        pg_sys::table_close(relation, pg_sys::AccessShareLock as i32);
+        pg_sys::index_close(index, lock);
+        pg_sys::table_close(relation, lock);
         found
     }
 }

@@ -23,10 +23,7 @@ type Grouped<'a> = (Vec<Limit<'a>>, Vec<Member>, Vec<Option<i64>>);
 /// The limits the requests name, each once (a limit named twice must have
 /// the same config both times), each request as a member of them, and the
 /// regime of each limit's rows.
-fn group<'a>(
-    requests: &[&'a RequestArgument],
-    reserve: bool,
-) -> Result<Grouped<'a>, CallError> {
+fn group<'a>(requests: &[&'a RequestArgument], reserve: bool) -> Result<Grouped<'a>, CallError> {
     let mut limits: Vec<Limit<'a>> = Vec::new();
     let mut regimes = Vec::new();
     // Where each limit is in `limits`.

@@ -455,7 +455,10 @@ fn an_install_distributed_at_0_5_0_updates_and_distribute_again_places_its_overr
             )
             .expect("rate_check")
             .get(0);
-        assert_eq!(remaining, 8.0, "on the {node}: the key's 9 tokens under the plan");
+        assert_eq!(
+            remaining, 8.0,
+            "on the {node}: the key's 9 tokens under the plan"
+        );
     }
     forget("old5");
 }

@@ -61,7 +61,11 @@ fn an_override_made_on_any_node_is_used_by_every_node() {
                 NODES[node],
                 NODES[writer]
             );
-            assert_eq!(remaining(client, "ovc", "plain"), 2.0, "other keys keep the definition");
+            assert_eq!(
+                remaining(client, "ovc", "plain"),
+                2.0,
+                "other keys keep the definition"
+            );
         }
         clients[writer]
             .execute("SELECT rate_limiter.remove_override('ovc', $1)", &[key])
@@ -79,22 +83,41 @@ fn an_override_made_on_any_node_is_used_by_every_node() {
             &[&on_worker2],
         )
         .expect("override with another kind");
-    assert_eq!(remaining(&mut clients[0], "ovc", &on_worker2), 9.0, "starts full");
+    assert_eq!(
+        remaining(&mut clients[0], "ovc", &on_worker2),
+        9.0,
+        "starts full"
+    );
     assert!(consume(&mut clients[0], "ovc", Some(&on_worker2)));
     assert_eq!(has_regime(&mut clients[0], "ovc", &on_worker2), Some(true));
     // undistribute() and distribute() keep the override and the regime.
     make_local();
     let mut coordinator = coordinator();
     assert_eq!(has_regime(&mut coordinator, "ovc", &on_worker2), Some(true));
-    assert_eq!(remaining(&mut coordinator, "ovc", &on_worker2), 8.0, "the same state, local");
+    assert_eq!(
+        remaining(&mut coordinator, "ovc", &on_worker2),
+        8.0,
+        "the same state, local"
+    );
     make_distributed();
     let mut clients: Vec<Client> = urls().iter().map(|url| connect(url)).collect();
     for client in &mut clients {
-        assert_eq!(remaining(client, "ovc", &on_worker2), 8.0, "the same state, distributed");
+        assert_eq!(
+            remaining(client, "ovc", &on_worker2),
+            8.0,
+            "the same state, distributed"
+        );
     }
     clients[0]
-        .execute("SELECT rate_limiter.remove_override('ovc', $1)", &[&on_worker2])
+        .execute(
+            "SELECT rate_limiter.remove_override('ovc', $1)",
+            &[&on_worker2],
+        )
         .expect("remove_override");
-    assert_eq!(remaining(&mut clients[2], "ovc", &on_worker2), 2.0, "back to the definition, full");
+    assert_eq!(
+        remaining(&mut clients[2], "ovc", &on_worker2),
+        2.0,
+        "back to the definition, full"
+    );
     forget("ovc");
 }
