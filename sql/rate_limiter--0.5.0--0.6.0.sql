@@ -76,8 +76,10 @@ GRANT SELECT ON rate_limiter.stats_info TO @extowner@ WITH GRANT OPTION;
 -- definition, which is what they are), the table rate_limiter.overrides,
 -- override() and remove_override(), the overrides' invalidation trigger.
 -- undefine() also deletes a limit's overrides; prune() also deletes
--- expired overrides.
-ALTER TABLE rate_limiter.rate_limits ADD COLUMN regime int8;
+-- expired overrides. (IF NOT EXISTS: on an install Citus distributes,
+-- Citus also sends this ALTER TABLE to every worker, whose own update
+-- adds the column too.)
+ALTER TABLE rate_limiter.rate_limits ADD COLUMN IF NOT EXISTS regime int8;
 
 -- Per-key overrides (docs/overrides.md): the configuration of one key of a
 -- defined limit, given inline (the config's columns) or by naming another

@@ -281,14 +281,19 @@ fn probe_index(
             lock,
         );
         let mut keys: Vec<pg_sys::ScanKeyData> = vec![std::mem::zeroed(); searched.len()];
+        // Equality: strategy 1 of hash, 3 of btree (an assertion-enabled
+        // server checks it). The index columns are "C" (bytewise).
+        let equal = if hashed {
+            pg_sys::HTEqualStrategyNumber
+        } else {
+            pg_sys::BTEqualStrategyNumber
+        };
         for (number, (scan_key, datum)) in keys.iter_mut().zip(&searched).enumerate() {
-            // Equality is strategy 1 of both btree and hash; the index
-            // columns are "C" (bytewise).
             pg_sys::ScanKeyEntryInitialize(
                 scan_key,
                 0,
                 (number + 1) as pg_sys::AttrNumber,
-                pg_sys::BTEqualStrategyNumber as pg_sys::StrategyNumber,
+                equal as pg_sys::StrategyNumber,
                 pg_sys::InvalidOid,
                 pg_sys::C_COLLATION_OID,
                 pg_sys::regproc::from(pg_sys::Oid::from(pg_sys::F_TEXTEQ)),

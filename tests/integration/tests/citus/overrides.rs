@@ -13,7 +13,7 @@ fn remaining(client: &mut Client, name: &str, key: &str) -> f64 {
             "SELECT remaining FROM rate_limiter.rate_check($1, $2)",
             &[&name, &key],
         )
-        .unwrap_or_else(|error| panic!("rate_check({name}, {key}): {error}"))
+        .unwrap_or_else(|error| panic!("rate_check({name}, {key}): {error:?}"))
         .get(0)
 }
 
@@ -52,7 +52,7 @@ fn an_override_made_on_any_node_is_used_by_every_node() {
                 "SELECT rate_limiter.override('ovc', $1, plan => 'ovc_pro')",
                 &[key],
             )
-            .unwrap_or_else(|error| panic!("override on {}: {error}", NODES[writer]));
+            .unwrap_or_else(|error| panic!("override on {}: {error:?}", NODES[writer]));
         for (node, client) in clients.iter_mut().enumerate() {
             assert_eq!(
                 remaining(client, "ovc", key),
