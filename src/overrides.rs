@@ -193,7 +193,13 @@ fn select(name: &[u8], key: &[u8]) -> Result<Option<Override>, CallError> {
                 return Ok(None);
             }
             let row = table.first();
-            let plan: Option<Vec<u8>> = row.get::<&[u8]>(1)?.map(<[u8]>::to_vec);
+            // The plan as bytes: the raw text datum (a Vec<u8> copies any
+            // varlena), as names are read everywhere.
+            // SAFETY: the datum belongs to the table, which is still alive.
+            let plan = unsafe {
+                row.get_datum_by_ordinal(1)?
+                    .and_then(|datum| Vec::<u8>::from_datum(datum, false))
+            };
             let config = match row.get::<String>(2)? {
                 None => None,
                 Some(label) => {
