@@ -255,29 +255,28 @@ fn look_up() -> Objects {
                         && std::ffi::CStr::from_ptr((*check).ccname) == DISTRIBUTED_MARKER
                 });
             pg_sys::relation_close(relation, pg_sys::NoLock as pg_sys::LOCKMODE);
-            Some((
+            // The rest (types, define, whether a cluster stores the rows)
+            // is looked up below, once the relations are known.
+            Some(Objects {
                 schema,
                 table,
                 index,
-                owner,
                 definitions,
-                (overrides, overrides_index, overrides_key_index),
-                (enforce_column, regime_column),
+                overrides,
+                overrides_index,
+                overrides_key_index,
+                owner,
+                define: pg_sys::InvalidOid,
+                enforce_column,
+                regime_column,
+                config_type: pg_sys::InvalidOid,
+                request_type: pg_sys::InvalidOid,
+                elsewhere: marked,
                 marked,
-            ))
+            })
         })
     };
-    let Some((
-        schema,
-        table,
-        index,
-        owner,
-        definitions,
-        (overrides, overrides_index, overrides_key_index),
-        (enforce_column, regime_column),
-        marked,
-    )) = found
-    else {
+    let Some(mut objects) = found else {
         ereport!(
             PgLogLevel::ERROR,
             PgSqlErrorCode::ERRCODE_UNDEFINED_TABLE,
@@ -286,23 +285,10 @@ fn look_up() -> Objects {
         );
         unreachable!("an ERROR report does not return")
     };
-    let objects = Objects {
-        schema,
-        table,
-        index,
-        definitions,
-        overrides,
-        overrides_index,
-        overrides_key_index,
-        owner,
-        config_type: type_in(c"config", schema),
-        request_type: type_in(c"request", schema),
-        define: define_function(),
-        enforce_column,
-        regime_column,
-        elsewhere: marked || distributed(table, definitions),
-        marked,
-    };
+    objects.config_type = type_in(c"config", objects.schema);
+    objects.request_type = type_in(c"request", objects.schema);
+    objects.define = define_function();
+    objects.elsewhere = objects.marked || distributed(objects.table, objects.definitions);
     if generation() == before {
         OBJECTS.with(|cell| cell.set(Some(objects)));
     }

@@ -415,13 +415,10 @@ pub(super) fn state_at(
     }
     let expected = delegated("_rate_state_at", STATE_AT_HINT, false, dkey, name, key)?;
     here(&expected, false, |target| {
-        let limit = crate::storage::LimitRows {
-            name,
-            key,
-            shards,
-            regime: crate::definitions::regime_of(name, key),
-        };
-        Ok(crate::storage::read_shards(limit, target))
+        Ok(crate::storage::read_shards(
+            super::read::key_rows(name, key, shards),
+            target,
+        ))
     })?
     .ok_or_else(not_here)
 }

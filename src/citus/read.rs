@@ -58,13 +58,10 @@ pub fn read_states(
     }
     let dkey = distribution_value(name, key, 0)?;
     if let Some(states) = here(&dkey, false, |target| {
-        let limit = crate::storage::LimitRows {
-            name,
-            key,
-            shards,
-            regime: crate::definitions::regime_of(name, key),
-        };
-        Ok(crate::storage::read_shards(limit, target))
+        Ok(crate::storage::read_shards(
+            key_rows(name, key, shards),
+            target,
+        ))
     })? {
         return Ok(states);
     }
@@ -118,4 +115,21 @@ pub(super) fn read_spread_states(
         read_elsewhere(&other.dkey, name, None, shards, &mut states)?;
     }
     Ok(states)
+}
+
+/// The rows of `shards` shards of (name, key), as a node reads them for
+/// another that resolved the call: under the regime the key's
+/// configuration has here (`definitions::regime_of`; an inline config's
+/// is the definition's).
+pub(super) fn key_rows<'a>(
+    name: &'a [u8],
+    key: Option<&'a [u8]>,
+    shards: i16,
+) -> crate::storage::LimitRows<'a> {
+    crate::storage::LimitRows {
+        name,
+        key,
+        shards,
+        regime: crate::definitions::regime_of(name, key),
+    }
 }
