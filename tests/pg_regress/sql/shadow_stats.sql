@@ -5,3 +5,20 @@
 -- leaves this out.)
 SELECT name, calls, admitted, refused, reserved, tokens, near_limit, shadow_refused
 FROM rate_limiter.stats WHERE name LIKE 'shadow%' ORDER BY name;
+
+-- A key in shadow mode by its override (docs/overrides.md): its refusal
+-- is counted as shadow_refused, another key's as refused, both under the
+-- limit's name.
+SET rate_limiter.now_override = '2026-01-01 00:00:00+00';
+SELECT rate_limiter.define('shadow_override', rate_limiter.token_bucket(1, '1 hour'));
+SELECT rate_limiter.override('shadow_override', 'watched',
+    config => rate_limiter.token_bucket(1, '1 hour'), enforce => false);
+SELECT ok FROM rate_limiter.rate_limit('shadow_override', 'watched', 1);
+SELECT ok FROM rate_limiter.rate_limit('shadow_override', 'watched', 1);
+SELECT ok FROM rate_limiter.rate_limit('shadow_override', 'enforced', 1);
+SELECT ok FROM rate_limiter.rate_limit('shadow_override', 'enforced', 1);
+SELECT name, calls, admitted, refused, shadow_refused
+FROM rate_limiter.stats WHERE name = 'shadow_override';
+SELECT rate_limiter.undefine('shadow_override');
+SELECT rate_limiter.rate_reset('shadow_override', k) FROM (VALUES ('watched'), ('enforced')) AS keys(k);
+RESET rate_limiter.now_override;
