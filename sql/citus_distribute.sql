@@ -44,6 +44,14 @@ BEGIN
             USING ERRCODE = '55000',
                   HINT = 'Connect to the coordinator and call it there.';
     END IF;
+    -- Blocks are not distributed yet (docs/blocks.md, "Citus"): a block
+    -- kept in the coordinator's table would not be seen by the workers.
+    IF pg_catalog.to_regclass('rate_limiter.blocks') IS NOT NULL
+       AND EXISTS (SELECT FROM rate_limiter.blocks) THEN
+        RAISE EXCEPTION 'rate_limiter.distribute() cannot distribute blocked keys yet'
+            USING ERRCODE = '55000',
+                  HINT = 'Lift them first (rate_limiter.unblock(); SELECT name, key FROM rate_limiter.blocks lists them).';
+    END IF;
     -- run_command_on_workers (below) asks the workers over connections of
     -- its own, which would wait forever for locks this transaction holds
     -- (an undistribute() before it, say).

@@ -60,7 +60,7 @@ LANGUAGE c VOLATILE
 AS 'MODULE_PATHNAME', 'undefine_wrapper';
 
 COMMENT ON FUNCTION rate_limiter.undefine(text) IS
-'Deletes the named limit and its overrides; true if it existed. Its state rows are left alone. Errors: 22004 NULL name; 2BP01 the limit is the plan of an override (remove those overrides first).';
+'Deletes the named limit, its overrides and its blocks; true if it existed. Its state rows are left alone. Errors: 22004 NULL name; 2BP01 the limit is the plan of an override (remove those overrides first).';
 
 -- Per-key overrides and plans (docs/overrides.md) -------------------------
 
@@ -90,6 +90,37 @@ AS 'MODULE_PATHNAME', 'remove_override_wrapper';
 COMMENT ON FUNCTION rate_limiter.remove_override(text, text) IS
 'Deletes the override of (name, key); true if there was one. The definition applies to the key again (its state continues when kind, period and shards are the same). '
 'Only roles that may call define. Errors: 22004 NULL name/key; 42704 undefined name; 42501 a role that may not call define.';
+
+-- Blocks (docs/blocks.md) ---------------------------------------------------
+
+CREATE FUNCTION rate_limiter.block(name text, key text, duration interval, reason text DEFAULT NULL)
+RETURNS timestamptz
+LANGUAGE c VOLATILE
+AS 'MODULE_PATHNAME', 'block_wrapper';
+
+COMMENT ON FUNCTION rate_limiter.block(text, text, interval, text) IS
+'Blocks one key of a defined limit (key NULL = its global limit) for duration from now: every consuming and checking call of that name and key is refused until then, '
+'consuming nothing (ok false, retry_after until - now, remaining 0; the RL429 DETAIL says "blocked": true and the reason). '
+'Extends, never shortens, a block in force; returns its end. A block that starts while the key is not blocked adds a strike and takes reason. Blocks survive rate_reset. '
+'Only roles that may call define. Errors: 22004 NULL name/duration; 22023 negative or infinite duration; 42501 a role that may not call define; 42704 undefined name; 0A000 a distributed install.';
+
+CREATE FUNCTION rate_limiter.unblock(name text, key text)
+RETURNS boolean
+LANGUAGE c VOLATILE
+AS 'MODULE_PATHNAME', 'unblock_wrapper';
+
+COMMENT ON FUNCTION rate_limiter.unblock(text, text) IS
+'Lifts the block of (name, key) and forgets its strikes; true if the key was blocked. '
+'Only roles that may call define. Errors: 22004 NULL name; 42501 a role that may not call define; 42704 undefined name; 0A000 a distributed install.';
+
+CREATE FUNCTION rate_limiter.blocked(name text, key text)
+RETURNS TABLE (until timestamptz, strikes int4, reason text)
+LANGUAGE c STABLE
+AS 'MODULE_PATHNAME', 'blocked_wrapper';
+
+COMMENT ON FUNCTION rate_limiter.blocked(text, text) IS
+'The block of (name, key) while it is in force: until (its end), strikes (blocks the key has had), reason; no row when the key is not blocked. '
+'Errors: 22004 NULL name; 42704 undefined name.';
 
 -- The core -----------------------------------------------------------------
 
@@ -325,7 +356,7 @@ COMMENT ON FUNCTION rate_limiter.rate_wait(text, text, float8, interval, rate_li
 CREATE FUNCTION rate_limiter._stats()
 RETURNS TABLE (name text, calls bigint, admitted bigint, refused bigint, reserved bigint,
                tokens float8, credited float8, near_limit bigint, shadow_refused bigint,
-               contended bigint, stats_reset timestamptz)
+               contended bigint, stats_reset timestamptz, blocked bigint)
 LANGUAGE c VOLATILE
 AS 'MODULE_PATHNAME', 'stats_wrapper';
 
@@ -337,7 +368,8 @@ CREATE VIEW rate_limiter.stats AS SELECT * FROM rate_limiter._stats();
 COMMENT ON VIEW rate_limiter.stats IS
 'One row per limit name of this database that was called since the server started: counters summed over every backend since stats_reset. '
 'calls = admitted + refused + shadow_refused; reserved = admitted with retry_after > 0; tokens = counts admitted; credited = tokens given back; '
-'near_limit = admitted calls that left less than 20% of capacity; contended = sharded calls that passed over or waited for a locked shard. '
+'near_limit = admitted calls that left less than 20% of capacity; contended = sharded calls that passed over or waited for a locked shard; '
+'blocked = refusals of a blocked key (also counted in refused). '
 'A rate_limit_all refused as a whole counts only its refused requests. '
 'name is distinct per row and always converts to UTF-8: in a database that is not UTF8, characters without a UTF-8 equivalent show as \xNN and \ as \\; '
 'a name longer than 256 bytes shows cut, followed by ...[<length> bytes #<hash>]. '
@@ -379,9 +411,9 @@ AS 'MODULE_PATHNAME', 'prune_wrapper';
 
 COMMENT ON FUNCTION rate_limiter.prune(interval) IS
 'Deletes state rows that change no later answer: rows of a defined limit that are full again and that a missing row would answer for exactly (under the key''s override, if any), rows written under a configuration the key no longer has; '
-'and expired overrides (a NOTICE says how many); '
+'and expired overrides and ended blocks (a NOTICE says how many of each); '
 'and, when older_than is given, rows of names without a definition (inline configs) whose ts is older than now - older_than. '
-'Rows another transaction holds are skipped. Returns how many rows were deleted (state rows and overrides). Schedule it with pg_cron. '
+'Rows another transaction holds are skipped. Returns how many rows were deleted (state rows, overrides and blocks). Schedule it with pg_cron. '
 'Errors: 22023 negative older_than; 25006 in a read-only transaction.';
 
 -- PostgREST ---------------------------------------------------------------------
@@ -471,4 +503,8 @@ FOR EACH STATEMENT EXECUTE FUNCTION rate_limiter._definitions_changed();
 
 CREATE TRIGGER overrides_changed
 AFTER INSERT OR UPDATE OR DELETE OR TRUNCATE ON rate_limiter.overrides
+FOR EACH STATEMENT EXECUTE FUNCTION rate_limiter._definitions_changed();
+
+CREATE TRIGGER blocks_changed
+AFTER INSERT OR UPDATE OR DELETE OR TRUNCATE ON rate_limiter.blocks
 FOR EACH STATEMENT EXECUTE FUNCTION rate_limiter._definitions_changed();

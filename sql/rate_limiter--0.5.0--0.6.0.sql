@@ -149,9 +149,9 @@ COMMENT ON FUNCTION rate_limiter.undefine(text) IS
 
 COMMENT ON FUNCTION rate_limiter.prune(interval) IS
 'Deletes state rows that change no later answer: rows of a defined limit that are full again and that a missing row would answer for exactly (under the key''s override, if any), rows written under a configuration the key no longer has; '
-'and expired overrides (a NOTICE says how many); '
+'and expired overrides and ended blocks (a NOTICE says how many of each); '
 'and, when older_than is given, rows of names without a definition (inline configs) whose ts is older than now - older_than. '
-'Rows another transaction holds are skipped. Returns how many rows were deleted (state rows and overrides). Schedule it with pg_cron. '
+'Rows another transaction holds are skipped. Returns how many rows were deleted (state rows, overrides and blocks). Schedule it with pg_cron. '
 'Errors: 22023 negative older_than; 25006 in a read-only transaction.';
 
 -- The overrides' objects: nobody but their owner holds a privilege on
@@ -187,6 +187,160 @@ $revoke$;
 
 GRANT EXECUTE ON FUNCTION rate_limiter.override(text, text, rate_limiter.config, text, timestamptz, boolean) TO @extowner@ WITH GRANT OPTION;
 GRANT EXECUTE ON FUNCTION rate_limiter.remove_override(text, text) TO @extowner@ WITH GRANT OPTION;
+
+-- Blocks (docs/blocks.md): the table rate_limiter.blocks, block(),
+-- unblock(), blocked(), the blocks' invalidation trigger; undefine() also
+-- deletes a limit's blocks, prune() also deletes ended blocks; the
+-- statistics' new column blocked (last in _stats(), so that the library
+-- reads an older row type until this update; the view is made again with
+-- it, and every privilege on the old view and function is given again on
+-- the new ones, granted by the role running the update).
+-- Blocks (docs/blocks.md): a key of a defined limit refused until `until`,
+-- whatever its tokens; key NULL is the global limit (NULLS NOT DISTINCT
+-- makes it one row). strikes counts the blocks the key has had; reason is
+-- what block() was told, for the refusal's DETAIL. Written by
+-- rate_limiter.block() and rate_limiter.unblock(); read by every call of
+-- a name that has blocks (src/blocks.rs) through the unique index.
+CREATE TABLE rate_limiter.blocks (
+    name    text COLLATE "C" NOT NULL,
+    key     text COLLATE "C",
+    until   timestamptz NOT NULL,
+    strikes int4 NOT NULL DEFAULT 0,
+    reason  text,
+    CONSTRAINT blocks_name_key UNIQUE NULLS NOT DISTINCT (name, key)
+);
+COMMENT ON TABLE rate_limiter.blocks IS
+    'Blocked keys of named limits: refused until until; write it with rate_limiter.block() and rate_limiter.unblock()';
+
+SELECT pg_catalog.pg_extension_config_dump('rate_limiter.blocks', '');
+
+-- Blocks (docs/blocks.md) ---------------------------------------------------
+
+CREATE FUNCTION rate_limiter.block(name text, key text, duration interval, reason text DEFAULT NULL)
+RETURNS timestamptz
+LANGUAGE c VOLATILE
+AS 'MODULE_PATHNAME', 'block_wrapper';
+
+COMMENT ON FUNCTION rate_limiter.block(text, text, interval, text) IS
+'Blocks one key of a defined limit (key NULL = its global limit) for duration from now: every consuming and checking call of that name and key is refused until then, '
+'consuming nothing (ok false, retry_after until - now, remaining 0; the RL429 DETAIL says "blocked": true and the reason). '
+'Extends, never shortens, a block in force; returns its end. A block that starts while the key is not blocked adds a strike and takes reason. Blocks survive rate_reset. '
+'Only roles that may call define. Errors: 22004 NULL name/duration; 22023 negative or infinite duration; 42501 a role that may not call define; 42704 undefined name; 0A000 a distributed install.';
+
+CREATE FUNCTION rate_limiter.unblock(name text, key text)
+RETURNS boolean
+LANGUAGE c VOLATILE
+AS 'MODULE_PATHNAME', 'unblock_wrapper';
+
+COMMENT ON FUNCTION rate_limiter.unblock(text, text) IS
+'Lifts the block of (name, key) and forgets its strikes; true if the key was blocked. '
+'Only roles that may call define. Errors: 22004 NULL name; 42501 a role that may not call define; 42704 undefined name; 0A000 a distributed install.';
+
+CREATE FUNCTION rate_limiter.blocked(name text, key text)
+RETURNS TABLE (until timestamptz, strikes int4, reason text)
+LANGUAGE c STABLE
+AS 'MODULE_PATHNAME', 'blocked_wrapper';
+
+COMMENT ON FUNCTION rate_limiter.blocked(text, text) IS
+'The block of (name, key) while it is in force: until (its end), strikes (blocks the key has had), reason; no row when the key is not blocked. '
+'Errors: 22004 NULL name; 42704 undefined name.';
+
+CREATE TRIGGER blocks_changed
+AFTER INSERT OR UPDATE OR DELETE OR TRUNCATE ON rate_limiter.blocks
+FOR EACH STATEMENT EXECUTE FUNCTION rate_limiter._definitions_changed();
+
+COMMENT ON FUNCTION rate_limiter.undefine(text) IS
+'Deletes the named limit, its overrides and its blocks; true if it existed. Its state rows are left alone. Errors: 22004 NULL name; 2BP01 the limit is the plan of an override (remove those overrides first).';
+
+DO $stats$
+DECLARE
+    grants text[];
+    command text;
+BEGIN
+    SELECT coalesce(pg_catalog.array_agg(pg_catalog.format('GRANT %s ON %s TO %s%s', a.privilege_type,
+               CASE WHEN o.kind = 'view' THEN 'rate_limiter.stats' ELSE 'FUNCTION rate_limiter._stats()' END,
+               CASE WHEN a.grantee = 0 THEN 'PUBLIC' ELSE pg_catalog.quote_ident(r.rolname) END,
+               CASE WHEN a.is_grantable THEN ' WITH GRANT OPTION' ELSE '' END)), '{}')
+    INTO grants
+    FROM (SELECT 'view' AS kind, c.relacl AS acl, c.relowner AS owner FROM pg_catalog.pg_class AS c
+          WHERE c.oid = 'rate_limiter.stats'::pg_catalog.regclass
+          UNION ALL
+          SELECT 'function', p.proacl, p.proowner FROM pg_catalog.pg_proc AS p
+          WHERE p.oid = 'rate_limiter._stats()'::pg_catalog.regprocedure) AS o
+    CROSS JOIN LATERAL pg_catalog.aclexplode(o.acl) AS a
+    LEFT JOIN pg_catalog.pg_roles AS r ON r.oid = a.grantee
+    WHERE a.grantee <> o.owner;
+    DROP VIEW rate_limiter.stats;
+    DROP FUNCTION rate_limiter._stats();
+    CREATE FUNCTION rate_limiter._stats()
+    RETURNS TABLE (name text, calls bigint, admitted bigint, refused bigint, reserved bigint,
+                   tokens float8, credited float8, near_limit bigint, shadow_refused bigint,
+                   contended bigint, stats_reset timestamptz, blocked bigint)
+    LANGUAGE c VOLATILE
+    AS 'MODULE_PATHNAME', 'stats_wrapper';
+    CREATE VIEW rate_limiter.stats AS SELECT * FROM rate_limiter._stats();
+    REVOKE ALL ON FUNCTION rate_limiter._stats() FROM PUBLIC;
+    REVOKE ALL ON rate_limiter.stats FROM PUBLIC;
+    FOREACH command IN ARRAY grants LOOP
+        EXECUTE command;
+    END LOOP;
+END
+$stats$;
+
+GRANT EXECUTE ON FUNCTION rate_limiter._stats() TO @extowner@ WITH GRANT OPTION;
+GRANT SELECT ON rate_limiter.stats TO @extowner@ WITH GRANT OPTION;
+
+COMMENT ON FUNCTION rate_limiter._stats() IS
+'The rows of the view rate_limiter.stats. Errors: 55000 when rate_limiter is not in shared_preload_libraries.';
+
+COMMENT ON VIEW rate_limiter.stats IS
+'One row per limit name of this database that was called since the server started: counters summed over every backend since stats_reset. '
+'calls = admitted + refused + shadow_refused; reserved = admitted with retry_after > 0; tokens = counts admitted; credited = tokens given back; '
+'near_limit = admitted calls that left less than 20% of capacity; contended = sharded calls that passed over or waited for a locked shard; '
+'blocked = refusals of a blocked key (also counted in refused). '
+'A rate_limit_all refused as a whole counts only its refused requests. '
+'name is distinct per row and always converts to UTF-8: in a database that is not UTF8, characters without a UTF-8 equivalent show as \xNN and \ as \\; '
+'a name longer than 256 bytes shows cut, followed by ...[<length> bytes #<hash>]. '
+'Not transactional (a decision is counted when made). Needs shared_preload_libraries = ''rate_limiter'' (55000 otherwise); '
+'at most rate_limiter.stats_max names of all databases (see rate_limiter.stats_info).';
+
+-- The blocks' objects: nobody but their owner holds a privilege on them,
+-- whatever ALTER DEFAULT PRIVILEGES handed out.
+DO $revoke$
+DECLARE
+    grantee_name name;
+BEGIN
+    REVOKE ALL ON FUNCTION rate_limiter.block(text, text, interval, text) FROM PUBLIC;
+    REVOKE ALL ON FUNCTION rate_limiter.unblock(text, text) FROM PUBLIC;
+    REVOKE ALL ON FUNCTION rate_limiter.blocked(text, text) FROM PUBLIC;
+    REVOKE ALL ON rate_limiter.blocks FROM PUBLIC;
+    FOR grantee_name IN
+        SELECT DISTINCT r.rolname
+        FROM (
+            SELECT (pg_catalog.aclexplode(p.proacl)).grantee, p.proowner AS owner
+            FROM pg_catalog.pg_proc AS p
+            WHERE p.oid IN ('rate_limiter.block(text, text, interval, text)'::pg_catalog.regprocedure,
+                            'rate_limiter.unblock(text, text)'::pg_catalog.regprocedure,
+                            'rate_limiter.blocked(text, text)'::pg_catalog.regprocedure)
+            UNION ALL
+            SELECT (pg_catalog.aclexplode(c.relacl)).grantee, c.relowner
+            FROM pg_catalog.pg_class AS c
+            WHERE c.oid IN ('rate_limiter.blocks'::pg_catalog.regclass)
+        ) AS granted
+        JOIN pg_catalog.pg_roles AS r ON r.oid = granted.grantee
+        WHERE granted.grantee <> granted.owner
+    LOOP
+        EXECUTE pg_catalog.format('REVOKE ALL ON FUNCTION rate_limiter.block(text, text, interval, text) FROM %I', grantee_name);
+        EXECUTE pg_catalog.format('REVOKE ALL ON FUNCTION rate_limiter.unblock(text, text) FROM %I', grantee_name);
+        EXECUTE pg_catalog.format('REVOKE ALL ON FUNCTION rate_limiter.blocked(text, text) FROM %I', grantee_name);
+        EXECUTE pg_catalog.format('REVOKE ALL ON rate_limiter.blocks FROM %I', grantee_name);
+    END LOOP;
+END
+$revoke$;
+
+GRANT EXECUTE ON FUNCTION rate_limiter.block(text, text, interval, text) TO @extowner@ WITH GRANT OPTION;
+GRANT EXECUTE ON FUNCTION rate_limiter.unblock(text, text) TO @extowner@ WITH GRANT OPTION;
+GRANT EXECUTE ON FUNCTION rate_limiter.blocked(text, text) TO @extowner@ WITH GRANT OPTION;
 
 -- ==== Citus (generated from sql/citus_distribute.sql and sql/citus_internal_functions.sql) ====
 -- Citus, day two (SPEC section 10): distribute() marks the workers' own
@@ -235,6 +389,14 @@ BEGIN
         RAISE EXCEPTION 'rate_limiter.distribute() runs on the coordinator'
             USING ERRCODE = '55000',
                   HINT = 'Connect to the coordinator and call it there.';
+    END IF;
+    -- Blocks are not distributed yet (docs/blocks.md, "Citus"): a block
+    -- kept in the coordinator's table would not be seen by the workers.
+    IF pg_catalog.to_regclass('rate_limiter.blocks') IS NOT NULL
+       AND EXISTS (SELECT FROM rate_limiter.blocks) THEN
+        RAISE EXCEPTION 'rate_limiter.distribute() cannot distribute blocked keys yet'
+            USING ERRCODE = '55000',
+                  HINT = 'Lift them first (rate_limiter.unblock(); SELECT name, key FROM rate_limiter.blocks lists them).';
     END IF;
     -- run_command_on_workers (below) asks the workers over connections of
     -- its own, which would wait forever for locks this transaction holds

@@ -112,8 +112,26 @@ CREATE INDEX overrides_key ON rate_limiter.overrides USING hash (key);
 COMMENT ON TABLE rate_limiter.overrides IS
     'Per-key overrides of named limits: a config (kind ... start) or a plan (another definition) for (name, key) until expires_at; write it with rate_limiter.override() and rate_limiter.remove_override()';
 
+-- Blocks (docs/blocks.md): a key of a defined limit refused until `until`,
+-- whatever its tokens; key NULL is the global limit (NULLS NOT DISTINCT
+-- makes it one row). strikes counts the blocks the key has had; reason is
+-- what block() was told, for the refusal's DETAIL. Written by
+-- rate_limiter.block() and rate_limiter.unblock(); read by every call of
+-- a name that has blocks (src/blocks.rs) through the unique index.
+CREATE TABLE rate_limiter.blocks (
+    name    text COLLATE "C" NOT NULL,
+    key     text COLLATE "C",
+    until   timestamptz NOT NULL,
+    strikes int4 NOT NULL DEFAULT 0,
+    reason  text,
+    CONSTRAINT blocks_name_key UNIQUE NULLS NOT DISTINCT (name, key)
+);
+COMMENT ON TABLE rate_limiter.blocks IS
+    'Blocked keys of named limits: refused until until; write it with rate_limiter.block() and rate_limiter.unblock()';
+
 -- pg_dump keeps definitions and state (a restore must not hand everyone a
 -- full bucket).
 SELECT pg_catalog.pg_extension_config_dump('rate_limiter.definitions', '');
 SELECT pg_catalog.pg_extension_config_dump('rate_limiter.rate_limits', '');
 SELECT pg_catalog.pg_extension_config_dump('rate_limiter.overrides', '');
+SELECT pg_catalog.pg_extension_config_dump('rate_limiter.blocks', '');

@@ -140,6 +140,8 @@ pub struct RequestArgument {
     pub enforce: bool,
     /// The regime of its rows (`Definition::regime`).
     pub regime: Option<i64>,
+    /// The end of the key's block, when blocked (`Definition::blocked_until`).
+    pub blocked_until: Option<rate_limiter_algorithm::Micros>,
     /// The element as it came (a `rate_limiter.request` datum, valid for
     /// the call), to pass on to another node on a distributed install.
     pub element: pg_sys::Datum,
@@ -251,6 +253,7 @@ pub fn read_requests(array: pg_sys::Datum) -> Result<Vec<RequestArgument>, CallE
                 config: definition.config,
                 enforce: definition.enforce,
                 regime: definition.regime,
+                blocked_until: definition.blocked_until,
                 element,
             })
         })

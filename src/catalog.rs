@@ -28,6 +28,9 @@ pub struct Objects {
     /// The hash index on `overrides.key`, which a call probes (invalid if
     /// missing: the primary key then).
     pub overrides_key_index: pg_sys::Oid,
+    /// `rate_limiter.blocks` (0.6.0 and later; invalid if missing: then no
+    /// key is blocked).
+    pub blocks: pg_sys::Oid,
     /// The owner of the table: the role the functions act as.
     pub owner: pg_sys::Oid,
     /// `rate_limiter.define(text, rate_limiter.config, boolean)` (before
@@ -233,6 +236,7 @@ fn look_up() -> Objects {
             let overrides = pg_sys::get_relname_relid(c"overrides".as_ptr(), schema);
             let overrides_index = pg_sys::get_relname_relid(c"overrides_pkey".as_ptr(), schema);
             let overrides_key_index = pg_sys::get_relname_relid(c"overrides_key".as_ptr(), schema);
+            let blocks = pg_sys::get_relname_relid(c"blocks".as_ptr(), schema);
             let regime_column = pg_sys::get_attnum(table, c"regime".as_ptr()) > 0;
             let enforce_column = definitions != pg_sys::InvalidOid
                 && pg_sys::get_attnum(definitions, c"enforce".as_ptr()) > 0;
@@ -265,6 +269,7 @@ fn look_up() -> Objects {
                 overrides,
                 overrides_index,
                 overrides_key_index,
+                blocks,
                 owner,
                 define: pg_sys::InvalidOid,
                 enforce_column,

@@ -17,7 +17,7 @@ use crate::storage::text_argument;
 use pgrx::prelude::*;
 use pgrx::spi::SpiClient;
 use pgrx::PgOid;
-use rate_limiter_algorithm::{Config, Kind, LimitError};
+use rate_limiter_algorithm::{Config, Decision, Kind, LimitError, Micros};
 use std::cell::{Cell, RefCell};
 use std::collections::HashMap;
 
@@ -35,37 +35,57 @@ const LOOKUP: &str =
     "SELECT kind::text, rate, period, capacity, max_reserved, shards, start, enforce, \
             EXISTS (SELECT FROM (SELECT FROM rate_limiter.overrides AS o \
                                  WHERE o.name = d.name COLLATE \"C\" \
-                                 ORDER BY o.name, o.key LIMIT 1) AS first) \
+                                 ORDER BY o.name, o.key LIMIT 1) AS first), \
+            EXISTS (SELECT FROM (SELECT FROM rate_limiter.blocks AS b \
+                                 WHERE b.name = d.name COLLATE \"C\" \
+                                 ORDER BY b.name, b.key LIMIT 1) AS first) \
      FROM rate_limiter.definitions AS d WHERE name = $1";
 
-/// [`LOOKUP`] on the tables of a version before 0.6.0 (no overrides).
+/// [`LOOKUP`] on the tables of a version before 0.6.0 (no overrides, no
+/// blocks).
 const LOOKUP_BEFORE_0_6: &str =
-    "SELECT kind::text, rate, period, capacity, max_reserved, shards, start, enforce, false \
+    "SELECT kind::text, rate, period, capacity, max_reserved, shards, start, enforce, false, false \
      FROM rate_limiter.definitions WHERE name = $1";
 
 /// [`LOOKUP`] on the tables of a version before 0.4.0 (no column
 /// `enforce`: every limit enforces), until `ALTER EXTENSION ... UPDATE`.
 const LOOKUP_BEFORE_0_4: &str =
-    "SELECT kind::text, rate, period, capacity, max_reserved, shards, start, true, false \
+    "SELECT kind::text, rate, period, capacity, max_reserved, shards, start, true, false, false \
      FROM rate_limiter.definitions WHERE name = $1";
 
 /// What a call of a limit uses: its config, whether it enforces
 /// (`false`: shadow mode, see `rate_limiter_algorithm::verdict`), and the
 /// regime its state rows are written under (`None`: the definition's;
-/// `crate::overrides::regime`). An inline config always enforces.
+/// `crate::overrides::regime`). An inline config always enforces. And,
+/// when the key is blocked, the end of its block (docs/blocks.md): until
+/// then every consuming and checking call is refused.
 #[derive(Debug, Clone, Copy, PartialEq)]
 pub struct Definition {
     pub config: Config,
     pub enforce: bool,
     pub regime: Option<i64>,
+    /// Microseconds since 2000-01-01 UTC; `None`: not blocked at the
+    /// instant the call resolved.
+    pub blocked_until: Option<Micros>,
+}
+
+impl Definition {
+    /// The refusal of a call of a blocked key at `now`
+    /// (`rate_limiter_algorithm::blocked`), or `None`.
+    pub fn blocked_at(&self, now: Micros) -> Option<Decision> {
+        self.blocked_until
+            .and_then(|until| rate_limiter_algorithm::blocked(until, now))
+    }
 }
 
 /// A definition as stored and cached: the definition, and whether any key
-/// of the name has an override (only then does a call look for one).
+/// of the name has an override, or a block (only then does a call look
+/// for one).
 #[derive(Debug, Clone, Copy, PartialEq)]
 struct Named {
     definition: Definition,
     overridden: bool,
+    blocks: bool,
 }
 
 /// Cached definitions by name. The hash is foldhash's
@@ -175,23 +195,55 @@ pub fn resolve(
                     config.shards
                 )));
             }
-            if lookup(name)?.is_some() && !may_define() {
+            let named = lookup_named(name)?;
+            if named.is_some() && !may_define() {
                 return Err(CallError::OverrideNotAllowed(name.to_vec()));
             }
-            Ok(Definition {
+            let definition = Definition {
                 config,
                 enforce: true,
                 regime: None,
-            })
+                blocked_until: None,
+            };
+            match named {
+                Some(named) if named.blocks => blocked(name, key, definition),
+                _ => Ok(definition),
+            }
         }
         None => {
             let named = lookup_named(name)?.ok_or_else(|| CallError::Undefined(name.to_vec()))?;
-            match key {
-                Some(key) if named.overridden => overridden(name, key, named.definition),
-                _ => Ok(named.definition),
+            let definition = match key {
+                Some(key) if named.overridden => overridden(name, key, named.definition)?,
+                _ => named.definition,
+            };
+            if named.blocks {
+                blocked(name, key, definition)
+            } else {
+                Ok(definition)
             }
         }
     }
+}
+
+/// `definition` with the end of the block of (`name`, `key`) when the key
+/// is blocked now (docs/blocks.md); the block's reason is noted for the
+/// refusal's DETAIL (`crate::blocks::note_refusal`).
+fn blocked(
+    name: &[u8],
+    key: Option<&[u8]>,
+    definition: Definition,
+) -> Result<Definition, CallError> {
+    let Some(block) = crate::blocks::find(name, key)? else {
+        return Ok(definition);
+    };
+    if crate::clock::now() >= block.until {
+        return Ok(definition);
+    }
+    crate::blocks::note_refusal(name, key, block.reason);
+    Ok(Definition {
+        blocked_until: Some(block.until),
+        ..definition
+    })
 }
 
 /// The definition that applies to `key` of `name` (defined as
@@ -220,6 +272,7 @@ fn overridden(name: &[u8], key: &[u8], definition: Definition) -> Result<Definit
         config,
         enforce,
         regime,
+        blocked_until: None,
     })
 }
 
@@ -377,7 +430,9 @@ fn lookup_uncached(client: &SpiClient<'_>, name: &[u8]) -> Result<Option<Named>,
             config: values.to_config()?,
             enforce: required(row.get(8)?, "enforce")?,
             regime: None,
+            blocked_until: None,
         },
         overridden: required(row.get(9)?, "overridden")?,
+        blocks: required(row.get(10)?, "blocks")?,
     }))
 }

@@ -207,14 +207,24 @@ struct RefusalDetail {
     /// Milliseconds; exact (retry_after is a whole number of microseconds).
     retry_after_ms: f64,
     remaining: f64,
+    /// `true` when a block refused the call (docs/blocks.md); absent
+    /// otherwise.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    blocked: Option<bool>,
+    /// The block's reason (`null`: none given); absent when not blocked.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    reason: Option<Option<String>>,
 }
 
 /// The message, DETAIL (JSON) and HINT of a refused call.
+///
+/// `blocked`: `Some(reason)` when a block refused the call.
 pub fn refusal_texts(
     name: &[u8],
     key: Option<&[u8]>,
     retry_after: Micros,
     remaining: f64,
+    blocked: Option<Option<String>>,
 ) -> (String, String, String) {
     let retry_after_ms = retry_after as f64 / MICROS_PER_MILLISECOND;
     let message = match key {
@@ -233,6 +243,8 @@ pub fn refusal_texts(
         key: key.map(names::for_json),
         retry_after_ms,
         remaining: rate_limiter_algorithm::shown(remaining),
+        blocked: blocked.is_some().then_some(true),
+        reason: blocked,
     })
     .unwrap_or_else(|_| String::from("{}"));
     let detail = if names::json_needs_ascii() {
@@ -280,9 +292,16 @@ pub struct Refusal {
 
 impl Refusal {
     /// The refusal of (name, key): `retry_after` in microseconds,
-    /// `remaining` in tokens.
-    pub fn new(name: &[u8], key: Option<&[u8]>, retry_after: Micros, remaining: f64) -> Refusal {
-        let (message, detail, hint) = refusal_texts(name, key, retry_after, remaining);
+    /// `remaining` in tokens; `blocked`: `Some(reason)` when a block
+    /// refused it.
+    pub fn new(
+        name: &[u8],
+        key: Option<&[u8]>,
+        retry_after: Micros,
+        remaining: f64,
+        blocked: Option<Option<String>>,
+    ) -> Refusal {
+        let (message, detail, hint) = refusal_texts(name, key, retry_after, remaining, blocked);
         Refusal {
             message: palloc_cstring(&message),
             detail: palloc_cstring(&detail),
@@ -318,6 +337,12 @@ impl Refusal {
 
 /// Raises the refusal of a call with `throws => true` ([`Refusal`]). Never
 /// returns; the caller must hold no value that needs dropping.
-pub fn raise_refused(name: &[u8], key: Option<&[u8]>, retry_after: Micros, remaining: f64) -> ! {
-    Refusal::new(name, key, retry_after, remaining).raise()
+pub fn raise_refused(
+    name: &[u8],
+    key: Option<&[u8]>,
+    retry_after: Micros,
+    remaining: f64,
+    blocked: Option<Option<String>>,
+) -> ! {
+    Refusal::new(name, key, retry_after, remaining, blocked).raise()
 }

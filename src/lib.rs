@@ -45,6 +45,7 @@
 use pgrx::prelude::*;
 
 pub mod api;
+pub mod blocks;
 pub mod call;
 pub mod catalog;
 pub mod citus;

@@ -48,6 +48,10 @@ pub trait Cluster {
     /// Fails when an override written now would not reach every node's
     /// calls (before `override` or `remove_override` writes).
     fn before_override(&self) -> Result<(), CallError>;
+    /// Fails when a block written now, or a limit with automatic blocks,
+    /// would not refuse every node's calls (before `block` or `unblock`
+    /// writes, and before a call of a limit with automatic blocks).
+    fn before_block(&self) -> Result<(), CallError>;
     /// `rate_limit`: the decision as answered and as counted.
     fn consume(&self, call: &Call<'_>) -> Result<(Decision, Counted), CallError>;
     /// `rate_check`: the decision as answered.
@@ -168,6 +172,15 @@ pub fn before_call(function: &'static CStr) -> Result<(), CallError> {
 pub fn before_override() -> Result<(), CallError> {
     match cluster()? {
         Some(cluster) => cluster.before_override(),
+        None => Ok(()),
+    }
+}
+
+/// What `block` and `unblock` check before they write (docs/blocks.md,
+/// "Citus").
+pub fn before_block() -> Result<(), CallError> {
+    match cluster()? {
+        Some(cluster) => cluster.before_block(),
         None => Ok(()),
     }
 }

@@ -33,6 +33,9 @@ pub struct Limit<'a> {
     pub stored: Vec<Option<State>>,
     /// Whether the limit's refusals refuse (`false`: shadow mode).
     pub enforce: bool,
+    /// The end of the key's block, when it is blocked ([`crate::blocked`]):
+    /// until then its requests are refused whatever its tokens.
+    pub blocked_until: Option<Micros>,
 }
 
 /// One request: `request` against `limits[limit]`.
@@ -91,7 +94,12 @@ pub fn evaluate_all_or_nothing(
                 format!("request for limit {} of {}", member.limit, limits.len()),
             ));
         };
-        let answer = if limit.config.shards > 1 && states.len() >= 2 {
+        let block = limit
+            .blocked_until
+            .and_then(|until| crate::block::blocked(until, now));
+        let answer = if let Some(refused) = block {
+            (refused.ok, refused.retry_after, refused.remaining)
+        } else if limit.config.shards > 1 && states.len() >= 2 {
             let (decision, shards) =
                 evaluate_fullest(&limit.config, limit.id, states, now, member.request)?;
             if decision.ok {
@@ -164,6 +172,7 @@ mod tests {
             },
             stored: vec![value.map(|value| State { value, ts: 0 })],
             enforce: true,
+            blocked_until: None,
         }
     }
 
@@ -211,6 +220,32 @@ mod tests {
         assert!(!outcome.answers[1].ok);
         assert_eq!(outcome.answers[1].remaining, 4.0);
         assert_eq!(outcome.new_states, None);
+    }
+
+    #[test]
+    fn a_blocked_member_refuses_the_call_whatever_its_tokens() {
+        let blocked = Limit {
+            blocked_until: Some(10 * SECOND),
+            ..limit(b"b", 5.0, None)
+        };
+        let limits = [limit(b"a", 10.0, None), blocked];
+        let outcome =
+            evaluate_all_or_nothing(&limits, &[member(0, 4.0), member(1, 1.0)], SECOND).unwrap();
+        assert!(outcome.answers[0].ok);
+        let answer = outcome.answers[1];
+        assert_eq!(
+            (
+                answer.ok,
+                answer.retry_after,
+                answer.remaining,
+                answer.verdict
+            ),
+            (false, Some(9 * SECOND), 0.0, Verdict::Refused)
+        );
+        assert_eq!(outcome.new_states, None);
+        // At its end the block is over.
+        let outcome = evaluate_all_or_nothing(&limits, &[member(1, 1.0)], 10 * SECOND).unwrap();
+        assert!(outcome.answers[0].ok);
     }
 
     #[test]

@@ -15,6 +15,7 @@
 //!   (`f64`, may be fractional).
 
 mod all_or_nothing;
+mod block;
 mod config;
 mod credit;
 mod decision;
@@ -31,6 +32,7 @@ pub mod token_bucket;
 pub mod verdict;
 
 pub use all_or_nothing::{evaluate_all_or_nothing, Answer, Limit, Member, Outcome};
+pub use block::blocked;
 pub use config::{Config, Kind, MAX_SHARDS};
 pub use credit::{credit, validate_credit};
 pub use decision::{evaluate, Decision};

@@ -34,7 +34,7 @@ prop_compose! {
             .take(shards as usize)
             .map(|f| f.map(|(fraction, ts)| State { value: fraction * shard_capacity, ts: if fixed { 0 } else { ts } }))
             .collect();
-        Limit { id: LimitId { name: NAMES[index], key: None }, config, stored, enforce: true }
+        Limit { id: LimitId { name: NAMES[index], key: None }, config, stored, enforce: true, blocked_until: None }
     }
 }
 

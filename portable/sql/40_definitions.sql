@@ -72,10 +72,13 @@ $defined_after$;
 -- while it is in force (_overridden), else the definition, else 42704
 -- naming the limit. The config is checked (22004, 22023). regime: what
 -- the state rows of the call are written under (NULL: the definition's
--- kind, period and shards; _regime).
+-- kind, period and shards; _regime). blocked_until, block_reason: the end
+-- (microseconds) and reason of the key's block while it is blocked
+-- (43_blocks.sql), else NULL.
 CREATE FUNCTION rate_limiter._resolve(name text, key text, inline rate_limiter.config, inline_given boolean,
                                       OUT config rate_limiter.config, OUT enforce boolean,
-                                      OUT period bigint, OUT start bigint, OUT regime bigint)
+                                      OUT period bigint, OUT start bigint, OUT regime bigint,
+                                      OUT blocked_until bigint, OUT block_reason text)
 LANGUAGE plpgsql STABLE
 AS $resolve$
 DECLARE
@@ -140,12 +143,19 @@ BEGIN
                 period := applied.period;
                 start := applied.start;
                 regime := applied.regime;
-                RETURN;
             END IF;
         END IF;
     END IF;
-    period := checked.period;
-    start := checked.start;
+    IF period IS NULL THEN
+        period := checked.period;
+        start := checked.start;
+    END IF;
+    -- A blocked key (43_blocks.sql): the end of its block and its reason.
+    -- (An inline config of an undefined name has no blocks.)
+    IF NOT inline_given OR EXISTS (SELECT FROM rate_limiter.definitions AS d WHERE d.name = _resolve.name) THEN
+        SELECT b.until, b.reason INTO blocked_until, block_reason
+        FROM rate_limiter._block_of(name, key, rate_limiter._now()) AS b;
+    END IF;
 END
 $resolve$;
 
@@ -277,6 +287,7 @@ BEGIN
                   HINT = 'Remove those overrides first (rate_limiter.remove_override(), or override() with another plan); SELECT name, key FROM rate_limiter.overrides WHERE plan = ... lists them.';
     END IF;
     DELETE FROM rate_limiter.overrides AS o WHERE o.name = undefine.name;
+    DELETE FROM rate_limiter.blocks AS b WHERE b.name = undefine.name;
     RETURN deleted;
 END
 $undefine$;

@@ -149,8 +149,10 @@ END
 $json_string$;
 
 -- Raises the refusal of (name, key): retry_after in microseconds,
--- remaining in tokens. Never returns.
-CREATE FUNCTION rate_limiter._refuse(name text, key text, retry_after bigint, remaining float8)
+-- remaining in tokens; blocked: a block refused it (the DETAIL says so, and
+-- its reason). Never returns.
+CREATE FUNCTION rate_limiter._refuse(name text, key text, retry_after bigint, remaining float8,
+                                     blocked boolean DEFAULT NULL, reason text DEFAULT NULL)
 RETURNS void
 LANGUAGE plpgsql VOLATILE
 AS $refuse$
@@ -167,7 +169,9 @@ BEGIN
         DETAIL = '{"name":' || rate_limiter._json_string(name)
                  || ',"key":' || coalesce(rate_limiter._json_string(key), 'null')
                  || ',"retry_after_ms":' || rate_limiter._json_number(milliseconds)
-                 || ',"remaining":' || rate_limiter._json_number(rate_limiter._shown(remaining)) || '}',
+                 || ',"remaining":' || rate_limiter._json_number(rate_limiter._shown(remaining))
+                 || CASE WHEN blocked THEN ',"blocked":true,"reason":' || coalesce(rate_limiter._json_string(reason), 'null')
+                         ELSE '' END || '}',
         HINT = 'Retry after ' || rate_limiter._show(milliseconds) || ' ms.';
 END
 $refuse$;

@@ -76,7 +76,8 @@ $kept_changing$;
 -- and its verdict ('admitted', 'refused', 'shadow refused').
 CREATE FUNCTION rate_limiter._consume(name text, key text, count float8, reserve boolean,
                                       inline rate_limiter.config, inline_given boolean,
-                                      OUT ok boolean, OUT retry_after bigint, OUT remaining float8, OUT verdict text)
+                                      OUT ok boolean, OUT retry_after bigint, OUT remaining float8, OUT verdict text,
+                                      OUT blocked boolean, OUT block_reason text)
 LANGUAGE plpgsql VOLATILE
 AS $consume$
 DECLARE
@@ -99,6 +100,18 @@ BEGIN
         limit_ := rate_limiter._resolve(name, key, inline, inline_given);
         config := limit_.config;
         PERFORM rate_limiter._validate_count(config, count, reserve);
+        -- A blocked key is refused without a lock or a write (43_blocks.sql).
+        IF limit_.blocked_until IS NOT NULL THEN
+            answered := rate_limiter._shadow(false, greatest(limit_.blocked_until - rate_limiter._now(), 1),
+                                             limit_.enforce);
+            ok := answered.ok;
+            retry_after := answered.retry_after;
+            remaining := 0;
+            verdict := answered.verdict;
+            blocked := true;
+            block_reason := limit_.block_reason;
+            RETURN;
+        END IF;
         -- Refusals never wait (docs/guarantees.md, "Concurrency and
         -- exactness"): decide first on the rows as committed, without a lock;
         -- only a call that state could admit locks, waits if it must, and
@@ -196,7 +209,8 @@ $committed$;
 -- (limit::check): a sharded limit answers for its two fullest shards.
 CREATE FUNCTION rate_limiter._check(name text, key text, count float8, reserve boolean,
                                     inline rate_limiter.config, inline_given boolean,
-                                    OUT ok boolean, OUT retry_after bigint, OUT remaining float8)
+                                    OUT ok boolean, OUT retry_after bigint, OUT remaining float8,
+                                    OUT blocked boolean, OUT block_reason text)
 LANGUAGE plpgsql VOLATILE
 AS $check$
 DECLARE
@@ -206,6 +220,16 @@ DECLARE
 BEGIN
     limit_ := rate_limiter._resolve(name, key, inline, inline_given);
     PERFORM rate_limiter._validate_count(limit_.config, count, reserve);
+    IF limit_.blocked_until IS NOT NULL THEN
+        answered := rate_limiter._shadow(false, greatest(limit_.blocked_until - rate_limiter._now(), 1),
+                                         limit_.enforce);
+        ok := answered.ok;
+        retry_after := answered.retry_after;
+        remaining := 0;
+        blocked := true;
+        block_reason := limit_.block_reason;
+        RETURN;
+    END IF;
     decision := rate_limiter._committed(name, key, count, reserve, limit_.config, limit_.period, limit_.start,
                                         limit_.regime);
     -- As rate_limit would: a state it could not store is an error.
@@ -297,7 +321,8 @@ BEGIN
     -- is _refill's and _evaluate's, in the same order, so it answers
     -- exactly as the general path (_consume) does. Anything else (no
     -- definition, shards, inline configs, the global key, a key with an
-    -- override (expired or not) or a row of another regime
+    -- override (expired or not) or a block (ended or not, 43_blocks.sql)
+    -- or a row of another regime
     -- (42_overrides.sql), a refusal, a
     -- reservation, numbers near the ends of float8, a fixed window without
     -- a start, a lost race to insert, read-only or stricter isolation,
@@ -315,6 +340,7 @@ BEGIN
        AND pg_catalog.current_setting('transaction_isolation') = 'read committed' THEN
         SELECT d.ctid, d.kind, d.rate, d.capacity, d.shards, d.start, d.period,
                EXISTS (SELECT FROM rate_limiter.overrides AS o WHERE o.name = rate_limit.name AND o.key = rate_limit.key)
+               OR EXISTS (SELECT FROM rate_limiter.blocks AS b WHERE b.name = rate_limit.name AND b.key = rate_limit.key)
         INTO definition_ctid, limit_kind, limit_rate, limit_defined_capacity, limit_shards,
              limit_start, limit_interval, overridden
         FROM rate_limiter.definitions AS d WHERE d.name = rate_limit.name;
@@ -422,7 +448,8 @@ BEGIN
     END IF;
     answer := rate_limiter._consume(name, key, count, reserve, config, given);
     IF NOT answer.ok AND throws THEN
-        PERFORM rate_limiter._refuse(name, key, coalesce(answer.retry_after, 0), answer.remaining);
+        PERFORM rate_limiter._refuse(name, key, coalesce(answer.retry_after, 0), answer.remaining,
+                                     answer.blocked, answer.block_reason);
     END IF;
     ok := answer.ok;
     retry_after := rate_limiter._interval(answer.retry_after);
@@ -452,7 +479,8 @@ BEGIN
     END IF;
     answer := rate_limiter._check(name, key, count, reserve, config, given);
     IF NOT answer.ok AND throws THEN
-        PERFORM rate_limiter._refuse(name, key, coalesce(answer.retry_after, 0), answer.remaining);
+        PERFORM rate_limiter._refuse(name, key, coalesce(answer.retry_after, 0), answer.remaining,
+                                     answer.blocked, answer.block_reason);
     END IF;
     ok := answer.ok;
     retry_after := rate_limiter._interval(answer.retry_after);

@@ -67,6 +67,7 @@ DECLARE
     regimes bigint[] := ARRAY[]::bigint[];
     periods bigint[] := ARRAY[]::bigint[];
     starts bigint[] := ARRAY[]::bigint[];
+    blocked_untils bigint[] := ARRAY[]::bigint[];
     limit_of int[] := ARRAY[]::int[];
     -- Per limit: its first request, shards, held missing rows, first row.
     first_request int[] := ARRAY[]::int[];
@@ -101,6 +102,7 @@ BEGIN
         regimes := regimes || resolved.regime;
         periods := periods || resolved.period;
         starts := starts || resolved.start;
+        blocked_untils := blocked_untils || resolved.blocked_until;
     END LOOP;
     IF pg_catalog.current_setting('transaction_read_only')::boolean THEN
         RAISE EXCEPTION 'cannot execute rate_limit_all() in a read-only transaction' USING ERRCODE = '25006';
@@ -215,7 +217,11 @@ BEGIN
             c := configs[i];
             base := first_row[l];
             capacity := coalesce(c.capacity, c.rate);
-            IF c.shards > 1 THEN
+            IF blocked_untils[i] > now_ THEN
+                -- A blocked key (43_blocks.sql): refused whatever its tokens.
+                SELECT false AS ok, greatest(blocked_untils[i] - now_, 1) AS retry_after, 0::float8 AS remaining
+                INTO decision;
+            ELSIF c.shards > 1 THEN
                 decision := rate_limiter._evaluate_fullest(c.kind, c.rate, periods[i], capacity, c.max_reserved, c.shards,
                     starts[i], names[i], keys[i], current_values[base:base + c.shards - 1], current_tss[base:base + c.shards - 1],
                     now_, counts[i], reserve);
@@ -307,6 +313,7 @@ AS $rate_limit_all$
 DECLARE
     checked record;
     answers record;
+    block record;
 BEGIN
     IF requests IS NULL THEN
         RAISE EXCEPTION 'requests must not be NULL' USING ERRCODE = '22004';
@@ -327,8 +334,10 @@ BEGIN
     IF throws THEN
         FOR i IN 1..coalesce(pg_catalog.cardinality(answers.oks), 0) LOOP
             IF NOT answers.oks[i] THEN
+                -- (A block's reason read again, as the native call does.)
+                block := rate_limiter._block_of(checked.names[i], checked.keys[i], rate_limiter._now());
                 PERFORM rate_limiter._refuse(checked.names[i], checked.keys[i], coalesce(answers.retry_afters[i], 0),
-                                             answers.remainings[i]);
+                                             answers.remainings[i], block.until IS NOT NULL, block.reason);
             END IF;
         END LOOP;
     END IF;

@@ -4,9 +4,12 @@
 -- on standbys.
 
 -- Where (name, key) stands now (status::current), its rows read under
--- regime, and the time it was read at (microseconds).
+-- regime, and the time it was read at (microseconds). A key blocked until
+-- blocked_until (43_blocks.sql) shows no tokens, and is full no earlier
+-- than its block ends.
 CREATE FUNCTION rate_limiter._current(name text, key text, config rate_limiter.config, period bigint, start bigint,
-                                      regime bigint, OUT value float8, OUT full_at bigint, OUT now_ bigint)
+                                      regime bigint, blocked_until bigint,
+                                      OUT value float8, OUT full_at bigint, OUT now_ bigint)
 LANGUAGE plpgsql VOLATILE
 AS $current$
 DECLARE
@@ -18,6 +21,10 @@ BEGIN
                                     config.shards, start, name, key, stored.stored_values, stored.stored_tss, now_);
     value := decided.value;
     full_at := decided.full_at;
+    IF blocked_until > now_ THEN
+        value := 0;
+        full_at := greatest(full_at, blocked_until);
+    END IF;
 END
 $current$;
 
@@ -52,7 +59,8 @@ AS $status$
 DECLARE
     resolved record := rate_limiter._read_arguments(name, key, config);
     c rate_limiter.config := resolved.config;
-    now_state record := rate_limiter._current(name, key, c, resolved.period, resolved.start, resolved.regime);
+    now_state record := rate_limiter._current(name, key, c, resolved.period, resolved.start, resolved.regime,
+                                                      resolved.blocked_until);
 BEGIN
     value := rate_limiter._shown(now_state.value);
     capacity := coalesce(c.capacity, c.rate);
@@ -167,7 +175,8 @@ DECLARE
     resolved record := rate_limiter._read_arguments(name, key, config);
     c rate_limiter.config := resolved.config;
     label text := rate_limiter._sf_string(name);
-    now_state record := rate_limiter._current(name, key, c, resolved.period, resolved.start, resolved.regime);
+    now_state record := rate_limiter._current(name, key, c, resolved.period, resolved.start, resolved.regime,
+                                                      resolved.blocked_until);
     -- The current value as status shows it (http::headers).
     left_ float8 := coalesce(remaining, rate_limiter._shown(now_state.value));
     retry_micros numeric;

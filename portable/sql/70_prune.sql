@@ -66,6 +66,7 @@ DECLARE
     stored record;
     now_ bigint;
     expired bigint;
+    ended bigint;
 BEGIN
     IF older_than IS NOT NULL THEN
         IF (EXTRACT(year FROM older_than), EXTRACT(month FROM older_than),
@@ -108,7 +109,13 @@ BEGIN
     IF expired > 0 THEN
         RAISE NOTICE 'rate_limiter.prune() deleted % expired overrides', expired;
     END IF;
-    RETURN deleted + expired;
+    -- The blocks that have ended (until not after now), with their strikes.
+    DELETE FROM rate_limiter.blocks AS b WHERE b.until <= rate_limiter._timestamp(rate_limiter._now());
+    GET DIAGNOSTICS ended = ROW_COUNT;
+    IF ended > 0 THEN
+        RAISE NOTICE 'rate_limiter.prune() deleted % ended blocks', ended;
+    END IF;
+    RETURN deleted + expired + ended;
 END
 $prune$;
 

@@ -74,7 +74,7 @@ $native_only$;
 CREATE FUNCTION rate_limiter._stats()
 RETURNS TABLE (name text, calls bigint, admitted bigint, refused bigint, reserved bigint,
                tokens float8, credited float8, near_limit bigint, shadow_refused bigint,
-               contended bigint, stats_reset timestamptz)
+               contended bigint, stats_reset timestamptz, blocked bigint)
 -- SECURITY DEFINER: a role that may read the view (monitor) learns why it
 -- is empty (0A000), rather than meeting the internal function's 42501.
 LANGUAGE plpgsql VOLATILE SECURITY DEFINER

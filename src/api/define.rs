@@ -23,6 +23,7 @@ const UNDEFINE: &str = "DELETE FROM rate_limiter.definitions WHERE name = $1 RET
 const PLAN_IN_USE: &str =
     "SELECT EXISTS (SELECT FROM rate_limiter.overrides WHERE plan = $1 AND name <> $1)";
 const UNDEFINE_OVERRIDES: &str = "DELETE FROM rate_limiter.overrides WHERE name = $1";
+const UNDEFINE_BLOCKS: &str = "DELETE FROM rate_limiter.blocks WHERE name = $1";
 
 /// Tokens a shard should hold at least (below this, `define` warns).
 const MIN_TOKENS_PER_SHARD: f64 = 5.0;
@@ -106,7 +107,7 @@ fn define_limit(
 }
 
 /// `rate_limiter.undefine(name)`: true when a definition was deleted,
-/// with the limit's overrides. State rows are left alone. See
+/// with the limit's overrides and blocks. State rows are left alone. See
 /// sql/functions.sql.
 ///
 /// Errors: 22004 (NULL name); 2BP01 (the limit is the plan of an
@@ -118,6 +119,7 @@ fn undefine(name: Option<&[u8]>) -> bool {
         Err(error) => report(CallError::Limit(error)),
     };
     let overrides = crate::catalog::objects().overrides != pgrx::pg_sys::InvalidOid;
+    let blocks = crate::catalog::objects().blocks != pgrx::pg_sys::InvalidOid;
     let deleted = crate::security::write_as_owner(c"undefine()", |client| {
         let deleted = client
             .update(UNDEFINE, None, &[text_argument(name)])
@@ -131,6 +133,9 @@ fn undefine(name: Option<&[u8]>) -> bool {
                 return Err(CallError::PlanInUse(name.to_vec()));
             }
             client.update(UNDEFINE_OVERRIDES, None, &[text_argument(name)])?;
+        }
+        if blocks {
+            client.update(UNDEFINE_BLOCKS, None, &[text_argument(name)])?;
         }
         Ok(deleted)
     });

@@ -10,10 +10,13 @@
 //! - [`define`]: `define` and `undefine`;
 //! - [`overrides`]: `override` and `remove_override`, a key's own
 //!   configuration;
+//! - [`blocks`]: `block`, `unblock` and `blocked`, a key refused for a
+//!   while;
 //! - [`prune`]: deleting the state rows that change no later answer;
 //! - [`status`]: where a limit stands without consuming;
 //! - [`http_headers`]: the IETF RateLimit fields.
 
+pub mod blocks;
 pub mod define;
 pub mod http_headers;
 pub mod overrides;

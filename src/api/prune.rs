@@ -1,7 +1,8 @@
 //! `rate_limiter.prune()`: housekeeping. Deletes the state rows that change
 //! no later answer, and optionally old rows of names without a definition
 //! (`local::prune` says which and how; on a distributed install every node
-//! prunes its own shards), and the overrides that have expired.
+//! prunes its own shards), the overrides that have expired and the blocks
+//! that have ended.
 
 use crate::errors::{report, CallError};
 use crate::placement;
@@ -23,12 +24,29 @@ fn prune(older_than: Option<Interval>) -> i64 {
         if overrides > 0 {
             pgrx::notice!("rate_limiter.prune() deleted {overrides} expired overrides");
         }
-        Ok(deleted + overrides)
+        let blocks = prune_blocks()?;
+        if blocks > 0 {
+            pgrx::notice!("rate_limiter.prune() deleted {blocks} ended blocks");
+        }
+        Ok(deleted + overrides + blocks)
     });
     match pruned {
         Ok(deleted) => deleted,
         Err(error) => report(error),
     }
+}
+
+/// Deletes the blocks that have ended (`until` not after the clock's now):
+/// how many. (Their strikes go with them.)
+fn prune_blocks() -> Result<i64, CallError> {
+    const PRUNE_BLOCKS: &str = "DELETE FROM rate_limiter.blocks WHERE until <= $1 RETURNING true";
+    if crate::catalog::objects().blocks == pgrx::pg_sys::InvalidOid {
+        return Ok(0);
+    }
+    let now = timestamp(crate::clock::now())?;
+    crate::security::write_as_owner(c"prune()", |client| {
+        Ok(client.update(PRUNE_BLOCKS, None, &[now.into()])?.len() as i64)
+    })
 }
 
 /// Deletes the expired overrides: how many.

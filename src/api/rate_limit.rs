@@ -37,11 +37,13 @@ fn consume_counted(call: &Call<'_>) -> Result<Decision, CallError> {
 /// nothing needs dropping when the refusal is raised.
 fn finish(name: &[u8], key: Option<&[u8]>, throws: bool, decision: Decision) -> ResultRow {
     if !decision.ok && throws {
+        let blocked = crate::blocks::refusal_reason(name, key);
         raise_refused(
             name,
             key,
             decision.retry_after.unwrap_or(0),
             decision.remaining,
+            blocked,
         );
     }
     ResultRow {
@@ -110,6 +112,7 @@ unsafe fn decide<'a>(
         Err(error) => return Err(CallError::Limit(error)),
     };
     let (name, key, throws) = (call.name, call.key, call.throws);
+    crate::blocks::forget_refusal();
     body(&call).map(|decision| (name, key, throws, decision))
 }
 

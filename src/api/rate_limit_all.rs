@@ -48,6 +48,7 @@ fn counted(request: &RequestArgument, answer: &Answer, contended: bool) -> Count
         reserved: admitted && answer.retry_after.is_some_and(|micros| micros > 0),
         near_limit: admitted && near_limit(&request.config, answer.remaining),
         contended,
+        blocked: answer.verdict == Verdict::Refused && request.blocked_until.is_some(),
     }
 }
 
@@ -88,11 +89,20 @@ pub unsafe extern "C-unwind" fn rate_limit_all_wrapper(
             .zip(&answers)
             .find(|(_, answer)| !answer.ok)
             .map(|(request, answer)| {
+                // A block's reason is read again for the DETAIL (the call
+                // noted only the last blocked request's).
+                let blocked = request.blocked_until.map(|_| {
+                    crate::blocks::find(&request.name, request.key.as_deref())
+                        .ok()
+                        .flatten()
+                        .and_then(|block| block.reason)
+                });
                 Refusal::new(
                     &request.name,
                     request.key.as_deref(),
                     answer.retry_after.unwrap_or(0),
                     answer.remaining,
+                    blocked,
                 )
             });
         if let Some(refusal) = refusal {

@@ -83,6 +83,7 @@ enum Try {
 
 /// Looks, and tries when the look says the limit would admit.
 unsafe fn look_and_try(call: &Call<'_>) -> Result<Try, CallError> {
+    crate::blocks::forget_refusal();
     let probe = placement::check(call)?;
     if !probe.ok {
         return Ok(Try::Refused {
@@ -127,6 +128,7 @@ unsafe fn wait(call: &Call<'_>, deadline: i64) -> Result<Decision, CallError> {
                     reserved: false,
                     near_limit: false,
                     contended: false,
+                    blocked: crate::blocks::refusal_reason(call.name, call.key).is_some(),
                 },
             );
             return Ok(Decision {

@@ -15,7 +15,8 @@ use pgrx::AllocatedByRust;
 use rate_limiter_algorithm::{LimitId, Micros, Status};
 
 /// The status of (name, key) under `definition` at the current time,
-/// read with the active snapshot, taking no lock. Returns it with that
+/// read with the active snapshot, taking no lock (a blocked key: value 0,
+/// full no earlier than the block's end). Returns it with that
 /// time.
 pub fn current(
     name: &[u8],
@@ -26,6 +27,16 @@ pub fn current(
     let stored = placement::read_states(name, key, definition)?;
     let now = clock::now();
     let status = rate_limiter_algorithm::status(config, LimitId { name, key }, &stored, now)?;
+    // A blocked key shows no tokens, and is full no earlier than its block
+    // ends (docs/blocks.md).
+    let status = match definition.blocked_until {
+        Some(until) if definition.blocked_at(now).is_some() => Status {
+            value: 0.0,
+            full_at: status.full_at.max(until),
+            ..status
+        },
+        _ => status,
+    };
     Ok((status, now))
 }
 

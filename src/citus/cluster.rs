@@ -44,6 +44,14 @@ impl Cluster for Citus {
         super::metadata::overrides_distributed()
     }
 
+    fn before_block(&self) -> Result<(), CallError> {
+        // Blocks live in one node's table, where the workers' calls would
+        // not see them (docs/blocks.md, "Citus").
+        Err(CallError::from(super::error::Error::NotOnCluster(
+            "blocking a key",
+        )))
+    }
+
     fn consume(&self, call: &Call<'_>) -> Result<(Decision, Counted), CallError> {
         if let Some(shards) = call.spread_shards()? {
             return consume_spread(call, shards);

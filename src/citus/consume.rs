@@ -79,6 +79,8 @@ pub fn elsewhere(
         reserved: reserved.unwrap_or(false),
         near_limit: near_limit.unwrap_or(false),
         contended: contended.unwrap_or(false),
+        // No key is blocked on a distributed install (docs/blocks.md).
+        blocked: false,
     });
     Ok((decision, counted))
 }

@@ -56,6 +56,7 @@ fn group<'a>(requests: &[&'a RequestArgument], reserve: bool) -> Result<Grouped<
                     config: request.config,
                     stored: vec![None; request.config.shards.max(1) as usize],
                     enforce: request.enforce,
+                    blocked_until: request.blocked_until,
                 });
                 regimes.push(request.regime);
                 seen.insert(id, limits.len() - 1);
@@ -152,6 +153,7 @@ pub fn consume(
                     config: request.config,
                     enforce: request.enforce,
                     regime: request.regime,
+                    blocked_until: request.blocked_until,
                 };
                 definitions::recheck(&request.name, request.key.as_deref(), request.inline, &used)?;
             }
@@ -194,6 +196,7 @@ pub fn restarting(
                 request.config = definition.config;
                 request.enforce = definition.enforce;
                 request.regime = definition.regime;
+                request.blocked_until = definition.blocked_until;
             }
         }
         let requests: Vec<&RequestArgument> = requests.iter().collect();

@@ -36,6 +36,7 @@ pub fn answered(
     decision: Decision,
     contended: bool,
 ) -> (Decision, Counted) {
+    let blocked = !decision.ok && definition.blocked_until.is_some();
     let (decision, verdict) = verdict::answer(decision, definition.enforce);
     let admitted = verdict == Verdict::Admitted;
     let counted = Counted {
@@ -44,6 +45,7 @@ pub fn answered(
         reserved: admitted && decision.retry_after.is_some_and(|micros| micros > 0),
         near_limit: admitted && near_limit(&definition.config, decision.remaining),
         contended,
+        blocked: blocked && verdict == Verdict::Refused,
     };
     (decision, counted)
 }
@@ -80,6 +82,10 @@ fn consume_once(
     let config = definition.config;
     // Check the count against the config before touching the row.
     config.validate_count(call.request.count, call.request.reserve)?;
+    // A blocked key is refused without a lock or a write (docs/blocks.md).
+    if let Some(refused) = definition.blocked_at(clock::now()) {
+        return Ok((refused, definition, false));
+    }
     let current = || definitions::recheck(call.name, call.key, call.config, &definition);
     if !places.fit(config.shards, call.key) {
         return Err(CallError::PlacesChanged);
@@ -145,6 +151,10 @@ fn consume_once(
 pub fn check(call: &Call<'_>, target: Target) -> Result<Decision, CallError> {
     let definition = call.definition()?;
     let config = definition.config;
+    if let Some(refused) = definition.blocked_at(clock::now()) {
+        config.validate_count(call.request.count, call.request.reserve)?;
+        return Ok(verdict::answer(refused, definition.enforce).0);
+    }
     if !ShardPlaces::In(target).fit(config.shards, call.key) {
         // Its shards are in several relations: the caller reads them there.
         return Err(CallError::PlacesChanged);
@@ -170,6 +180,10 @@ pub fn check_shards(
     stored: &[Option<State>],
 ) -> Result<Decision, CallError> {
     let config = definition.config;
+    if let Some(refused) = definition.blocked_at(clock::now()) {
+        config.validate_count(call.request.count, call.request.reserve)?;
+        return Ok(verdict::answer(refused, definition.enforce).0);
+    }
     let decision = evaluate_all(&config, call.id(), stored, clock::now(), call.request)?;
     for state in decision.new_states.iter().flatten() {
         storage::timestamp(state.ts)?;

@@ -62,6 +62,8 @@ pub struct Counted {
     pub near_limit: bool,
     /// A sharded call that passed over or waited for a locked shard.
     pub contended: bool,
+    /// Refused (enforcing) because the key is blocked (docs/blocks.md).
+    pub blocked: bool,
 }
 
 fn add_f64(cell: &AtomicU64, amount: f64) {
@@ -80,6 +82,7 @@ struct Pending {
     near_limit: u64,
     shadow_refused: u64,
     contended: u64,
+    blocked: u64,
     tokens: f64,
     credited: f64,
     /// Whether the name has a definition (looked up when it was first
@@ -119,6 +122,7 @@ fn publish(entry: &shared::Entry, pending: &Pending) {
     add(&entry.near_limit, pending.near_limit);
     add(&entry.shadow_refused, pending.shadow_refused);
     add(&entry.contended, pending.contended);
+    add(&entry.blocked, pending.blocked);
     if pending.tokens != 0.0 {
         add_f64(&entry.tokens, pending.tokens);
     }
@@ -180,6 +184,7 @@ pub fn count(name: &[u8], counted: Counted) {
             Verdict::ShadowRefused => pending.shadow_refused += 1,
         }
         pending.contended += u64::from(counted.contended);
+        pending.blocked += u64::from(counted.blocked);
     });
 }
 

@@ -68,6 +68,8 @@ pub struct Entry {
     pub near_limit: AtomicU64,
     pub shadow_refused: AtomicU64,
     pub contended: AtomicU64,
+    /// Refusals of a blocked key (docs/blocks.md), also in `refused`.
+    pub blocked: AtomicU64,
     /// f64 bits.
     pub tokens: AtomicU64,
     /// f64 bits.
@@ -104,6 +106,7 @@ impl Entry {
             &self.near_limit,
             &self.shadow_refused,
             &self.contended,
+            &self.blocked,
         ] {
             cell.store(0, Ordering::Relaxed);
         }
@@ -301,6 +304,7 @@ unsafe fn initialize(entry: *mut Entry, key: EntryKey, name: &[u8], defined: boo
             near_limit: AtomicU64::new(0),
             shadow_refused: AtomicU64::new(0),
             contended: AtomicU64::new(0),
+            blocked: AtomicU64::new(0),
             tokens: AtomicU64::new(0f64.to_bits()),
             credited: AtomicU64::new(0f64.to_bits()),
             reset_at: AtomicI64::new(pg_sys::GetCurrentTimestamp()),

@@ -38,6 +38,7 @@ struct Row {
     near_limit: u64,
     shadow_refused: u64,
     contended: u64,
+    blocked: u64,
     reset_at: i64,
 }
 
@@ -56,6 +57,7 @@ impl Row {
             near_limit: load(&entry.near_limit),
             shadow_refused: load(&entry.shadow_refused),
             contended: load(&entry.contended),
+            blocked: load(&entry.blocked),
             reset_at: entry.reset_at.load(Ordering::Relaxed),
         }
     }
@@ -128,6 +130,9 @@ pub unsafe extern "C-unwind" fn stats_wrapper(fcinfo: pg_sys::FunctionCallInfo) 
             bigint(row.shadow_refused),
             bigint(row.contended),
             Some(pg_sys::Datum::from(row.reset_at)),
+            // Last, so that the row type of a version before 0.6.0 (which
+            // ends at stats_reset) reads the columns it knows.
+            bigint(row.blocked),
         ]
     });
     crate::result_row::put_rows(fcinfo, rows)

@@ -22,3 +22,24 @@ FROM rate_limiter.stats WHERE name = 'shadow_override';
 SELECT rate_limiter.undefine('shadow_override');
 SELECT rate_limiter.rate_reset('shadow_override', k) FROM (VALUES ('watched'), ('enforced')) AS keys(k);
 RESET rate_limiter.now_override;
+
+-- A blocked key's refusal (docs/blocks.md) counts as refused and as
+-- blocked; in shadow mode as shadow_refused, not blocked; a refusal for
+-- want of tokens is not blocked.
+SET rate_limiter.now_override = '2026-01-01 00:00:00+00';
+SELECT rate_limiter.define('blocked_stats', rate_limiter.token_bucket(1, '1 hour'));
+SELECT rate_limiter.define('blocked_shadow_stats', rate_limiter.token_bucket(1, '1 hour'), enforce => false);
+SELECT rate_limiter.block('blocked_stats', 'b', '1 minute'), rate_limiter.block('blocked_shadow_stats', 'b', '1 minute');
+SELECT ok FROM rate_limiter.rate_limit('blocked_stats', 'b');
+SELECT ok FROM rate_limiter.rate_limit('blocked_stats', 'b');
+SELECT ok FROM rate_limiter.rate_limit('blocked_stats', 'a');
+SELECT ok FROM rate_limiter.rate_limit('blocked_stats', 'a');
+SELECT ok FROM rate_limiter.rate_check('blocked_stats', 'b');
+SELECT ok FROM rate_limiter.rate_limit_all(ARRAY[ROW('blocked_stats', 'b', 1, NULL)]::rate_limiter.request[]);
+SELECT ok FROM rate_limiter.rate_wait('blocked_stats', 'b', 1, '0 seconds');
+SELECT ok FROM rate_limiter.rate_limit('blocked_shadow_stats', 'b');
+SELECT name, calls, admitted, refused, shadow_refused, blocked
+FROM rate_limiter.stats WHERE name LIKE 'blocked%' ORDER BY name;
+SELECT rate_limiter.undefine('blocked_stats'), rate_limiter.undefine('blocked_shadow_stats');
+SELECT rate_limiter.rate_reset('blocked_stats', 'a');
+RESET rate_limiter.now_override;
