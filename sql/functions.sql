@@ -41,6 +41,21 @@ COMMENT ON FUNCTION rate_limiter.fixed_window(float8, interval, float8, float8, 
 'Windows start at start + k * period (NULL start = a per-key phase from a hash of name and key). '
 'Errors as for token_bucket.';
 
+CREATE FUNCTION rate_limiter.with_block(
+    config       rate_limiter.config,
+    block_for    interval,
+    max_block    interval DEFAULT NULL,
+    forget_after interval DEFAULT '1 day')
+RETURNS rate_limiter.config
+LANGUAGE c IMMUTABLE PARALLEL SAFE
+AS 'MODULE_PATHNAME', 'with_block_wrapper';
+
+COMMENT ON FUNCTION rate_limiter.with_block(rate_limiter.config, interval, interval, interval) IS
+'config with automatic blocks: the admitted call that uses the limit up (after it a call of count 1 would be refused; for a sharded limit the estimate for the whole limit) '
+'blocks its key for block_for * 2^strikes, at most max_block (NULL = no bound), and adds a strike, in the caller''s transaction; '
+'strikes are forgotten forget_after after the last block ends. Durations count a month as 30 days. '
+'Errors: 22004 NULL config/block_for/forget_after; 22023 an invalid config, block_for not greater than zero, max_block below block_for, negative forget_after.';
+
 -- Definitions --------------------------------------------------------------
 
 CREATE FUNCTION rate_limiter.define(name text, config rate_limiter.config, enforce boolean DEFAULT true)
@@ -411,7 +426,7 @@ AS 'MODULE_PATHNAME', 'prune_wrapper';
 
 COMMENT ON FUNCTION rate_limiter.prune(interval) IS
 'Deletes state rows that change no later answer: rows of a defined limit that are full again and that a missing row would answer for exactly (under the key''s override, if any), rows written under a configuration the key no longer has; '
-'and expired overrides and ended blocks (a NOTICE says how many of each); '
+'and expired overrides and ended blocks whose strikes are forgotten (a NOTICE says how many of each); '
 'and, when older_than is given, rows of names without a definition (inline configs) whose ts is older than now - older_than. '
 'Rows another transaction holds are skipped. Returns how many rows were deleted (state rows, overrides and blocks). Schedule it with pg_cron. '
 'Errors: 22023 negative older_than; 25006 in a read-only transaction.';

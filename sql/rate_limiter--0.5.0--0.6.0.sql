@@ -100,6 +100,9 @@ CREATE TABLE rate_limiter.overrides (
     start        timestamptz,
     enforce      boolean,
     expires_at   timestamptz,
+    block_for    interval,
+    max_block    interval,
+    forget_after interval,
     CONSTRAINT overrides_pkey PRIMARY KEY (name, key),
     CONSTRAINT overrides_config_or_plan CHECK ((plan IS NULL) = (kind IS NOT NULL))
 );
@@ -149,7 +152,7 @@ COMMENT ON FUNCTION rate_limiter.undefine(text) IS
 
 COMMENT ON FUNCTION rate_limiter.prune(interval) IS
 'Deletes state rows that change no later answer: rows of a defined limit that are full again and that a missing row would answer for exactly (under the key''s override, if any), rows written under a configuration the key no longer has; '
-'and expired overrides and ended blocks (a NOTICE says how many of each); '
+'and expired overrides and ended blocks whose strikes are forgotten (a NOTICE says how many of each); '
 'and, when older_than is given, rows of names without a definition (inline configs) whose ts is older than now - older_than. '
 'Rows another transaction holds are skipped. Returns how many rows were deleted (state rows, overrides and blocks). Schedule it with pg_cron. '
 'Errors: 22023 negative older_than; 25006 in a read-only transaction.';
@@ -188,7 +191,12 @@ $revoke$;
 GRANT EXECUTE ON FUNCTION rate_limiter.override(text, text, rate_limiter.config, text, timestamptz, boolean) TO @extowner@ WITH GRANT OPTION;
 GRANT EXECUTE ON FUNCTION rate_limiter.remove_override(text, text) TO @extowner@ WITH GRANT OPTION;
 
--- Blocks (docs/blocks.md): the table rate_limiter.blocks, block(),
+-- Blocks (docs/blocks.md): automatic blocks in the config type (three
+-- attributes at its end: a config built before reads them as NULL, no
+-- blocks) and in the definitions (three columns, NULL in every existing
+-- row; IF NOT EXISTS: on an install Citus distributes, Citus also sends
+-- this ALTER TABLE to every worker, whose own update adds them too),
+-- with_block(); the table rate_limiter.blocks, block(),
 -- unblock(), blocked(), the blocks' invalidation trigger; undefine() also
 -- deletes a limit's blocks, prune() also deletes ended blocks; the
 -- statistics' new column blocked (last in _stats(), so that the library
@@ -197,20 +205,49 @@ GRANT EXECUTE ON FUNCTION rate_limiter.remove_override(text, text) TO @extowner@
 -- the new ones, granted by the role running the update).
 -- Blocks (docs/blocks.md): a key of a defined limit refused until `until`,
 -- whatever its tokens; key NULL is the global limit (NULLS NOT DISTINCT
--- makes it one row). strikes counts the blocks the key has had; reason is
+-- makes it one row). strikes counts the blocks the key has had since they
+-- were last forgotten, at forget_at (NULL: when the block ends); reason is
 -- what block() was told, for the refusal's DETAIL. Written by
--- rate_limiter.block() and rate_limiter.unblock(); read by every call of
--- a name that has blocks (src/blocks.rs) through the unique index.
+-- rate_limiter.block() and rate_limiter.unblock(), and by the call that
+-- uses up a limit with automatic blocks; read by every call of a name that
+-- has blocks or automatic blocks (src/blocks.rs) through the unique index.
 CREATE TABLE rate_limiter.blocks (
-    name    text COLLATE "C" NOT NULL,
-    key     text COLLATE "C",
-    until   timestamptz NOT NULL,
-    strikes int4 NOT NULL DEFAULT 0,
-    reason  text,
+    name      text COLLATE "C" NOT NULL,
+    key       text COLLATE "C",
+    until     timestamptz NOT NULL,
+    strikes   int4 NOT NULL DEFAULT 0,
+    reason    text,
+    forget_at timestamptz,
     CONSTRAINT blocks_name_key UNIQUE NULLS NOT DISTINCT (name, key)
 );
 COMMENT ON TABLE rate_limiter.blocks IS
     'Blocked keys of named limits: refused until until; write it with rate_limiter.block() and rate_limiter.unblock()';
+
+ALTER TYPE rate_limiter.config
+    ADD ATTRIBUTE block_for interval,
+    ADD ATTRIBUTE max_block interval,
+    ADD ATTRIBUTE forget_after interval;
+COMMENT ON TYPE rate_limiter.config IS
+    'Rate-limit configuration: kind, rate (tokens per period), period, capacity (NULL = rate), max_reserved (NULL = unlimited), shards, start (fixed window anchor, NULL = per-key phase), block_for, max_block, forget_after (automatic blocks, NULL = none)';
+ALTER TABLE rate_limiter.definitions
+    ADD COLUMN IF NOT EXISTS block_for interval,
+    ADD COLUMN IF NOT EXISTS max_block interval,
+    ADD COLUMN IF NOT EXISTS forget_after interval;
+
+CREATE FUNCTION rate_limiter.with_block(
+    config       rate_limiter.config,
+    block_for    interval,
+    max_block    interval DEFAULT NULL,
+    forget_after interval DEFAULT '1 day')
+RETURNS rate_limiter.config
+LANGUAGE c IMMUTABLE PARALLEL SAFE
+AS 'MODULE_PATHNAME', 'with_block_wrapper';
+
+COMMENT ON FUNCTION rate_limiter.with_block(rate_limiter.config, interval, interval, interval) IS
+'config with automatic blocks: the admitted call that uses the limit up (after it a call of count 1 would be refused; for a sharded limit the estimate for the whole limit) '
+'blocks its key for block_for * 2^strikes, at most max_block (NULL = no bound), and adds a strike, in the caller''s transaction; '
+'strikes are forgotten forget_after after the last block ends. Durations count a month as 30 days. '
+'Errors: 22004 NULL config/block_for/forget_after; 22023 an invalid config, block_for not greater than zero, max_block below block_for, negative forget_after.';
 
 SELECT pg_catalog.pg_extension_config_dump('rate_limiter.blocks', '');
 
@@ -313,6 +350,7 @@ BEGIN
     REVOKE ALL ON FUNCTION rate_limiter.block(text, text, interval, text) FROM PUBLIC;
     REVOKE ALL ON FUNCTION rate_limiter.unblock(text, text) FROM PUBLIC;
     REVOKE ALL ON FUNCTION rate_limiter.blocked(text, text) FROM PUBLIC;
+    REVOKE ALL ON FUNCTION rate_limiter.with_block(rate_limiter.config, interval, interval, interval) FROM PUBLIC;
     REVOKE ALL ON rate_limiter.blocks FROM PUBLIC;
     FOR grantee_name IN
         SELECT DISTINCT r.rolname
@@ -321,7 +359,8 @@ BEGIN
             FROM pg_catalog.pg_proc AS p
             WHERE p.oid IN ('rate_limiter.block(text, text, interval, text)'::pg_catalog.regprocedure,
                             'rate_limiter.unblock(text, text)'::pg_catalog.regprocedure,
-                            'rate_limiter.blocked(text, text)'::pg_catalog.regprocedure)
+                            'rate_limiter.blocked(text, text)'::pg_catalog.regprocedure,
+                            'rate_limiter.with_block(rate_limiter.config, interval, interval, interval)'::pg_catalog.regprocedure)
             UNION ALL
             SELECT (pg_catalog.aclexplode(c.relacl)).grantee, c.relowner
             FROM pg_catalog.pg_class AS c
@@ -333,6 +372,7 @@ BEGIN
         EXECUTE pg_catalog.format('REVOKE ALL ON FUNCTION rate_limiter.block(text, text, interval, text) FROM %I', grantee_name);
         EXECUTE pg_catalog.format('REVOKE ALL ON FUNCTION rate_limiter.unblock(text, text) FROM %I', grantee_name);
         EXECUTE pg_catalog.format('REVOKE ALL ON FUNCTION rate_limiter.blocked(text, text) FROM %I', grantee_name);
+        EXECUTE pg_catalog.format('REVOKE ALL ON FUNCTION rate_limiter.with_block(rate_limiter.config, interval, interval, interval) FROM %I', grantee_name);
         EXECUTE pg_catalog.format('REVOKE ALL ON rate_limiter.blocks FROM %I', grantee_name);
     END LOOP;
 END
@@ -341,6 +381,7 @@ $revoke$;
 GRANT EXECUTE ON FUNCTION rate_limiter.block(text, text, interval, text) TO @extowner@ WITH GRANT OPTION;
 GRANT EXECUTE ON FUNCTION rate_limiter.unblock(text, text) TO @extowner@ WITH GRANT OPTION;
 GRANT EXECUTE ON FUNCTION rate_limiter.blocked(text, text) TO @extowner@ WITH GRANT OPTION;
+GRANT EXECUTE ON FUNCTION rate_limiter.with_block(rate_limiter.config, interval, interval, interval) TO @extowner@ WITH GRANT OPTION;
 
 -- ==== Citus (generated from sql/citus_distribute.sql and sql/citus_internal_functions.sql) ====
 -- Citus, day two (SPEC section 10): distribute() marks the workers' own

@@ -8,8 +8,11 @@ COMMENT ON TYPE rate_limiter.kind IS
     'Rate-limit algorithm: ''token bucket'' (continuous refill) or ''fixed window'' (rate tokens per window)';
 
 -- A limit's configuration; build one with rate_limiter.token_bucket() or
--- rate_limiter.fixed_window(). NULL capacity means rate; NULL max_reserved
--- means unlimited debt; NULL start means a per-key window phase.
+-- rate_limiter.fixed_window(), and rate_limiter.with_block(). NULL capacity
+-- means rate; NULL max_reserved means unlimited debt; NULL start means a
+-- per-key window phase; NULL block_for means no automatic blocks (then
+-- max_block and forget_after are NULL too), NULL max_block no bound, NULL
+-- forget_after a day (docs/blocks.md).
 CREATE TYPE rate_limiter.config AS (
     kind         rate_limiter.kind,
     rate         float8,
@@ -17,10 +20,13 @@ CREATE TYPE rate_limiter.config AS (
     capacity     float8,
     max_reserved float8,
     shards       int4,
-    start        timestamptz
+    start        timestamptz,
+    block_for    interval,
+    max_block    interval,
+    forget_after interval
 );
 COMMENT ON TYPE rate_limiter.config IS
-    'Rate-limit configuration: kind, rate (tokens per period), period, capacity (NULL = rate), max_reserved (NULL = unlimited), shards, start (fixed window anchor, NULL = per-key phase)';
+    'Rate-limit configuration: kind, rate (tokens per period), period, capacity (NULL = rate), max_reserved (NULL = unlimited), shards, start (fixed window anchor, NULL = per-key phase), block_for, max_block, forget_after (automatic blocks, NULL = none)';
 
 -- One request of rate_limiter.rate_limit_all(): a limit (name, key), how
 -- many tokens (NULL = 1) and an inline config (NULL = the definition).
@@ -44,7 +50,11 @@ CREATE TABLE rate_limiter.definitions (
     shards       int4 NOT NULL DEFAULT 1,
     start        timestamptz,
     -- false: shadow mode (decides and writes state, answers as admitted).
-    enforce      boolean NOT NULL DEFAULT true
+    enforce      boolean NOT NULL DEFAULT true,
+    -- Automatic blocks (docs/blocks.md): NULL block_for is none.
+    block_for    interval,
+    max_block    interval,
+    forget_after interval
 );
 COMMENT ON TABLE rate_limiter.definitions IS
     'Named rate limits; write it with rate_limiter.define() and rate_limiter.undefine()';
@@ -103,6 +113,9 @@ CREATE TABLE rate_limiter.overrides (
     start        timestamptz,
     enforce      boolean,
     expires_at   timestamptz,
+    block_for    interval,
+    max_block    interval,
+    forget_after interval,
     CONSTRAINT overrides_pkey PRIMARY KEY (name, key),
     CONSTRAINT overrides_config_or_plan CHECK ((plan IS NULL) = (kind IS NOT NULL))
 );
@@ -114,16 +127,19 @@ COMMENT ON TABLE rate_limiter.overrides IS
 
 -- Blocks (docs/blocks.md): a key of a defined limit refused until `until`,
 -- whatever its tokens; key NULL is the global limit (NULLS NOT DISTINCT
--- makes it one row). strikes counts the blocks the key has had; reason is
+-- makes it one row). strikes counts the blocks the key has had since they
+-- were last forgotten, at forget_at (NULL: when the block ends); reason is
 -- what block() was told, for the refusal's DETAIL. Written by
--- rate_limiter.block() and rate_limiter.unblock(); read by every call of
--- a name that has blocks (src/blocks.rs) through the unique index.
+-- rate_limiter.block() and rate_limiter.unblock(), and by the call that
+-- uses up a limit with automatic blocks; read by every call of a name that
+-- has blocks or automatic blocks (src/blocks.rs) through the unique index.
 CREATE TABLE rate_limiter.blocks (
-    name    text COLLATE "C" NOT NULL,
-    key     text COLLATE "C",
-    until   timestamptz NOT NULL,
-    strikes int4 NOT NULL DEFAULT 0,
-    reason  text,
+    name      text COLLATE "C" NOT NULL,
+    key       text COLLATE "C",
+    until     timestamptz NOT NULL,
+    strikes   int4 NOT NULL DEFAULT 0,
+    reason    text,
+    forget_at timestamptz,
     CONSTRAINT blocks_name_key UNIQUE NULLS NOT DISTINCT (name, key)
 );
 COMMENT ON TABLE rate_limiter.blocks IS

@@ -16,8 +16,8 @@ use crate::errors::CallError;
 use crate::storage::text_argument;
 use pgrx::pg_sys;
 use pgrx::prelude::*;
-use rate_limiter_algorithm::Micros;
-use std::cell::RefCell;
+use rate_limiter_algorithm::{BlockPolicy, Micros, Strikes};
+use std::cell::{Cell, RefCell};
 
 /// One row of `rate_limiter.blocks`.
 #[derive(Debug, Clone, PartialEq)]
@@ -38,6 +38,9 @@ type Refused = (Vec<u8>, Option<Vec<u8>>, Option<String>);
 
 thread_local! {
     static REFUSED: RefCell<Option<Refused>> = const { RefCell::new(None) };
+    /// Set while [`strike`] writes a block that no cached definition needs
+    /// to know of.
+    static QUIET: Cell<bool> = const { Cell::new(false) };
 }
 
 const BY_KEY: &str =
@@ -122,4 +125,114 @@ pub fn forget_refusal() {
             *refused = None;
         }
     });
+}
+
+/// Whether the blocks' statement trigger should invalidate nothing (an
+/// automatic block of a name whose cached definitions already say it has
+/// blocks, or of an undefined name: see [`strike`]).
+pub fn quiet() -> bool {
+    QUIET.with(Cell::get)
+}
+
+/// Unsets [`QUIET`] when dropped (also when an error unwinds).
+struct Quiet;
+
+impl Drop for Quiet {
+    fn drop(&mut self) {
+        QUIET.with(|quiet| quiet.set(false));
+    }
+}
+
+/// The first timestamp PostgreSQL cannot store (`END_TIMESTAMP`,
+/// 294277-01-01 UTC): an end at or past it is stored as `infinity`.
+const END_TIMESTAMP: Micros = 9_223_371_331_200_000_000;
+
+/// `micros` as a timestamptz to store: `infinity` at or past
+/// [`END_TIMESTAMP`].
+fn stored(micros: Micros) -> TimestampWithTimeZone {
+    let micros = if micros >= END_TIMESTAMP {
+        i64::MAX
+    } else {
+        micros
+    };
+    // SAFETY: a timestamptz datum is its microseconds; `i64::MAX` is
+    // PostgreSQL's `infinity` (DT_NOEND).
+    unsafe { TimestampWithTimeZone::from_datum(pg_sys::Datum::from(micros), false) }
+        .unwrap_or_else(TimestampWithTimeZone::positive_infinity)
+}
+
+const STRIKE_BY_KEY: &str = "SELECT until, strikes, forget_at FROM rate_limiter.blocks \
+                             WHERE name = $1 AND key = $2 FOR UPDATE";
+const STRIKE_GLOBAL: &str = "SELECT until, strikes, forget_at FROM rate_limiter.blocks \
+                             WHERE name = $1 AND key IS NULL FOR UPDATE";
+/// Writes a strike over the row read (locked) before, or over a row that
+/// another call of a sharded limit inserted meanwhile, keeping the later
+/// end.
+const WRITE_STRIKE: &str = "
+    INSERT INTO rate_limiter.blocks AS b (name, key, until, strikes, reason, forget_at)
+    VALUES ($1, $2, $3, $4, NULL, $5)
+    ON CONFLICT (name, key) DO UPDATE SET
+        until = greatest(b.until, excluded.until),
+        strikes = excluded.strikes,
+        reason = CASE WHEN b.until > excluded.until THEN b.reason END,
+        forget_at = greatest(excluded.forget_at, b.until)";
+
+/// Starts the automatic block of (`name`, `key`) under `policy` at `now`
+/// (docs/blocks.md, "Automatic blocks"): the admitted call that used the
+/// limit up writes it, in the caller's transaction (it commits with the
+/// call's work, and a rollback undoes both), as the extension's owner.
+/// The key's stored block, if any, is locked and read first
+/// (`BlockPolicy::strike`).
+///
+/// The table's statement trigger invalidates every backend's cached
+/// definitions only when they need to learn that the name has blocks
+/// (a defined name whose cache says it has none).
+///
+/// Errors: SPI's.
+pub fn strike(
+    name: &[u8],
+    key: Option<&[u8]>,
+    policy: &BlockPolicy,
+    now: Micros,
+) -> Result<(), CallError> {
+    let quiet = !crate::definitions::is_defined(name) || crate::definitions::has_blocks(name)?;
+    let _reset = Quiet;
+    QUIET.with(|cell| cell.set(quiet));
+    crate::security::write_as_owner(c"rate_limit()", |client| {
+        let found = match key {
+            Some(key) => client.update(
+                STRIKE_BY_KEY,
+                Some(1),
+                &[text_argument(name), text_argument(key)],
+            )?,
+            None => client.update(STRIKE_GLOBAL, Some(1), &[text_argument(name)])?,
+        };
+        let previous = if found.is_empty() {
+            None
+        } else {
+            let row = found.first();
+            Some(Strikes {
+                until: row
+                    .get::<TimestampWithTimeZone>(1)?
+                    .map_or(i64::MIN, TimestampWithTimeZone::into_inner),
+                strikes: row.get::<i32>(2)?.unwrap_or(0),
+                forget_at: row
+                    .get::<TimestampWithTimeZone>(3)?
+                    .map(TimestampWithTimeZone::into_inner),
+            })
+        };
+        let next = policy.strike(previous, now);
+        client.update(
+            WRITE_STRIKE,
+            None,
+            &[
+                text_argument(name),
+                key.map_or_else(|| Option::<&str>::None.into(), text_argument),
+                stored(next.until).into(),
+                next.strikes.into(),
+                next.forget_at.map(stored).into(),
+            ],
+        )?;
+        Ok::<_, CallError>(())
+    })
 }

@@ -1,5 +1,6 @@
 //! The SQL type `rate_limiter.config`: reading it, building it, and the
-//! constructors `rate_limiter.token_bucket()` and `rate_limiter.fixed_window()`.
+//! constructors `rate_limiter.token_bucket()`, `rate_limiter.fixed_window()`
+//! and `rate_limiter.with_block()`.
 //!
 //! A config is validated wherever it is used (constructors, `define`,
 //! inline in `rate_limit`/`rate_check`), always through
@@ -10,7 +11,9 @@ use crate::errors::CallError;
 use pgrx::heap_tuple::PgHeapTuple;
 use pgrx::prelude::*;
 use pgrx::AllocatedByRust;
-use rate_limiter_algorithm::{period_micros, Config, Kind, LimitError};
+use rate_limiter_algorithm::{
+    duration_micros, period_micros, BlockPolicy, Config, Kind, LimitError,
+};
 use std::num::NonZeroUsize;
 
 /// The SQL composite `rate_limiter.config` as a result.
@@ -32,6 +35,28 @@ pub struct ConfigValues {
     pub max_reserved: Option<f64>,
     pub shards: i32,
     pub start: Option<TimestampWithTimeZone>,
+    /// Automatic blocks (`with_block`, docs/blocks.md): all `None` for a
+    /// limit without. `forget_after` `None` with a `block_for` is 1 day.
+    pub block_for: Option<Interval>,
+    pub max_block: Option<Interval>,
+    pub forget_after: Option<Interval>,
+}
+
+/// The attributes of `rate_limiter.config` (0.6.0 and later; before, the
+/// first 7).
+const CONFIG_ATTRIBUTES: u16 = 10;
+
+/// `forget_after` when not given: a day.
+const DEFAULT_FORGET_AFTER: i64 = 86_400_000_000;
+
+/// An interval as a duration of microseconds for `parameter`.
+fn micros_of(interval: Interval, parameter: &'static str) -> Result<i64, LimitError> {
+    duration_micros(
+        interval.months(),
+        interval.days(),
+        interval.micros(),
+        parameter,
+    )
 }
 
 /// A required argument or field: `None` (SQL NULL) is a `22004` error
@@ -79,6 +104,17 @@ impl ConfigValues {
             let (max_reserved, max_reserved_is_null) = attribute(5);
             let (shards, shards_is_null) = attribute(6);
             let (start, start_is_null) = attribute(7);
+            // A value of the type before 0.6.0 has 7 attributes (the
+            // tuple says how many it has: attributes past them must not be
+            // asked for).
+            let natts = (*header).t_infomask2 & pg_sys::HEAP_NATTS_MASK as u16;
+            let interval = |number: i16| {
+                if natts < CONFIG_ATTRIBUTES {
+                    return None;
+                }
+                let (datum, is_null) = attribute(number);
+                Interval::from_datum(datum, is_null)
+            };
             Ok(ConfigValues {
                 kind,
                 rate: required(f64::from_datum(rate, is_null), "rate")?,
@@ -87,8 +123,40 @@ impl ConfigValues {
                 max_reserved: f64::from_datum(max_reserved, max_reserved_is_null),
                 shards: required(i32::from_datum(shards, shards_is_null), "shards")?,
                 start: TimestampWithTimeZone::from_datum(start, start_is_null),
+                block_for: interval(8),
+                max_block: interval(9),
+                forget_after: interval(10),
             })
         }
+    }
+
+    /// The automatic blocks these values ask for, validated by the
+    /// caller (`Config::validate`).
+    ///
+    /// Errors: `22023` for a duration that is negative or too long, or a
+    /// `max_block` or `forget_after` without a `block_for`.
+    fn block(&self) -> Result<Option<BlockPolicy>, LimitError> {
+        let Some(block_for) = self.block_for else {
+            if self.max_block.is_some() || self.forget_after.is_some() {
+                return Err(LimitError::invalid(
+                    "block_for",
+                    "max_block and forget_after need a block_for".to_string(),
+                ));
+            }
+            return Ok(None);
+        };
+        Ok(Some(BlockPolicy {
+            block_for: micros_of(block_for, "block_for")?,
+            max_block: self
+                .max_block
+                .map(|max_block| micros_of(max_block, "max_block"))
+                .transpose()?,
+            forget_after: self
+                .forget_after
+                .map_or(Ok(DEFAULT_FORGET_AFTER), |forget_after| {
+                    micros_of(forget_after, "forget_after")
+                })?,
+        }))
     }
 
     /// The validated configuration for the math.
@@ -115,6 +183,7 @@ impl ConfigValues {
             max_reserved: self.max_reserved,
             shards: self.shards,
             start: self.start.map(|start| start.into_inner()),
+            block: self.block()?,
         };
         config.validate()?;
         Ok(config)
@@ -145,6 +214,16 @@ impl ConfigValues {
         tuple
             .set_by_name("start", self.start)
             .map_err(|e| error(&e))?;
+        // (Only when set: the type of a version before 0.6.0 lacks them.)
+        for (attribute, value) in [
+            ("block_for", self.block_for),
+            ("max_block", self.max_block),
+            ("forget_after", self.forget_after),
+        ] {
+            if value.is_some() {
+                tuple.set_by_name(attribute, value).map_err(|e| error(&e))?;
+            }
+        }
         Ok(tuple)
     }
 }
@@ -178,6 +257,9 @@ fn construct(
             max_reserved,
             shards: required(shards, "shards")?,
             start,
+            block_for: None,
+            max_block: None,
+            forget_after: None,
         };
         values.to_config()?;
         Ok(values)
@@ -232,4 +314,37 @@ fn fixed_window(
         shards,
         start,
     )
+}
+
+/// `rate_limiter.with_block(config, block_for, max_block, forget_after)`:
+/// `config` with automatic blocks (docs/blocks.md). See sql/functions.sql.
+///
+/// Errors: 22004 (NULL config, block_for or forget_after); 22023 (an
+/// invalid config, a block_for not greater than zero, a max_block below
+/// block_for, a negative forget_after, a duration too long).
+#[pg_extern(sql = false)]
+fn with_block(
+    config: Option<pgrx::composite_type!("rate_limiter.config")>,
+    block_for: Option<Interval>,
+    max_block: Option<Interval>,
+    forget_after: Option<Interval>,
+) -> pgrx::composite_type!('static, "rate_limiter.config") {
+    let values = (|| {
+        let base = ConfigValues::from_tuple(required(config, "config")?)?;
+        let values = ConfigValues {
+            block_for: Some(required(block_for, "block_for")?),
+            max_block,
+            forget_after: Some(required(forget_after, "forget_after")?),
+            ..base
+        };
+        values.to_config()?;
+        Ok(values)
+    })();
+    match values
+        .map_err(CallError::Limit)
+        .and_then(ConfigValues::into_tuple)
+    {
+        Ok(tuple) => tuple,
+        Err(error) => crate::errors::report(error),
+    }
 }

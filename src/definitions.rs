@@ -38,19 +38,22 @@ const LOOKUP: &str =
                                  ORDER BY o.name, o.key LIMIT 1) AS first), \
             EXISTS (SELECT FROM (SELECT FROM rate_limiter.blocks AS b \
                                  WHERE b.name = d.name COLLATE \"C\" \
-                                 ORDER BY b.name, b.key LIMIT 1) AS first) \
+                                 ORDER BY b.name, b.key LIMIT 1) AS first), \
+            block_for, max_block, forget_after \
      FROM rate_limiter.definitions AS d WHERE name = $1";
 
 /// [`LOOKUP`] on the tables of a version before 0.6.0 (no overrides, no
 /// blocks).
 const LOOKUP_BEFORE_0_6: &str =
-    "SELECT kind::text, rate, period, capacity, max_reserved, shards, start, enforce, false, false \
+    "SELECT kind::text, rate, period, capacity, max_reserved, shards, start, enforce, false, false, \
+            NULL::interval, NULL::interval, NULL::interval \
      FROM rate_limiter.definitions WHERE name = $1";
 
 /// [`LOOKUP`] on the tables of a version before 0.4.0 (no column
 /// `enforce`: every limit enforces), until `ALTER EXTENSION ... UPDATE`.
 const LOOKUP_BEFORE_0_4: &str =
-    "SELECT kind::text, rate, period, capacity, max_reserved, shards, start, true, false, false \
+    "SELECT kind::text, rate, period, capacity, max_reserved, shards, start, true, false, false, \
+            NULL::interval, NULL::interval, NULL::interval \
      FROM rate_limiter.definitions WHERE name = $1";
 
 /// What a call of a limit uses: its config, whether it enforces
@@ -155,6 +158,11 @@ unsafe extern "C-unwind" fn forget_definitions(_arg: pg_sys::Datum, _relid: pg_s
 /// internal error for it).
 #[pg_extern(sql = false)]
 fn _invalidate_definitions(relid: pg_sys::Oid) {
+    // An automatic block that changes no backend's cached definitions
+    // (crate::blocks::strike) invalidates nothing.
+    if crate::blocks::quiet() {
+        return;
+    }
     // SAFETY: a syscache probe and an invalidation of an existing relation,
     // inside the caller's transaction.
     unsafe {
@@ -205,9 +213,10 @@ pub fn resolve(
                 regime: None,
                 blocked_until: None,
             };
-            match named {
-                Some(named) if named.blocks => blocked(name, key, definition),
-                _ => Ok(definition),
+            if named.is_some_and(|named| named.blocks) || config.block.is_some() {
+                blocked(name, key, definition)
+            } else {
+                Ok(definition)
             }
         }
         None => {
@@ -216,7 +225,7 @@ pub fn resolve(
                 Some(key) if named.overridden => overridden(name, key, named.definition)?,
                 _ => named.definition,
             };
-            if named.blocks {
+            if named.blocks || definition.config.block.is_some() {
                 blocked(name, key, definition)
             } else {
                 Ok(definition)
@@ -283,6 +292,12 @@ pub fn regime_of(name: &[u8], key: Option<&[u8]>) -> Option<i64> {
     resolve(name, key, None)
         .ok()
         .and_then(|definition| definition.regime)
+}
+
+/// Whether `name` has a definition and a key of it has a block (ended or
+/// not): then its calls look for the key's block.
+pub fn has_blocks(name: &[u8]) -> Result<bool, CallError> {
+    Ok(lookup_named(name)?.is_some_and(|named| named.blocks))
 }
 
 /// Whether `name` has a definition and a key of it has an override.
@@ -424,6 +439,9 @@ fn lookup_uncached(client: &SpiClient<'_>, name: &[u8]) -> Result<Option<Named>,
         max_reserved: row.get(5)?,
         shards: required(row.get(6)?, "shards")?,
         start: row.get(7)?,
+        block_for: row.get(11)?,
+        max_block: row.get(12)?,
+        forget_after: row.get(13)?,
     };
     Ok(Some(Named {
         definition: Definition {

@@ -141,7 +141,7 @@ fn remember(name: &[u8], key: &[u8], found: Option<Override>) {
 }
 
 /// Columns of `rate_limiter.overrides`, 1-based, in table order.
-const COLUMNS: usize = 12;
+const COLUMNS: usize = 15;
 const PLAN: usize = 3;
 const KIND: usize = 4;
 const RATE: usize = 5;
@@ -152,6 +152,9 @@ const SHARDS: usize = 9;
 const START: usize = 10;
 const ENFORCE: usize = 11;
 const EXPIRES_AT: usize = 12;
+const BLOCK_FOR: usize = 13;
+const MAX_BLOCK: usize = 14;
+const FORGET_AFTER: usize = 15;
 
 /// The override of (name, key) in the table, with the latest snapshot.
 /// No table (a version before 0.6.0): no override.
@@ -172,8 +175,8 @@ fn probe(name: &[u8], key: &[u8]) -> Result<Option<Override>, CallError> {
 /// snapshot, as the definitions are read).
 fn select(name: &[u8], key: &[u8]) -> Result<Option<Override>, CallError> {
     const SELECT: &str = "SELECT plan, kind::text, rate, period, capacity, max_reserved, shards, \
-                          start, enforce, expires_at FROM rate_limiter.overrides \
-                          WHERE name = $1 AND key = $2";
+                          start, enforce, expires_at, block_for, max_block, forget_after \
+                          FROM rate_limiter.overrides WHERE name = $1 AND key = $2";
     let text = pgrx::PgOid::BuiltIn(pg_sys::PgBuiltInOids::TEXTOID);
     crate::security::as_owner(|| {
         // SAFETY: pushed and popped around the read; an error pops it in
@@ -214,6 +217,9 @@ fn select(name: &[u8], key: &[u8]) -> Result<Option<Override>, CallError> {
                         max_reserved: row.get(6)?,
                         shards: crate::config::required(row.get(7)?, "shards")?,
                         start: row.get(8)?,
+                        block_for: row.get(11)?,
+                        max_block: row.get(12)?,
+                        forget_after: row.get(13)?,
                     };
                     Some(values.to_config()?)
                 }
@@ -368,6 +374,9 @@ unsafe fn decode(values: &[pg_sys::Datum], nulls: &[bool]) -> Result<Override, C
             max_reserved: f64::from_datum(at(MAX_RESERVED).0, at(MAX_RESERVED).1),
             shards: i32::from_datum(field(SHARDS, "shards")?, false).unwrap_or(0),
             start: TimestampWithTimeZone::from_datum(at(START).0, at(START).1),
+            block_for: Interval::from_datum(at(BLOCK_FOR).0, at(BLOCK_FOR).1),
+            max_block: Interval::from_datum(at(MAX_BLOCK).0, at(MAX_BLOCK).1),
+            forget_after: Interval::from_datum(at(FORGET_AFTER).0, at(FORGET_AFTER).1),
         };
         Some(values.to_config()?)
     };

@@ -271,6 +271,7 @@ pub fn consume_all(
         None => local::all_or_nothing::consume(requests, reserve, Target::StateTable),
         Some(cluster) => cluster.consume_all(requests, reserve),
     })?;
+    local::all_or_nothing::strike_used_up(&requests, &answers.0)?;
     Ok((requests, answers))
 }
 

@@ -169,6 +169,7 @@ mod tests {
                 max_reserved: None,
                 shards: 1,
                 start: None,
+                block: None,
             },
             stored: vec![value.map(|value| State { value, ts: 0 })],
             enforce: true,

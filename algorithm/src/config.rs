@@ -1,5 +1,6 @@
 //! The configuration of a limit and its validation.
 
+use crate::block::BlockPolicy;
 use crate::error::{show, LimitError};
 use crate::time::Micros;
 
@@ -65,6 +66,8 @@ pub struct Config {
     /// Fixed window only: a time at which a window starts (any window start
     /// works as anchor, past or future); `None` means a per-key phase.
     pub start: Option<Micros>,
+    /// Automatic blocks (`with_block`, [`BlockPolicy`]); `None`: none.
+    pub block: Option<BlockPolicy>,
 }
 
 impl Config {
@@ -143,6 +146,9 @@ impl Config {
                     self.shards
                 ),
             ));
+        }
+        if let Some(block) = &self.block {
+            block.validate()?;
         }
         if self.shards > 1 && self.shard().rate == 0.0 {
             return Err(LimitError::invalid(
@@ -232,6 +238,7 @@ mod tests {
             max_reserved: None,
             shards: 1,
             start: None,
+            block: None,
         }
     }
 

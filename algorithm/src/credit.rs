@@ -63,6 +63,7 @@ mod tests {
             max_reserved: None,
             shards,
             start: None,
+            block: None,
         }
     }
 

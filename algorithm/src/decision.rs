@@ -263,6 +263,7 @@ mod tests {
             max_reserved,
             shards: 1,
             start: None,
+            block: None,
         }
     }
 
@@ -379,6 +380,7 @@ mod tests {
             max_reserved: None,
             shards: 1,
             start: Some(0),
+            block: None,
         };
         let mut state = None;
         assert!(call(&config, &mut state, 10 * SECOND, 1.0, false).ok);
@@ -404,6 +406,7 @@ mod tests {
             max_reserved: None,
             shards: 1,
             start: Some(100 * MINUTE + 5 * SECOND),
+            block: None,
         };
         let mut state = None;
         let decision = call(&config, &mut state, 0, 1.0, false);

@@ -87,6 +87,7 @@ mod tests {
             max_reserved: None,
             shards: 1,
             start,
+            block: None,
         }
     }
 

@@ -32,7 +32,7 @@ pub mod token_bucket;
 pub mod verdict;
 
 pub use all_or_nothing::{evaluate_all_or_nothing, Answer, Limit, Member, Outcome};
-pub use block::blocked;
+pub use block::{blocked, uses_up, BlockPolicy, Strikes};
 pub use config::{Config, Kind, MAX_SHARDS};
 pub use credit::{credit, validate_credit};
 pub use decision::{evaluate, Decision};
@@ -45,5 +45,5 @@ pub use shards::{
 pub use shown::{available, shown};
 pub use state::{LimitId, Request, State};
 pub use status::{status, Status};
-pub use time::{period_micros, Micros, MICROS_PER_MILLISECOND};
+pub use time::{duration_micros, period_micros, Micros, MICROS_PER_MILLISECOND};
 pub use verdict::{near_limit, Verdict};

@@ -41,6 +41,7 @@ mod tests {
             max_reserved: None,
             shards: 1,
             start: Some(0),
+            block: None,
         }
     }
 

@@ -71,6 +71,7 @@ mod tests {
             max_reserved: None,
             shards,
             start: None,
+            block: None,
         }
     }
 

@@ -39,9 +39,49 @@ pub fn period_micros(months: i32, days: i32, micros: i64) -> Result<Micros, Limi
         .map_err(|_| LimitError::invalid("period", "period is too long".to_string()))
 }
 
+/// A duration (an interval's months, days and microseconds) in
+/// microseconds, as [`period_micros`] counts it, for the parameter named
+/// `parameter`: 0 or more.
+///
+/// Errors: `InvalidParameter` naming `parameter` when negative or too long
+/// for 64 bits (PostgreSQL 17's `infinity`).
+pub fn duration_micros(
+    months: i32,
+    days: i32,
+    micros: i64,
+    parameter: &'static str,
+) -> Result<Micros, LimitError> {
+    let months = i128::from(months);
+    let total = (months / 12) * MICROS_PER_YEAR
+        + (months % 12) * MICROS_PER_MONTH
+        + i128::from(days) * MICROS_PER_DAY
+        + i128::from(micros);
+    if total < 0 {
+        return Err(LimitError::invalid(
+            parameter,
+            format!("{parameter} must not be negative"),
+        ));
+    }
+    Micros::try_from(total)
+        .map_err(|_| LimitError::invalid(parameter, format!("{parameter} is too long")))
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn durations_may_be_zero_but_not_negative() {
+        assert_eq!(duration_micros(0, 1, 0, "forget_after"), Ok(86_400_000_000));
+        assert_eq!(duration_micros(0, 0, 0, "forget_after"), Ok(0));
+        assert_eq!(
+            duration_micros(0, 0, -1, "forget_after")
+                .unwrap_err()
+                .parameter,
+            "forget_after"
+        );
+        assert!(duration_micros(i32::MAX, i32::MAX, i64::MAX, "block_for").is_err());
+    }
 
     #[test]
     fn matches_postgres_epoch_extraction() {

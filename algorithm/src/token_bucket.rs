@@ -50,6 +50,7 @@ mod tests {
             max_reserved: None,
             shards: 1,
             start: None,
+            block: None,
         }
     }
 

@@ -113,6 +113,7 @@ mod tests {
             max_reserved: None,
             shards: 1,
             start: None,
+            block: None,
         };
         assert!(!near_limit(&config, 10.0));
         assert!(near_limit(&config, 9.999));

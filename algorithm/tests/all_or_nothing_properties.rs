@@ -27,6 +27,7 @@ prop_compose! {
             max_reserved,
             shards,
             start: None,
+            block: None,
         };
         let shard_capacity = rate / f64::from(shards);
         let stored = fill

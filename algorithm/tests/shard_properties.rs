@@ -34,6 +34,7 @@ prop_compose! {
             max_reserved,
             shards,
             start: if fixed { start } else { None },
+            block: None,
         }
     }
 }

@@ -204,6 +204,7 @@ fn simulate(shards: i32, capacity: f64, demand: f64, arrivals: usize) -> f64 {
         max_reserved: None,
         shards,
         start: None,
+        block: None,
     };
     let id = LimitId {
         name: b"simulated",

@@ -173,6 +173,7 @@ fn main() {
         max_reserved: None,
         shards: 1,
         start: None,
+        block: None,
     };
     let signup = Config {
         kind: Kind::FixedWindow,
@@ -182,6 +183,7 @@ fn main() {
         max_reserved: None,
         shards: 1,
         start: Some(820_540_800 * SECOND),
+        block: None,
     };
     let llm = Config {
         kind: Kind::TokenBucket,
@@ -191,6 +193,7 @@ fn main() {
         max_reserved: Some(40000.0),
         shards: 1,
         start: None,
+        block: None,
     };
     let mut model = Model {
         states: HashMap::new(),

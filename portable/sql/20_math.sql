@@ -156,7 +156,30 @@ BEGIN
 END
 $config_nulls$;
 
-CREATE FUNCTION rate_limiter._config(config rate_limiter.config, OUT period bigint, OUT start bigint)
+-- A duration in microseconds, as _period_micros counts it, for the
+-- parameter named parameter: 0 or more (time::duration_micros).
+CREATE FUNCTION rate_limiter._duration_micros(duration interval, parameter text)
+RETURNS bigint
+LANGUAGE plpgsql IMMUTABLE STRICT PARALLEL SAFE
+AS $duration$
+DECLARE
+    total numeric := EXTRACT(epoch FROM duration) * 1000000;
+BEGIN
+    IF total < 0 THEN
+        RAISE EXCEPTION '% must not be negative', parameter USING ERRCODE = '22023';
+    END IF;
+    IF total > 9223372036854775807 THEN
+        RAISE EXCEPTION '% is too long', parameter USING ERRCODE = '22023';
+    END IF;
+    RETURN total::bigint;
+END
+$duration$;
+
+-- Checks a config as the native ConfigValues::to_config does, in its
+-- order; its period and start in microseconds, and its automatic blocks
+-- (docs/blocks.md; block_for NULL: none; forget_after NULL: a day).
+CREATE FUNCTION rate_limiter._config(config rate_limiter.config, OUT period bigint, OUT start bigint,
+                                     OUT block_for bigint, OUT max_block bigint, OUT forget_after bigint)
 LANGUAGE plpgsql IMMUTABLE PARALLEL SAFE
 AS $config$
 DECLARE
@@ -167,6 +190,15 @@ BEGIN
         RAISE EXCEPTION 'start must be a finite timestamp' USING ERRCODE = '22023';
     END IF;
     period := rate_limiter._period_micros(config.period);
+    IF config.block_for IS NULL THEN
+        IF config.max_block IS NOT NULL OR config.forget_after IS NOT NULL THEN
+            RAISE EXCEPTION 'max_block and forget_after need a block_for' USING ERRCODE = '22023';
+        END IF;
+    ELSE
+        block_for := rate_limiter._duration_micros(config.block_for, 'block_for');
+        max_block := rate_limiter._duration_micros(config.max_block, 'max_block');
+        forget_after := coalesce(rate_limiter._duration_micros(config.forget_after, 'forget_after'), 86400000000);
+    END IF;
     IF NOT (config.rate > 0 AND config.rate < 'Infinity'::float8) THEN
         -- (NaN is greater than every number in SQL, but fails here too.)
         RAISE EXCEPTION 'rate must be finite and greater than zero, got %', rate_limiter._show(config.rate)
@@ -189,6 +221,15 @@ BEGIN
     IF config.shards > 32767 THEN
         RAISE EXCEPTION 'shards must be at most 32767 (the state table''s shard column is a smallint), got %', config.shards
             USING ERRCODE = '22023';
+    END IF;
+    IF block_for IS NOT NULL THEN
+        IF block_for <= 0 THEN
+            RAISE EXCEPTION 'block_for must be greater than zero' USING ERRCODE = '22023';
+        ELSIF max_block < block_for THEN
+            RAISE EXCEPTION 'max_block must be at least block_for' USING ERRCODE = '22023';
+        ELSIF forget_after < 0 THEN
+            RAISE EXCEPTION 'forget_after must not be negative' USING ERRCODE = '22023';
+        END IF;
     END IF;
     IF config.shards > 1 THEN
         per_shard := rate_limiter._div(config.rate, config.shards::float8);

@@ -130,7 +130,8 @@ BEGIN
                       HINT = 'Define it with rate_limiter.define(), or pass config => rate_limiter.token_bucket(...) or rate_limiter.fixed_window(...).';
         END IF;
         config := ROW(defined.kind, defined.rate, defined.period, defined.capacity, defined.max_reserved,
-                      defined.shards, defined.start)::rate_limiter.config;
+                      defined.shards, defined.start, defined.block_for, defined.max_block,
+                      defined.forget_after)::rate_limiter.config;
         checked := rate_limiter._config(config);
         enforce := defined.enforce;
         -- (A change of the key's override since the snapshot rewrote the
@@ -244,13 +245,17 @@ BEGIN
         SELECT d.kind, d.period, d.shards FROM rate_limiter.definitions AS d WHERE d.name = define.name FOR UPDATE
     ), upsert AS (
         INSERT INTO rate_limiter.definitions AS d
-            (name, kind, rate, period, capacity, max_reserved, shards, start, enforce)
+            (name, kind, rate, period, capacity, max_reserved, shards, start, enforce,
+             block_for, max_block, forget_after)
         VALUES (define.name, config.kind, config.rate, config.period, config.capacity, config.max_reserved,
-                config.shards, config.start, define.enforce)
+                config.shards, config.start, define.enforce, config.block_for, config.max_block,
+                config.forget_after)
         ON CONFLICT ON CONSTRAINT definitions_pkey DO UPDATE SET
             kind = excluded.kind, rate = excluded.rate, period = excluded.period,
             capacity = excluded.capacity, max_reserved = excluded.max_reserved,
-            shards = excluded.shards, start = excluded.start, enforce = excluded.enforce
+            shards = excluded.shards, start = excluded.start, enforce = excluded.enforce,
+            block_for = excluded.block_for, max_block = excluded.max_block,
+            forget_after = excluded.forget_after
         RETURNING 1
     )
     DELETE FROM rate_limiter.rate_limits AS r

@@ -74,7 +74,8 @@ BEGIN
     END IF;
     IF stored.kind IS NOT NULL THEN
         PERFORM rate_limiter._config(ROW(stored.kind, stored.rate, stored.period, stored.capacity,
-                                         stored.max_reserved, stored.shards, stored.start)::rate_limiter.config);
+                                         stored.max_reserved, stored.shards, stored.start, stored.block_for,
+                                         stored.max_block, stored.forget_after)::rate_limiter.config);
     END IF;
     IF (stored.plan IS NULL) = (stored.kind IS NULL) THEN
         RAISE EXCEPTION 'a stored override must have exactly one of a config and a plan' USING ERRCODE = '22023';
@@ -97,11 +98,13 @@ BEGIN
             PERFORM rate_limiter._undefined(stored.plan);
         END IF;
         config := ROW(planned.kind, planned.rate, planned.period, planned.capacity, planned.max_reserved,
-                      planned.shards, planned.start)::rate_limiter.config;
+                      planned.shards, planned.start, planned.block_for, planned.max_block,
+                      planned.forget_after)::rate_limiter.config;
         enforce := coalesce(stored.enforce, planned.enforce);
     ELSE
         config := ROW(stored.kind, stored.rate, stored.period, stored.capacity, stored.max_reserved,
-                      stored.shards, stored.start)::rate_limiter.config;
+                      stored.shards, stored.start, stored.block_for, stored.max_block,
+                      stored.forget_after)::rate_limiter.config;
         enforce := coalesce(stored.enforce, defined_enforce);
     END IF;
     checked := rate_limiter._config(config);
@@ -223,15 +226,18 @@ BEGIN
         PERFORM rate_limiter._undefined(coalesce(plan, name));
     END IF;
     INSERT INTO rate_limiter.overrides AS o
-        (name, key, plan, kind, rate, period, capacity, max_reserved, shards, start, enforce, expires_at)
+        (name, key, plan, kind, rate, period, capacity, max_reserved, shards, start, enforce, expires_at,
+         block_for, max_block, forget_after)
     VALUES (override.name, override.key, override.plan, config.kind, config.rate, config.period, config.capacity,
-            config.max_reserved, config.shards, config.start, override.enforce, override.expires_at)
+            config.max_reserved, config.shards, config.start, override.enforce, override.expires_at,
+            config.block_for, config.max_block, config.forget_after)
     ON CONFLICT ON CONSTRAINT overrides_pkey DO UPDATE SET
         plan = excluded.plan, kind = excluded.kind, rate = excluded.rate,
         period = excluded.period, capacity = excluded.capacity,
         max_reserved = excluded.max_reserved, shards = excluded.shards,
         start = excluded.start, enforce = excluded.enforce,
-        expires_at = excluded.expires_at;
+        expires_at = excluded.expires_at, block_for = excluded.block_for,
+        max_block = excluded.max_block, forget_after = excluded.forget_after;
 END
 $override$;
 

@@ -32,9 +32,7 @@ BEGIN
     IF ends IS NULL THEN
         RETURN;
     END IF;
-    until := CASE WHEN pg_catalog.isfinite(ends) THEN rate_limiter._micros(ends)
-                  WHEN ends > 'epoch'::timestamptz THEN 9223372036854775807
-                  ELSE -9223372036854775808 END;
+    until := rate_limiter._block_micros(ends);
     IF now >= until THEN
         until := NULL;
         RETURN;
@@ -91,7 +89,8 @@ BEGIN
             + CASE WHEN b.until <= now_ts AND excluded.until > now_ts THEN 1 ELSE 0 END,
         reason = CASE WHEN b.until > now_ts THEN coalesce(excluded.reason, b.reason)
                       ELSE excluded.reason END,
-        until = greatest(b.until, excluded.until)
+        until = greatest(b.until, excluded.until),
+        forget_at = greatest(b.forget_at, excluded.until)
     RETURNING b.until INTO ends;
     RETURN ends;
 END
@@ -154,3 +153,75 @@ BEGIN
     RETURN NEXT;
 END
 $blocked$;
+
+-- Starts the automatic block of (name, key) under config (with its
+-- block_for) at now (microseconds): blocks::strike and
+-- BlockPolicy::strike. The key's stored block is locked and read first:
+-- strikes are counted from its strikes while they are remembered (now
+-- before forget_at, or before until when forget_at is NULL), else from
+-- zero; the block lasts block_for * 2^strikes (saturating), at most
+-- max_block, and never ends before a block in force; forget_at is
+-- forget_after after its end. An end past what a timestamp holds is
+-- infinity.
+CREATE FUNCTION rate_limiter._strike(name text, key text, config rate_limiter.config, now bigint)
+RETURNS void
+LANGUAGE plpgsql VOLATILE
+AS $strike$
+DECLARE
+    policy record := rate_limiter._config(config);
+    stored rate_limiter.blocks;
+    stored_until bigint;
+    remembered int := 0;
+    duration numeric;
+    ends numeric;
+    forget numeric;
+BEGIN
+    IF key IS NULL THEN
+        SELECT * INTO stored FROM rate_limiter.blocks AS b WHERE b.name = _strike.name AND b.key IS NULL FOR UPDATE;
+    ELSE
+        SELECT * INTO stored FROM rate_limiter.blocks AS b WHERE b.name = _strike.name AND b.key = _strike.key FOR UPDATE;
+    END IF;
+    IF stored.name IS NOT NULL THEN
+        stored_until := rate_limiter._block_micros(stored.until);
+        IF now < coalesce(rate_limiter._block_micros(stored.forget_at), stored_until) THEN
+            remembered := greatest(stored.strikes, 0);
+        END IF;
+    END IF;
+    duration := CASE WHEN remembered >= 63 THEN 9223372036854775807
+                     ELSE least(policy.block_for::numeric * (2::numeric ^ remembered), 9223372036854775807) END;
+    IF policy.max_block IS NOT NULL THEN
+        duration := least(duration, policy.max_block);
+    END IF;
+    ends := greatest(least(now::numeric + duration, 9223372036854775807), coalesce(stored_until, -9223372036854775808));
+    forget := least(ends + policy.forget_after, 9223372036854775807);
+    INSERT INTO rate_limiter.blocks AS b (name, key, until, strikes, reason, forget_at)
+    VALUES (_strike.name, _strike.key, rate_limiter._block_timestamp(ends::bigint),
+            least(remembered::bigint + 1, 2147483647)::int4, NULL, rate_limiter._block_timestamp(forget::bigint))
+    ON CONFLICT ON CONSTRAINT blocks_name_key DO UPDATE SET
+        until = greatest(b.until, excluded.until),
+        strikes = excluded.strikes,
+        reason = CASE WHEN b.until > excluded.until THEN b.reason END,
+        forget_at = greatest(excluded.forget_at, b.until);
+END
+$strike$;
+
+-- A stored end as microseconds (infinity: 9223372036854775807).
+CREATE FUNCTION rate_limiter._block_micros(at timestamptz)
+RETURNS bigint
+LANGUAGE sql STABLE PARALLEL SAFE
+AS $$
+    SELECT CASE WHEN at IS NULL THEN NULL
+                WHEN pg_catalog.isfinite(at) THEN rate_limiter._micros(at)
+                WHEN at > 'epoch'::timestamptz THEN 9223372036854775807
+                ELSE -9223372036854775808 END
+$$;
+
+-- Microseconds as an end to store: infinity at or past the first
+-- timestamp PostgreSQL cannot store (294277-01-01 UTC; blocks::stored).
+CREATE FUNCTION rate_limiter._block_timestamp(micros bigint)
+RETURNS timestamptz
+LANGUAGE sql IMMUTABLE PARALLEL SAFE
+AS $$
+    SELECT CASE WHEN micros >= 9223371331200000000 THEN 'infinity'::timestamptz
+                ELSE rate_limiter._timestamp(micros) END
+$$;

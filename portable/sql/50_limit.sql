@@ -148,6 +148,11 @@ BEGIN
                 CONTINUE;
             END IF;
         END IF;
+        -- The admitted call that used the limit up starts its automatic
+        -- block (43_blocks.sql).
+        IF decision.ok AND config.block_for IS NOT NULL AND decision.remaining < 1 THEN
+            PERFORM rate_limiter._strike(name, key, config, rate_limiter._now());
+        END IF;
         answered := rate_limiter._shadow(decision.ok, decision.retry_after, limit_.enforce);
         ok := answered.ok;
         retry_after := answered.retry_after;
@@ -293,6 +298,7 @@ DECLARE
     limit_shards int;
     limit_start timestamptz;
     limit_interval interval;
+    limit_block_for interval;
     limit_period_us numeric;
     limit_period bigint;
     fast boolean := false;
@@ -320,7 +326,8 @@ BEGIN
     -- no insert). The arithmetic
     -- is _refill's and _evaluate's, in the same order, so it answers
     -- exactly as the general path (_consume) does. Anything else (no
-    -- definition, shards, inline configs, the global key, a key with an
+    -- definition, shards, inline configs, the global key, a limit with
+    -- automatic blocks, a key with an
     -- override (expired or not) or a block (ended or not, 43_blocks.sql)
     -- or a row of another regime
     -- (42_overrides.sql), a refusal, a
@@ -338,17 +345,18 @@ BEGIN
        AND name IS NOT NULL AND reserve IS NOT NULL AND throws IS NOT NULL
        AND NOT pg_catalog.current_setting('transaction_read_only')::boolean
        AND pg_catalog.current_setting('transaction_isolation') = 'read committed' THEN
-        SELECT d.ctid, d.kind, d.rate, d.capacity, d.shards, d.start, d.period,
+        SELECT d.ctid, d.kind, d.rate, d.capacity, d.shards, d.start, d.period, d.block_for,
                EXISTS (SELECT FROM rate_limiter.overrides AS o WHERE o.name = rate_limit.name AND o.key = rate_limit.key)
                OR EXISTS (SELECT FROM rate_limiter.blocks AS b WHERE b.name = rate_limit.name AND b.key = rate_limit.key)
         INTO definition_ctid, limit_kind, limit_rate, limit_defined_capacity, limit_shards,
-             limit_start, limit_interval, overridden
+             limit_start, limit_interval, limit_block_for, overridden
         FROM rate_limiter.definitions AS d WHERE d.name = rate_limit.name;
         limit_capacity := coalesce(limit_defined_capacity, limit_rate);
         limit_period_us := CASE WHEN limit_shards = 1 THEN EXTRACT(epoch FROM limit_interval) * 1000000 END;
         lock_free := pg_catalog.current_setting('rate_limiter.lock_free_refusals', true);
         -- (limit_period_us is NULL when there is no definition.)
         IF limit_period_us >= 1 AND limit_period_us <= 9223372036854775807 AND NOT overridden
+           AND limit_block_for IS NULL
            AND limit_rate >= 1e-280 AND limit_rate <= 1e280 AND limit_capacity <= 1e280
            AND count <= limit_capacity AND (limit_kind = 'token bucket' OR limit_start IS NOT NULL)
            AND (lock_free = 'on' OR lock_free IS NULL OR lock_free = '' OR rate_limiter._lock_free()) THEN

@@ -68,6 +68,8 @@ DECLARE
     periods bigint[] := ARRAY[]::bigint[];
     starts bigint[] := ARRAY[]::bigint[];
     blocked_untils bigint[] := ARRAY[]::bigint[];
+    -- Per request: whether it was admitted and used its limit up.
+    used_up boolean[];
     limit_of int[] := ARRAY[]::int[];
     -- Per limit: its first request, shards, held missing rows, first row.
     first_request int[] := ARRAY[]::int[];
@@ -212,6 +214,7 @@ BEGIN
         current_tss := stored_tss;
         changed := pg_catalog.array_fill(false, ARRAY[coalesce(pg_catalog.cardinality(held), 0)]);
         oks := ARRAY[]::boolean[]; retry_afters := ARRAY[]::bigint[]; remainings := ARRAY[]::float8[];
+        used_up := ARRAY[]::boolean[];
         FOR i IN 1..n LOOP
             l := limit_of[i];
             c := configs[i];
@@ -248,6 +251,7 @@ BEGIN
             END IF;
             answered := rate_limiter._shadow(decision.ok, decision.retry_after, enforces[i]);
             all_ok := all_ok AND answered.ok;
+            used_up := used_up || (decision.ok AND c.block_for IS NOT NULL AND decision.remaining < 1);
             oks := oks || answered.ok;
             retry_afters := retry_afters || answered.retry_after;
             remainings := remainings || decision.remaining;
@@ -275,6 +279,12 @@ BEGIN
                                         row_shard[r]::int2, true, current_values[r], current_tss[r],
                                         regimes[first_request[row_limit[r]]]);
         END IF;
+    END LOOP;
+    -- Each limit with automatic blocks that its last request used up
+    -- starts its block (local::all_or_nothing::strike_used_up).
+    FOR i IN 1..n LOOP
+        CONTINUE WHEN NOT used_up[i] OR limit_of[i] = ANY (limit_of[i + 1:n]);
+        PERFORM rate_limiter._strike(names[i], keys[i], configs[i], now_);
     END LOOP;
 END
 $consume_all$;

@@ -32,7 +32,8 @@ BEGIN
             applies := rate_limiter._resolve(name, key, NULL, false);
         ELSE
             c := ROW(defined.kind, defined.rate, defined.period, defined.capacity, defined.max_reserved,
-                     defined.shards, defined.start)::rate_limiter.config;
+                     defined.shards, defined.start, defined.block_for, defined.max_block,
+                     defined.forget_after)::rate_limiter.config;
             checked := rate_limiter._config(c);
             SELECT c AS config, checked.period AS period, checked.start AS start, NULL::bigint AS regime INTO applies;
         END IF;
@@ -109,8 +110,11 @@ BEGIN
     IF expired > 0 THEN
         RAISE NOTICE 'rate_limiter.prune() deleted % expired overrides', expired;
     END IF;
-    -- The blocks that have ended (until not after now), with their strikes.
-    DELETE FROM rate_limiter.blocks AS b WHERE b.until <= rate_limiter._timestamp(rate_limiter._now());
+    -- The blocks that have ended and whose strikes are forgotten (until, and
+    -- forget_at when set, not after now).
+    DELETE FROM rate_limiter.blocks AS b
+    WHERE b.until <= rate_limiter._timestamp(rate_limiter._now())
+      AND (b.forget_at IS NULL OR b.forget_at <= rate_limiter._timestamp(rate_limiter._now()));
     GET DIAGNOSTICS ended = ROW_COUNT;
     IF ended > 0 THEN
         RAISE NOTICE 'rate_limiter.prune() deleted % ended blocks', ended;

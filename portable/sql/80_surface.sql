@@ -18,7 +18,8 @@ LANGUAGE plpgsql IMMUTABLE PARALLEL SAFE SECURITY DEFINER
 SET search_path = pg_catalog, pg_temp
 AS $token_bucket$
 DECLARE
-    made rate_limiter.config := ROW('token bucket', rate, period, capacity, max_reserved, shards, NULL)::rate_limiter.config;
+    made rate_limiter.config := ROW('token bucket', rate, period, capacity, max_reserved, shards, NULL,
+                                      NULL, NULL, NULL)::rate_limiter.config;
 BEGIN
     IF rate IS NULL THEN
         RAISE EXCEPTION 'rate must not be NULL' USING ERRCODE = '22004';
@@ -44,7 +45,8 @@ LANGUAGE plpgsql IMMUTABLE PARALLEL SAFE SECURITY DEFINER
 SET search_path = pg_catalog, pg_temp
 AS $fixed_window$
 DECLARE
-    made rate_limiter.config := ROW('fixed window', rate, period, capacity, max_reserved, shards, start)::rate_limiter.config;
+    made rate_limiter.config := ROW('fixed window', rate, period, capacity, max_reserved, shards, start,
+                                      NULL, NULL, NULL)::rate_limiter.config;
 BEGIN
     IF rate IS NULL THEN
         RAISE EXCEPTION 'rate must not be NULL' USING ERRCODE = '22004';
@@ -57,6 +59,37 @@ BEGIN
     RETURN made;
 END
 $fixed_window$;
+
+CREATE FUNCTION rate_limiter.with_block(
+    config       rate_limiter.config,
+    block_for    interval,
+    max_block    interval DEFAULT NULL,
+    forget_after interval DEFAULT '1 day')
+RETURNS rate_limiter.config
+LANGUAGE plpgsql IMMUTABLE PARALLEL SAFE SECURITY DEFINER
+SET search_path = pg_catalog, pg_temp
+AS $with_block$
+DECLARE
+    made rate_limiter.config := config;
+BEGIN
+    -- The native order: config's NULLs, block_for, forget_after, then the
+    -- config's checks.
+    IF pg_catalog.num_nulls(config) = 1 THEN
+        RAISE EXCEPTION 'config must not be NULL' USING ERRCODE = '22004';
+    END IF;
+    PERFORM rate_limiter._config_nulls(config);
+    IF block_for IS NULL THEN
+        RAISE EXCEPTION 'block_for must not be NULL' USING ERRCODE = '22004';
+    ELSIF forget_after IS NULL THEN
+        RAISE EXCEPTION 'forget_after must not be NULL' USING ERRCODE = '22004';
+    END IF;
+    made.block_for := block_for;
+    made.max_block := max_block;
+    made.forget_after := forget_after;
+    PERFORM rate_limiter._config(made);
+    RETURN made;
+END
+$with_block$;
 
 -- What a function of the native extension alone raises here.
 CREATE FUNCTION rate_limiter._native_only(feature text, why text)

@@ -30,7 +30,8 @@ const BLOCK: &str = "
             + CASE WHEN b.until <= $3 AND excluded.until > $3 THEN 1 ELSE 0 END,
         reason = CASE WHEN b.until > $3 THEN coalesce(excluded.reason, b.reason)
                       ELSE excluded.reason END,
-        until = greatest(b.until, excluded.until)
+        until = greatest(b.until, excluded.until),
+        forget_at = greatest(b.forget_at, excluded.until)
     RETURNING until";
 
 /// Deletes the block of (name, key): whether it was in force at `$3`.

@@ -25,6 +25,12 @@ const PLAN_IN_USE: &str =
 const UNDEFINE_OVERRIDES: &str = "DELETE FROM rate_limiter.overrides WHERE name = $1";
 const UNDEFINE_BLOCKS: &str = "DELETE FROM rate_limiter.blocks WHERE name = $1";
 
+/// After the definition is written: its automatic blocks (docs/blocks.md;
+/// columns of 0.6.0), changed only when they differ.
+const DEFINE_BLOCKS: &str = "
+    UPDATE rate_limiter.definitions SET block_for = $2, max_block = $3, forget_after = $4
+    WHERE name = $1 AND (block_for, max_block, forget_after) IS DISTINCT FROM ($2, $3, $4)";
+
 /// Tokens a shard should hold at least (below this, `define` warns).
 const MIN_TOKENS_PER_SHARD: f64 = 5.0;
 
@@ -96,9 +102,33 @@ fn define_limit(
         Ok((_, _, false)) if !crate::catalog::objects().enforce_column => {
             Err(CallError::NeedsUpdate("shadow mode (enforce => false)"))
         }
-        Ok((name, values, enforce)) => crate::security::write_as_owner(c"define()", |client| {
-            placement::define(client, name, &values, enforce)
-        }),
+        Ok((_, values, _))
+            if values.block_for.is_some()
+                && crate::catalog::objects().blocks == pgrx::pg_sys::InvalidOid =>
+        {
+            Err(CallError::NeedsUpdate("automatic blocks (with_block)"))
+        }
+        Ok((name, values, enforce)) => (|| {
+            if values.block_for.is_some() {
+                placement::before_block()?;
+            }
+            crate::security::write_as_owner(c"define()", |client| {
+                placement::define(client, name, &values, enforce)?;
+                if crate::catalog::objects().blocks != pgrx::pg_sys::InvalidOid {
+                    client.update(
+                        DEFINE_BLOCKS,
+                        None,
+                        &[
+                            text_argument(name),
+                            values.block_for.into(),
+                            values.max_block.into(),
+                            values.forget_after.into(),
+                        ],
+                    )?;
+                }
+                Ok(())
+            })
+        })(),
         Err(error) => Err(CallError::Limit(error)),
     };
     if let Err(error) = result {

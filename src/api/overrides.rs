@@ -32,8 +32,9 @@ const OVERRIDE: &str = "
         ) AS locked
     )
     INSERT INTO rate_limiter.overrides AS o
-        (name, key, plan, kind, rate, period, capacity, max_reserved, shards, start, enforce, expires_at)
-    SELECT $1, $2, $3, $4::rate_limiter.kind, $5, $6, $7, $8, $9, $10, $11, $12
+        (name, key, plan, kind, rate, period, capacity, max_reserved, shards, start, enforce, expires_at,
+         block_for, max_block, forget_after)
+    SELECT $1, $2, $3, $4::rate_limiter.kind, $5, $6, $7, $8, $9, $10, $11, $12, $13, $14, $15
     FROM named
     WHERE named.found = CASE WHEN $3 IS NULL THEN 1 ELSE 2 END
     ON CONFLICT (name, key) DO UPDATE SET
@@ -41,7 +42,8 @@ const OVERRIDE: &str = "
         period = excluded.period, capacity = excluded.capacity,
         max_reserved = excluded.max_reserved, shards = excluded.shards,
         start = excluded.start, enforce = excluded.enforce,
-        expires_at = excluded.expires_at
+        expires_at = excluded.expires_at, block_for = excluded.block_for,
+        max_block = excluded.max_block, forget_after = excluded.forget_after
     RETURNING 1";
 
 const REMOVE: &str =
@@ -113,12 +115,15 @@ fn set_override(
         )));
     }
     managing("rate_limiter.override()", name)?;
+    if values.is_some_and(|values| values.block_for.is_some()) {
+        crate::placement::before_block()?;
+    }
     if let Some(plan) = plan {
         if definitions::lookup(plan)?.is_none() {
             return Err(CallError::Undefined(plan.to_vec()));
         }
     }
-    let arguments: [DatumWithOid<'_>; 12] = [
+    let arguments: [DatumWithOid<'_>; 15] = [
         text_argument(name),
         text_argument(key),
         plan.map_or_else(|| Option::<&str>::None.into(), text_argument),
@@ -131,6 +136,9 @@ fn set_override(
         values.and_then(|values| values.start).into(),
         enforce.into(),
         expires_at.into(),
+        values.and_then(|values| values.block_for).into(),
+        values.and_then(|values| values.max_block).into(),
+        values.and_then(|values| values.forget_after).into(),
     ];
     let written = crate::security::write_as_owner(c"override()", |client| {
         client

@@ -36,10 +36,12 @@ fn prune(older_than: Option<Interval>) -> i64 {
     }
 }
 
-/// Deletes the blocks that have ended (`until` not after the clock's now):
-/// how many. (Their strikes go with them.)
+/// Deletes the blocks that have ended and whose strikes are forgotten
+/// (`until`, and `forget_at` when set, not after the clock's now): how
+/// many.
 fn prune_blocks() -> Result<i64, CallError> {
-    const PRUNE_BLOCKS: &str = "DELETE FROM rate_limiter.blocks WHERE until <= $1 RETURNING true";
+    const PRUNE_BLOCKS: &str = "DELETE FROM rate_limiter.blocks \
+                                WHERE until <= $1 AND (forget_at IS NULL OR forget_at <= $1) RETURNING true";
     if crate::catalog::objects().blocks == pgrx::pg_sys::InvalidOid {
         return Ok(0);
     }

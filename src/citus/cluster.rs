@@ -53,6 +53,9 @@ impl Cluster for Citus {
     }
 
     fn consume(&self, call: &Call<'_>) -> Result<(Decision, Counted), CallError> {
+        if call.definition()?.config.block.is_some() {
+            return Err(no_automatic_blocks());
+        }
         if let Some(shards) = call.spread_shards()? {
             return consume_spread(call, shards);
         }
@@ -106,6 +109,12 @@ impl Cluster for Citus {
         requests: &[&RequestArgument],
         reserve: bool,
     ) -> Result<Answers, CallError> {
+        if requests
+            .iter()
+            .any(|request| request.config.block.is_some())
+        {
+            return Err(no_automatic_blocks());
+        }
         all_or_nothing::consume(requests, reserve)
     }
 
@@ -122,4 +131,12 @@ impl Cluster for Citus {
     ) -> Result<(), CallError> {
         define_distributed(client, name, values, enforce)
     }
+}
+
+/// The 0A000 of a call of a limit with automatic blocks: the block would
+/// live in one node's table (docs/blocks.md, "Citus").
+fn no_automatic_blocks() -> CallError {
+    CallError::from(super::error::Error::NotOnCluster(
+        "a limit with automatic blocks (with_block)",
+    ))
 }

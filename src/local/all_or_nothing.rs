@@ -12,7 +12,8 @@ use crate::errors::CallError;
 use crate::settings;
 use crate::storage::{self, RowId, Target};
 use rate_limiter_algorithm::{
-    evaluate_all_or_nothing, Limit, LimitError, LimitId, Member, Request, State,
+    evaluate_all_or_nothing, uses_up, Answer, Limit, LimitError, LimitId, Member, Request, State,
+    Verdict,
 };
 use std::collections::HashMap;
 
@@ -202,4 +203,26 @@ pub fn restarting(
         let requests: Vec<&RequestArgument> = requests.iter().collect();
         consume(&requests)
     })
+}
+
+/// After a `rate_limit_all` that was admitted as a whole: each limit with
+/// automatic blocks (docs/blocks.md) that its last request used up starts
+/// its block, in the caller's transaction (`crate::blocks::strike`).
+pub fn strike_used_up(requests: &[RequestArgument], answers: &[Answer]) -> Result<(), CallError> {
+    if answers.iter().any(|answer| !answer.ok) {
+        return Ok(());
+    }
+    let now = clock::now();
+    for (index, (request, answer)) in requests.iter().zip(answers).enumerate() {
+        let Some(policy) = &request.config.block else {
+            continue;
+        };
+        let named_later = requests[index + 1..]
+            .iter()
+            .any(|later| later.name == request.name && later.key == request.key);
+        if !named_later && answer.verdict == Verdict::Admitted && uses_up(answer.remaining) {
+            crate::blocks::strike(&request.name, request.key.as_deref(), policy, now)?;
+        }
+    }
+    Ok(())
 }

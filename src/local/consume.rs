@@ -12,8 +12,8 @@ use crate::shard_choice;
 use crate::stats::Counted;
 use crate::storage::{self, ShardPlaces, Target};
 use rate_limiter_algorithm::{
-    evaluate, evaluate_all, evaluate_looked_at, near_limit, verdict, Decision, ShardedDecision,
-    State, Verdict,
+    evaluate, evaluate_all, evaluate_looked_at, near_limit, uses_up, verdict, Decision,
+    ShardedDecision, State, Verdict,
 };
 
 /// The answer of a sharded limit, as the result row reports it.
@@ -62,6 +62,13 @@ pub fn answered(
 pub fn consume(call: &Call<'_>, places: ShardPlaces) -> Result<(Decision, Counted), CallError> {
     let (decision, definition, contended) =
         definitions::restarting(|| consume_once(call, places.clone()))?;
+    // The admitted call that used the limit up starts its automatic block
+    // (docs/blocks.md), in the caller's transaction.
+    if let Some(policy) = &definition.config.block {
+        if decision.ok && uses_up(decision.remaining) {
+            crate::blocks::strike(call.name, call.key, policy, clock::now())?;
+        }
+    }
     Ok(answered(
         &definition,
         call.request.count,

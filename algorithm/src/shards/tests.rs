@@ -20,6 +20,7 @@ fn config(shards: i32, max_reserved: Option<f64>) -> Config {
         max_reserved,
         shards,
         start: None,
+        block: None,
     }
 }
 

@@ -68,6 +68,7 @@ prop_compose! {
             max_reserved,
             shards: 1,
             start: if kind == Kind::FixedWindow { start } else { None },
+            block: None,
         }
     }
 }

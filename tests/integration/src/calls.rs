@@ -380,7 +380,7 @@ fn overriding(rng: &mut StdRng, clock: i64) -> String {
             }
         ),
         _ => format!(
-            "SELECT rate_limiter.override({}, {}, config => ROW('fixed window', {}, '{}', NULL, NULL, {}, NULL)::rate_limiter.config)",
+            "SELECT rate_limiter.override({}, {}, config => ROW('fixed window', {}, '{}', NULL, NULL, {}, NULL, NULL, NULL, NULL)::rate_limiter.config)",
             literal(Some(name)),
             literal(key),
             float([1.0, -1.0, f64::NAN][rng.random_range(0..3)]),
