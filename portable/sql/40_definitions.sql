@@ -152,8 +152,10 @@ BEGIN
         start := checked.start;
     END IF;
     -- A blocked key (43_blocks.sql): the end of its block and its reason.
-    -- (An inline config of an undefined name has no blocks.)
-    IF NOT inline_given OR EXISTS (SELECT FROM rate_limiter.definitions AS d WHERE d.name = _resolve.name) THEN
+    -- (An inline config of an undefined name has blocks only when it has
+    -- automatic blocks.)
+    IF NOT inline_given OR config.block_for IS NOT NULL
+       OR EXISTS (SELECT FROM rate_limiter.definitions AS d WHERE d.name = _resolve.name) THEN
         SELECT b.until, b.reason INTO blocked_until, block_reason
         FROM rate_limiter._block_of(name, key, rate_limiter._now()) AS b;
     END IF;

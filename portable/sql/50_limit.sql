@@ -39,19 +39,25 @@ AS $$
                      FROM rate_limiter.definitions AS d WHERE d.name = _same_definition.name), false)
 $$;
 
--- Whether what applies to (name, key) is still (config, enforce, regime)
--- (definitions::recheck): a define(), override() or remove_override()
+-- Whether what applies to (name, key) is still (config, enforce, regime),
+-- and the key not blocked (definitions::recheck): a define(), override(),
+-- remove_override() or block()
 -- that committed while the call waited for a row changed it (or the
 -- key's override expired meanwhile). A key without an override row needs
 -- only the definition's.
 CREATE FUNCTION rate_limiter._still_applies(name text, key text, config rate_limiter.config, enforce boolean,
-                                            regime bigint)
+                                            regime bigint, blocked_until bigint)
 RETURNS boolean
 LANGUAGE plpgsql VOLATILE
 AS $still_applies$
 DECLARE
     now_applies record;
 BEGIN
+    -- A block committed, changed or lifted while the call waited
+    -- (43_blocks.sql): start again.
+    IF (rate_limiter._block_of(name, key, rate_limiter._now())).until IS DISTINCT FROM blocked_until THEN
+        RETURN false;
+    END IF;
     IF key IS NULL OR NOT EXISTS (SELECT FROM rate_limiter.overrides AS o
                                   WHERE o.name = _still_applies.name AND o.key = _still_applies.key) THEN
         RETURN regime IS NULL AND rate_limiter._same_definition(name, config, enforce);
@@ -134,7 +140,7 @@ BEGIN
             END IF;
         ELSE
             stored := rate_limiter._row(name, key, 0::int2, true, limit_.regime);
-            IF NOT inline_given AND NOT rate_limiter._still_applies(name, key, config, limit_.enforce, limit_.regime) THEN
+            IF NOT inline_given AND NOT rate_limiter._still_applies(name, key, config, limit_.enforce, limit_.regime, NULL) THEN
                 CONTINUE;
             END IF;
             capacity := coalesce(config.capacity, config.rate);

@@ -270,7 +270,7 @@ BEGIN
             busy_ts := busy_ts[1:waiting - 1] || busy_ts[waiting + 1:];
             CONTINUE;
         END IF;
-        IF NOT inline_given AND NOT rate_limiter._still_applies(name, key, config, enforce, regime) THEN
+        IF NOT inline_given AND NOT rate_limiter._still_applies(name, key, config, enforce, regime, NULL) THEN
             restart := true;
             RETURN;
         END IF;

@@ -201,7 +201,7 @@ BEGIN
         -- Every definition used is still the one in force.
         FOR i IN 1..n LOOP
             IF pass = 2 AND NOT given[i]
-               AND NOT rate_limiter._still_applies(names[i], keys[i], configs[i], enforces[i], regimes[i]) THEN
+               AND NOT rate_limiter._still_applies(names[i], keys[i], configs[i], enforces[i], regimes[i], blocked_untils[i]) THEN
                 PERFORM rate_limiter._delete_rows(names, keys, first_request, row_limit, row_shard, held, 'placeholder');
                 restart := true;
                 RETURN;

@@ -55,7 +55,7 @@ BEGIN
                 held_tss := held_tss || looked.ts;
             END IF;
         END LOOP;
-        IF NOT given AND NOT rate_limiter._still_applies(name, key, c, resolved.enforce, resolved.regime) THEN
+        IF NOT given AND NOT rate_limiter._still_applies(name, key, c, resolved.enforce, resolved.regime, resolved.blocked_until) THEN
             CONTINUE;
         END IF;
         shard_rate := c.rate / greatest(c.shards, 1)::float8;

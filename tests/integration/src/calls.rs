@@ -6,7 +6,8 @@
 //! configs, redefinitions, credits, resets, `rate_limit_all`, `status`,
 //! `http_headers`, `prune`, `rate_wait`, per-key overrides (a plan or a
 //! config of the key's own, with and without `expires_at` and `enforce`;
-//! their removal; `undefine` of a limit that is some key's plan), invalid
+//! their removal; `undefine` of a limit that is some key's plan), blocks
+//! (by hand, and automatic ones from configs `with_block`), invalid
 //! arguments, floats at the edges of their range, and a clock
 //! (`rate_limiter.now_override`) that moves forwards and sometimes back.
 
@@ -61,7 +62,7 @@ pub fn config(rng: &mut StdRng, sharded: bool) -> String {
         _ => float(rate),
     };
     let shards = if sharded { rng.random_range(2..=6) } else { 1 };
-    if rng.random_bool(0.5) {
+    let made = if rng.random_bool(0.5) {
         format!(
             "rate_limiter.token_bucket({}, '{period}', {capacity}, {max_reserved}, {shards})",
             float(rate)
@@ -80,6 +81,18 @@ pub fn config(rng: &mut StdRng, sharded: bool) -> String {
             "rate_limiter.fixed_window({}, '{period}', {capacity}, {max_reserved}, {shards}, {start})",
             float(rate)
         )
+    };
+    // Sometimes with automatic blocks (docs/blocks.md).
+    if rng.random_bool(0.15) {
+        let durations = ["1 second", "30 seconds", "5 minutes", "1 day"];
+        let block_for = durations[rng.random_range(0..3)];
+        format!(
+            "rate_limiter.with_block({made}, '{block_for}', {}, '{}')",
+            ["NULL", "'1 hour'"][rng.random_range(0..2)],
+            durations[rng.random_range(0..durations.len())]
+        )
+    } else {
+        made
     }
 }
 
@@ -346,7 +359,31 @@ fn overriding(rng: &mut StdRng, clock: i64) -> String {
         7 => ", enforce => true".to_string(),
         _ => ", enforce => false".to_string(),
     };
-    match rng.random_range(0..20) {
+    match rng.random_range(0..26) {
+        // Blocks by hand (docs/blocks.md), and their invalid arguments.
+        20..=21 => format!(
+            "SELECT rate_limiter.block({}, {}, '{}', {})",
+            literal(Some(name)),
+            literal(key),
+            ["10 seconds", "5 minutes", "1 day", "0 seconds", "-1 second", "1 month"][rng.random_range(0..6)],
+            literal([None, Some("why"), Some("ключ")][rng.random_range(0..3)])
+        ),
+        22 => format!(
+            "SELECT rate_limiter.unblock({}, {})",
+            literal(Some(name)),
+            literal(key)
+        ),
+        23..=24 => format!(
+            "SELECT until, strikes, reason FROM rate_limiter.blocked({}, {})",
+            literal(Some(name)),
+            literal(key)
+        ),
+        25 => format!(
+            "SELECT rate_limiter.with_block(rate_limiter.token_bucket(1, '1 second'), '{}', {}, {})",
+            ["0 seconds", "1 minute", "-1 minute"][rng.random_range(0..3)],
+            ["NULL", "'1 second'", "'1 hour'"][rng.random_range(0..3)],
+            ["NULL", "'-1 day'", "'1 day'"][rng.random_range(0..3)]
+        ),
         0..=5 => format!(
             "SELECT rate_limiter.override({}, {}, plan => {}{expires_at}{enforce})",
             literal(Some(name)),

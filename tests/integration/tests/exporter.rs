@@ -89,6 +89,15 @@ fn the_exporter_reports_the_view() {
                 .expect("call");
         }
     }
+    // A blocked key's refusals (docs/blocks.md): rate_limiter_blocked_total.
+    let blocked = unique_name("stats_blocked");
+    client
+        .batch_execute(&format!(
+            "SELECT rate_limiter.define('{blocked}', rate_limiter.token_bucket(4, '1 hour'));
+             SELECT rate_limiter.block('{blocked}', 'k', '1 hour');
+             SELECT rate_limiter.rate_limit('{blocked}', 'k') FROM generate_series(1, 3);"
+        ))
+        .expect("a blocked key's calls");
     let config = "rate_limiter.token_bucket(4, '1 hour')";
     let long = format!("{}_{}", unique_name("stats_long"), "x".repeat(300));
     for suffix in ["a", "b"] {
@@ -206,6 +215,22 @@ fn the_exporter_reports_the_view() {
         }
         println!("{name}: {counts:?}");
     }
+    let blocked_count: i64 = client
+        .query_one(
+            "SELECT blocked FROM rate_limiter.stats WHERE name = $1",
+            &[&blocked],
+        )
+        .expect("the blocked name's row")
+        .get(0);
+    assert_eq!(blocked_count, 3);
+    let line = metrics
+        .lines()
+        .find(|line| {
+            line.starts_with("rate_limiter_blocked_total{")
+                && line.contains(&format!("name=\"{blocked}\""))
+        })
+        .unwrap_or_else(|| panic!("rate_limiter_blocked_total for {blocked} in:\n{metrics}"));
+    assert!(line.ends_with(" 3"), "{line}");
     // Both kinds of refusal were exported.
     assert!(counted(&mut client, &names[0]).0.refused > 0);
     assert!(counted(&mut client, &names[1]).0.shadow_refused > 0);

@@ -266,6 +266,7 @@ impl Pair {
     fn reset(&mut self) {
         let sql = format!(
             "RESET ALL; DELETE FROM rate_limiter.rate_limits; DELETE FROM rate_limiter.overrides; \
+             DELETE FROM rate_limiter.blocks; \
              DELETE FROM rate_limiter.definitions; {SETUP}; {DEFINED}"
         );
         self.native

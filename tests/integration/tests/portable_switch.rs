@@ -37,6 +37,11 @@ fn calls(client: &mut Client, at: u32) -> Vec<String> {
         // another kind (its rows carry a regime).
         "SELECT ok, retry_after, remaining FROM rate_limiter.rate_limit('switch_bucket', 'vip', 4)",
         "SELECT ok, retry_after, remaining FROM rate_limiter.rate_limit('switch_bucket', 'windowed')",
+        // Blocks: by hand, and automatic ones (each call here uses up a
+        // limit of 2 an hour every second call, longer each time).
+        "SELECT ok, retry_after, remaining FROM rate_limiter.rate_limit('switch_window', 'mallory')",
+        "SELECT ok, retry_after, remaining FROM rate_limiter.rate_limit('switch_login', 'eve')",
+        "SELECT until, strikes, reason FROM rate_limiter.blocked('switch_login', 'eve')",
     ] {
         for row in client.simple_query(sql).expect(sql) {
             if let postgres::SimpleQueryMessage::Row(row) = row {
@@ -61,8 +66,8 @@ fn chrono(seconds: u32) -> String {
     )
 }
 
-/// The definitions, the overrides and the state rows, as text.
-fn contents(client: &mut Client) -> (Vec<String>, Vec<String>, Vec<String>) {
+/// The definitions, the overrides, the state rows and the blocks, as text.
+fn contents(client: &mut Client) -> (Vec<String>, Vec<String>, Vec<String>, Vec<String>) {
     let text = |client: &mut Client, sql: &str| -> Vec<String> {
         client
             .query(sql, &[])
@@ -78,6 +83,7 @@ fn contents(client: &mut Client) -> (Vec<String>, Vec<String>, Vec<String>) {
             client,
             "SELECT (name, key, shard, value, ts, regime)::text FROM rate_limiter.rate_limits ORDER BY name, key, shard",
         ),
+        text(client, "SELECT b::text FROM rate_limiter.blocks AS b ORDER BY name, key"),
     )
 }
 
@@ -109,7 +115,10 @@ fn switching_editions_keeps_every_limit_and_answer() {
                  SELECT rate_limiter.override('switch_bucket', 'vip', plan => 'switch_pro');
                  SELECT rate_limiter.override('switch_bucket', 'windowed',
                      config => rate_limiter.fixed_window(5, '1 hour', start => '2026-01-01'),
-                     expires_at => '2026-01-01 00:00:50+00');",
+                     expires_at => '2026-01-01 00:00:50+00');
+                 SELECT rate_limiter.define('switch_login', rate_limiter.with_block(
+                     rate_limiter.fixed_window(2, '1 hour', start => '2026-01-01'), '1 minute', '1 hour'));
+                 SELECT rate_limiter.block('switch_window', 'mallory', '1 day', 'by hand');",
             )
             .expect("define the limits");
     }

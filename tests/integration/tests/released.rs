@@ -41,9 +41,17 @@ fn released_install_scripts_are_never_edited() {
     assert!(listed.iter().any(|file| file == "rate_limiter--0.1.0.sql"));
 }
 
-/// The definitions, overrides, state and answers of a database, as text,
-/// in a stable order.
-fn snapshot(client: &mut Client) -> (Vec<String>, Vec<String>, Vec<String>, Vec<String>) {
+/// The definitions, overrides, state, answers and blocks of a database, as
+/// text, in a stable order.
+type Snapshot = (
+    Vec<String>,
+    Vec<String>,
+    Vec<String>,
+    Vec<String>,
+    Vec<String>,
+);
+
+fn snapshot(client: &mut Client) -> Snapshot {
     let rows = |client: &mut Client, sql: &str| -> Vec<String> {
         client
             .query(sql, &[])
@@ -71,10 +79,14 @@ fn snapshot(client: &mut Client) -> (Vec<String>, Vec<String>, Vec<String>, Vec<
         client,
         "SELECT format('%s %s %s', p.name, coalesce(p.key, '(global)'), r)
          FROM (VALUES ('chat', 'alice'), ('chat', NULL), ('llm', 'org'), ('hot', NULL), ('window', 'w'),
-                      ('chat', 'vip'), ('chat', 'boosted')) p(name, key),
+                      ('chat', 'vip'), ('chat', 'boosted'), ('chat', 'mallory'), ('login', 'eve')) p(name, key),
          LATERAL rate_limiter.rate_check(p.name, p.key, 1) r ORDER BY 1",
     );
-    (definitions, overrides, state, answers)
+    let blocks = rows(
+        client,
+        "SELECT b::text FROM rate_limiter.blocks b ORDER BY name, key",
+    );
+    (definitions, overrides, state, answers, blocks)
 }
 
 #[test]
@@ -115,7 +127,11 @@ fn dump_and_restore_keep_definitions_and_state() {
              SELECT rate_limiter.override('chat', 'boosted', config => rate_limiter.token_bucket(100, '1 minute'),
                                           expires_at => '2026-02-01 00:00:00+00');
              SELECT * FROM rate_limiter.rate_limit('chat', 'vip', 2);
-             SELECT * FROM rate_limiter.rate_limit('chat', 'boosted', 30);",
+             SELECT * FROM rate_limiter.rate_limit('chat', 'boosted', 30);
+             SELECT rate_limiter.block('chat', 'mallory', '1 day', 'abuse');
+             SELECT rate_limiter.define('login', rate_limiter.with_block(
+                 rate_limiter.fixed_window(2, '1 hour', start => '2026-01-01'), '1 minute'));
+             SELECT * FROM rate_limiter.rate_limit('login', 'eve', 2);",
         )
         .expect("definitions and state");
     let before = snapshot(&mut source);

@@ -146,6 +146,13 @@ fn check_roles(mut owner: Client, edition: Edition) {
         "SELECT rate_limiter.override('signup', 'vip', plan => 'shadow')".to_string(),
         format!("SELECT rate_limiter.override('signup', 'k3', config => {bucket}, expires_at => now() + interval '1 day')"),
         "SELECT rate_limiter.remove_override('signup', 'k3')".to_string(),
+        // Blocks (docs/blocks.md): by hand, automatic, and their list.
+        "SELECT rate_limiter.block('signup', 'mallory', '1 hour', 'abuse')".to_string(),
+        "SELECT rate_limiter.block('signup', 'eve', '1 hour')".to_string(),
+        "SELECT rate_limiter.unblock('signup', 'eve')".to_string(),
+        "SELECT * FROM rate_limiter.blocked('signup', 'mallory')".to_string(),
+        format!("SELECT rate_limiter.define('logins', rate_limiter.with_block({bucket}, '1 minute'))"),
+        "SELECT name, key, until, strikes, reason FROM rate_limiter.blocks".to_string(),
     ] {
         expect(&mut admin, "admin", &sql, None);
     }
@@ -155,12 +162,14 @@ fn check_roles(mut owner: Client, edition: Edition) {
         "SELECT rate_limiter.stats_reset('shadow')",
         statistics.clone(),
     );
-    // ...and touches no table.
+    // ...and touches no table but reading the blocks.
     for sql in [
         "SELECT * FROM rate_limiter.rate_limits",
         "SELECT * FROM rate_limiter.definitions",
         "DELETE FROM rate_limiter.definitions",
         "SELECT * FROM rate_limiter.overrides",
+        "DELETE FROM rate_limiter.blocks",
+        "UPDATE rate_limiter.blocks SET until = now()",
         "SELECT * FROM rate_limiter.stats",
     ] {
         expect(&mut admin, "admin", sql, denied.clone());
@@ -199,9 +208,21 @@ fn check_roles(mut owner: Client, edition: Edition) {
             .to_string(),
         "SELECT * FROM rate_limiter.rate_wait('signup', 'k2', timeout => '0')".to_string(),
         "SELECT rate_limiter.postgrest_limit('signup', 'k2')".to_string(),
+        // Where a block stands, and a blocked key's refusal (an answer).
+        "SELECT * FROM rate_limiter.blocked('signup', 'mallory')".to_string(),
+        "SELECT * FROM rate_limiter.rate_limit('signup', 'mallory')".to_string(),
+        // A use-up of a limit with automatic blocks writes the block as
+        // the owner.
+        "SELECT * FROM rate_limiter.rate_limit('logins', 'k', 5)".to_string(),
     ] {
         expect(&mut app, "app", &sql, None);
     }
+    expect(
+        &mut owner,
+        "owner",
+        "SELECT 1 / count(*) FROM rate_limiter.blocks WHERE name = 'logins' AND key = 'k'",
+        None,
+    );
     // ...but cannot manage them, move the clock or touch the tables.
     for sql in [
         format!("SELECT rate_limiter.define('signup', {bucket})"),
@@ -216,6 +237,12 @@ fn check_roles(mut owner: Client, edition: Edition) {
         "SELECT rate_limiter.remove_override('signup', 'vip')".to_string(),
         "SELECT * FROM rate_limiter.overrides".to_string(),
         "DELETE FROM rate_limiter.overrides".to_string(),
+        // Blocks are managed by the admin role only.
+        "SELECT rate_limiter.block('signup', 'k', '1 hour')".to_string(),
+        "SELECT rate_limiter.unblock('signup', 'mallory')".to_string(),
+        "SELECT * FROM rate_limiter.blocks".to_string(),
+        "DELETE FROM rate_limiter.blocks".to_string(),
+        format!("SELECT rate_limiter.with_block({bucket}, '1 minute')"),
 
         // An inline config for a defined limit overrides the definition:
         // managing the limit (a refill, or a deep debt), refused to a role
