@@ -229,10 +229,11 @@ ALTER TYPE rate_limiter.config
     ADD ATTRIBUTE forget_after interval;
 COMMENT ON TYPE rate_limiter.config IS
     'Rate-limit configuration: kind, rate (tokens per period), period, capacity (NULL = rate), max_reserved (NULL = unlimited), shards, start (fixed window anchor, NULL = per-key phase), block_for, max_block, forget_after (automatic blocks, NULL = none)';
-ALTER TABLE rate_limiter.definitions
-    ADD COLUMN IF NOT EXISTS block_for interval,
-    ADD COLUMN IF NOT EXISTS max_block interval,
-    ADD COLUMN IF NOT EXISTS forget_after interval;
+-- (One column per statement: Citus sends each to the workers as one
+-- command.)
+ALTER TABLE rate_limiter.definitions ADD COLUMN IF NOT EXISTS block_for interval;
+ALTER TABLE rate_limiter.definitions ADD COLUMN IF NOT EXISTS max_block interval;
+ALTER TABLE rate_limiter.definitions ADD COLUMN IF NOT EXISTS forget_after interval;
 
 CREATE FUNCTION rate_limiter.with_block(
     config       rate_limiter.config,

@@ -185,8 +185,9 @@ const WRITE_STRIKE: &str = "
 /// (`BlockPolicy::strike`).
 ///
 /// The table's statement trigger invalidates every backend's cached
-/// definitions only when they need to learn that the name has blocks
-/// (a defined name whose cache says it has none).
+/// definitions unless `known` (the caller's cached definitions already say
+/// that the name has blocks, or the name has no definition to cache:
+/// `crate::definitions::blocks_known`).
 ///
 /// Errors: SPI's.
 pub fn strike(
@@ -194,8 +195,9 @@ pub fn strike(
     key: Option<&[u8]>,
     policy: &BlockPolicy,
     now: Micros,
+    known: bool,
 ) -> Result<(), CallError> {
-    let quiet = !crate::definitions::is_defined(name) || crate::definitions::has_blocks(name)?;
+    let quiet = known;
     let _reset = Quiet;
     QUIET.with(|cell| cell.set(quiet));
     crate::security::write_as_owner(c"rate_limit()", |client| {

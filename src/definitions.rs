@@ -294,10 +294,13 @@ pub fn regime_of(name: &[u8], key: Option<&[u8]>) -> Option<i64> {
         .and_then(|definition| definition.regime)
 }
 
-/// Whether `name` has a definition and a key of it has a block (ended or
-/// not): then its calls look for the key's block.
-pub fn has_blocks(name: &[u8]) -> Result<bool, CallError> {
-    Ok(lookup_named(name)?.is_some_and(|named| named.blocks))
+/// Whether a new block of `name` needs no backend's cached definition to
+/// change: the name has no definition (nothing cached says whether it has
+/// blocks), or the cached definition already says it has blocks (ended or
+/// not). Then an automatic block invalidates nothing
+/// (`crate::blocks::strike`).
+pub fn blocks_known(name: &[u8]) -> Result<bool, CallError> {
+    Ok(lookup_named(name)?.is_none_or(|named| named.blocks))
 }
 
 /// Whether `name` has a definition and a key of it has an override.

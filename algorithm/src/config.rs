@@ -1,6 +1,6 @@
 //! The configuration of a limit and its validation.
 
-use crate::block::BlockPolicy;
+use crate::block_policy::BlockPolicy;
 use crate::error::{show, LimitError};
 use crate::time::Micros;
 

@@ -16,6 +16,7 @@
 
 mod all_or_nothing;
 mod block;
+mod block_policy;
 mod config;
 mod credit;
 mod decision;
@@ -32,7 +33,8 @@ pub mod token_bucket;
 pub mod verdict;
 
 pub use all_or_nothing::{evaluate_all_or_nothing, Answer, Limit, Member, Outcome};
-pub use block::{blocked, uses_up, BlockPolicy, Strikes};
+pub use block::blocked;
+pub use block_policy::{uses_up, BlockPolicy, Strikes};
 pub use config::{Config, Kind, MAX_SHARDS};
 pub use credit::{credit, validate_credit};
 pub use decision::{evaluate, Decision};

@@ -156,25 +156,6 @@ BEGIN
 END
 $config_nulls$;
 
--- A duration in microseconds, as _period_micros counts it, for the
--- parameter named parameter: 0 or more (time::duration_micros).
-CREATE FUNCTION rate_limiter._duration_micros(duration interval, parameter text)
-RETURNS bigint
-LANGUAGE plpgsql IMMUTABLE STRICT PARALLEL SAFE
-AS $duration$
-DECLARE
-    total numeric := EXTRACT(epoch FROM duration) * 1000000;
-BEGIN
-    IF total < 0 THEN
-        RAISE EXCEPTION '% must not be negative', parameter USING ERRCODE = '22023';
-    END IF;
-    IF total > 9223372036854775807 THEN
-        RAISE EXCEPTION '% is too long', parameter USING ERRCODE = '22023';
-    END IF;
-    RETURN total::bigint;
-END
-$duration$;
-
 -- Checks a config as the native ConfigValues::to_config does, in its
 -- order; its period and start in microseconds, and its automatic blocks
 -- (docs/blocks.md; block_for NULL: none; forget_after NULL: a day).

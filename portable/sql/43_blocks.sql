@@ -12,6 +12,25 @@
 -- is older then fails with 40001 rather than decide without the block,
 -- and a concurrent undefine() waits for the block, then deletes it.
 
+-- A duration in microseconds, as _period_micros counts it, for the
+-- parameter named parameter: 0 or more (time::duration_micros).
+CREATE FUNCTION rate_limiter._duration_micros(duration interval, parameter text)
+RETURNS bigint
+LANGUAGE plpgsql IMMUTABLE STRICT PARALLEL SAFE
+AS $duration$
+DECLARE
+    total numeric := EXTRACT(epoch FROM duration) * 1000000;
+BEGIN
+    IF total < 0 THEN
+        RAISE EXCEPTION '% must not be negative', parameter USING ERRCODE = '22023';
+    END IF;
+    IF total > 9223372036854775807 THEN
+        RAISE EXCEPTION '% is too long', parameter USING ERRCODE = '22023';
+    END IF;
+    RETURN total::bigint;
+END
+$duration$;
+
 -- The end of the block of (name, key) in microseconds, and its reason,
 -- when the key is blocked at now (microseconds); NULLs otherwise.
 -- (infinity is 9223372036854775807.)

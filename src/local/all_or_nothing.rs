@@ -221,7 +221,8 @@ pub fn strike_used_up(requests: &[RequestArgument], answers: &[Answer]) -> Resul
             .iter()
             .any(|later| later.name == request.name && later.key == request.key);
         if !named_later && answer.verdict == Verdict::Admitted && uses_up(answer.remaining) {
-            crate::blocks::strike(&request.name, request.key.as_deref(), policy, now)?;
+            let known = definitions::blocks_known(&request.name)?;
+            crate::blocks::strike(&request.name, request.key.as_deref(), policy, now, known)?;
         }
     }
     Ok(())

@@ -66,7 +66,8 @@ pub fn consume(call: &Call<'_>, places: ShardPlaces) -> Result<(Decision, Counte
     // (docs/blocks.md), in the caller's transaction.
     if let Some(policy) = &definition.config.block {
         if decision.ok && uses_up(decision.remaining) {
-            crate::blocks::strike(call.name, call.key, policy, clock::now())?;
+            let known = definitions::blocks_known(call.name)?;
+            crate::blocks::strike(call.name, call.key, policy, clock::now(), known)?;
         }
     }
     Ok(answered(

@@ -21,6 +21,8 @@
 //!   waits for another node's busy shard;
 //! - a definition made on any node is used by every node's next call,
 //!   and so is an override (a reference table too);
+//! - blocks are not distributed yet: blocking, and limits with automatic
+//!   blocks, fail closed (0A000), and `distribute()` refuses blocked keys;
 //! - `status`, `http_headers`, `postgrest_limit` and `rate_credit` reach
 //!   the rows where they live; `prune()` on any node prunes every node's
 //!   shards;
@@ -50,6 +52,7 @@ use rate_limiter_integration_tests::citus::{
     port_of, stored, taken, urls, NODES,
 };
 
+mod blocks;
 mod colocation;
 mod delegation;
 mod distribute;
