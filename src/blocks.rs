@@ -6,11 +6,10 @@
 //! A call reads the table only for names that have blocks (the cached
 //! definition says so; any write to the table fires the definitions'
 //! statement trigger, whose invalidation refreshes that in every backend).
-//! The read is not cached: it is one index probe of the unique (name, key)
-//! index through a kept plan, as the extension's owner, with the latest
-//! snapshot (as definitions and overrides are read), so a block committed
-//! by another session is seen by the next call whatever its isolation
-//! level.
+//! The read is not cached: it is one direct probe of the unique (name, key)
+//! index with the latest snapshot (as definitions and overrides are read),
+//! so a block committed by another session is seen by the next call
+//! whatever its isolation level.
 
 use crate::errors::CallError;
 use crate::storage::text_argument;
@@ -43,50 +42,94 @@ thread_local! {
     static QUIET: Cell<bool> = const { Cell::new(false) };
 }
 
-const BY_KEY: &str =
-    "SELECT until, strikes, reason FROM rate_limiter.blocks WHERE name = $1 AND key = $2";
-const GLOBAL: &str =
-    "SELECT until, strikes, reason FROM rate_limiter.blocks WHERE name = $1 AND key IS NULL";
+/// Columns of `rate_limiter.blocks`, 1-based, in table order.
+const COLUMNS: usize = 6;
+const UNTIL: usize = 3;
+const STRIKES: usize = 4;
+const REASON: usize = 5;
 
 /// The block of (`name`, `key`) (`key` `None`: the global limit), over or
 /// not, or `None`. No table (a version before 0.6.0): `None`.
 ///
-/// Errors: SPI's (the table altered by hand).
+/// One probe of the table's unique index on (name, key) with the latest
+/// snapshot (no SPI, no planner: a name with blocks pays this in each
+/// call), as the overrides are probed (`crate::overrides`). The table is a
+/// plain table on every node (blocks are not distributed).
+///
+/// Errors: XX000 when the table does not have the shape this version made.
 pub fn find(name: &[u8], key: Option<&[u8]>) -> Result<Option<Block>, CallError> {
-    if crate::catalog::objects().blocks == pg_sys::InvalidOid {
+    let objects = crate::catalog::objects();
+    if objects.blocks == pg_sys::InvalidOid || objects.blocks_index == pg_sys::InvalidOid {
         return Ok(None);
     }
-    let text = pgrx::PgOid::BuiltIn(pg_sys::PgBuiltInOids::TEXTOID);
-    crate::security::as_owner(|| {
-        // SAFETY: pushed and popped around the read; an error pops it in
-        // the abort.
-        unsafe { pg_sys::PushActiveSnapshot(pg_sys::GetLatestSnapshot()) };
-        let found = Spi::connect(|client| {
-            let table = match key {
-                Some(key) => {
-                    let plan = crate::plans::kept_plan(client, BY_KEY, &[text, text], false)?;
-                    client.select(plan, Some(1), &[text_argument(name), text_argument(key)])?
-                }
-                None => {
-                    let plan = crate::plans::kept_plan(client, GLOBAL, &[text], false)?;
-                    client.select(plan, Some(1), &[text_argument(name)])?
-                }
-            };
-            if table.is_empty() {
-                return Ok::<_, CallError>(None);
+    let name_datum = name.into_datum().unwrap_or(pg_sys::Datum::from(0));
+    let key_datum = key.and_then(IntoDatum::into_datum);
+    // SAFETY: the relations are the extension's, opened and closed here;
+    // the scan keys point at text datums that outlive the scan; the tuple
+    // is decoded (its reason copied) while the slot holds it.
+    unsafe {
+        let lock = pg_sys::AccessShareLock as pg_sys::LOCKMODE;
+        let relation = pg_sys::table_open(objects.blocks, lock);
+        if (*(*relation).rd_att).natts as usize != COLUMNS {
+            pg_sys::table_close(relation, lock);
+            pgrx::error!(
+                "rate_limiter: rate_limiter.blocks does not have the columns this version made"
+            );
+        }
+        let index = pg_sys::index_open(objects.blocks_index, lock);
+        let mut keys: [pg_sys::ScanKeyData; 2] = std::mem::zeroed();
+        // Equality on the "C" columns (btree's strategy 3); a NULL key
+        // searches for the NULL entry (NULLS NOT DISTINCT).
+        pg_sys::ScanKeyEntryInitialize(
+            &mut keys[0],
+            0,
+            1,
+            pg_sys::BTEqualStrategyNumber as pg_sys::StrategyNumber,
+            pg_sys::InvalidOid,
+            pg_sys::C_COLLATION_OID,
+            pg_sys::regproc::from(pg_sys::Oid::from(pg_sys::F_TEXTEQ)),
+            name_datum,
+        );
+        match key_datum {
+            Some(datum) => pg_sys::ScanKeyEntryInitialize(
+                &mut keys[1],
+                0,
+                2,
+                pg_sys::BTEqualStrategyNumber as pg_sys::StrategyNumber,
+                pg_sys::InvalidOid,
+                pg_sys::C_COLLATION_OID,
+                pg_sys::regproc::from(pg_sys::Oid::from(pg_sys::F_TEXTEQ)),
+                datum,
+            ),
+            None => {
+                keys[1].sk_flags = (pg_sys::SK_ISNULL | pg_sys::SK_SEARCHNULL) as i32;
+                keys[1].sk_attno = 2;
             }
-            let row = table.first();
-            Ok(Some(Block {
-                until: row
-                    .get::<TimestampWithTimeZone>(1)?
-                    .map_or(i64::MIN, TimestampWithTimeZone::into_inner),
-                strikes: row.get::<i32>(2)?.unwrap_or(0),
-                reason: row.get::<String>(3)?,
-            }))
-        });
-        unsafe { pg_sys::PopActiveSnapshot() };
-        found
-    })
+        }
+        let snapshot = pg_sys::RegisterSnapshot(pg_sys::GetLatestSnapshot());
+        let scan = crate::compat::index_beginscan(relation, index, snapshot, 2);
+        pg_sys::index_rescan(scan, keys.as_mut_ptr(), 2, std::ptr::null_mut(), 0);
+        let slot = pg_sys::table_slot_create(relation, std::ptr::null_mut());
+        let mut found = None;
+        if pg_sys::index_getnext_slot(scan, pg_sys::ScanDirection::ForwardScanDirection, slot) {
+            pg_sys::slot_getsomeattrs_int(slot, REASON as i32);
+            let values = std::slice::from_raw_parts((*slot).tts_values, REASON);
+            let nulls = std::slice::from_raw_parts((*slot).tts_isnull, REASON);
+            let at = |column: usize| (values[column - 1], nulls[column - 1]);
+            found = Some(Block {
+                // (NOT NULL; a timestamptz datum is its microseconds.)
+                until: i64::from_datum(at(UNTIL).0, at(UNTIL).1).unwrap_or(i64::MIN),
+                strikes: i32::from_datum(at(STRIKES).0, at(STRIKES).1).unwrap_or(0),
+                reason: String::from_datum(at(REASON).0, at(REASON).1),
+            });
+        }
+        pg_sys::ExecDropSingleTupleTableSlot(slot);
+        pg_sys::index_endscan(scan);
+        pg_sys::UnregisterSnapshot(snapshot);
+        pg_sys::index_close(index, lock);
+        pg_sys::table_close(relation, lock);
+        Ok(found)
+    }
 }
 
 /// Notes that a call of (`name`, `key`) is refused by a block given for

@@ -28,9 +28,10 @@ pub struct Objects {
     /// The hash index on `overrides.key`, which a call probes (invalid if
     /// missing: the primary key then).
     pub overrides_key_index: pg_sys::Oid,
-    /// `rate_limiter.blocks` (0.6.0 and later; invalid if missing: then no
-    /// key is blocked).
+    /// `rate_limiter.blocks` and its unique index on (name, key) (0.6.0 and
+    /// later; invalid if missing: then no key is blocked).
     pub blocks: pg_sys::Oid,
+    pub blocks_index: pg_sys::Oid,
     /// The owner of the table: the role the functions act as.
     pub owner: pg_sys::Oid,
     /// `rate_limiter.define(text, rate_limiter.config, boolean)` (before
@@ -237,6 +238,7 @@ fn look_up() -> Objects {
             let overrides_index = pg_sys::get_relname_relid(c"overrides_pkey".as_ptr(), schema);
             let overrides_key_index = pg_sys::get_relname_relid(c"overrides_key".as_ptr(), schema);
             let blocks = pg_sys::get_relname_relid(c"blocks".as_ptr(), schema);
+            let blocks_index = pg_sys::get_relname_relid(c"blocks_name_key".as_ptr(), schema);
             let regime_column = pg_sys::get_attnum(table, c"regime".as_ptr()) > 0;
             let enforce_column = definitions != pg_sys::InvalidOid
                 && pg_sys::get_attnum(definitions, c"enforce".as_ptr()) > 0;
@@ -270,6 +272,7 @@ fn look_up() -> Objects {
                 overrides_index,
                 overrides_key_index,
                 blocks,
+                blocks_index,
                 owner,
                 define: pg_sys::InvalidOid,
                 enforce_column,

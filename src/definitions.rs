@@ -194,6 +194,22 @@ pub fn resolve(
     key: Option<&[u8]>,
     inline: Option<Config>,
 ) -> Result<Definition, CallError> {
+    let (definition, blockable) = configured(name, key, inline)?;
+    if blockable {
+        blocked(name, key, definition)
+    } else {
+        Ok(definition)
+    }
+}
+
+/// [`resolve`] but for the key's block: the definition (not blocked), and
+/// whether the key may be blocked (the name has blocks, or the config
+/// has automatic blocks: then [`blocked`] looks).
+fn configured(
+    name: &[u8],
+    key: Option<&[u8]>,
+    inline: Option<Config>,
+) -> Result<(Definition, bool), CallError> {
     match inline {
         Some(config) => {
             let most = crate::settings::max_inline_shards();
@@ -213,11 +229,8 @@ pub fn resolve(
                 regime: None,
                 blocked_until: None,
             };
-            if named.is_some_and(|named| named.blocks) || config.block.is_some() {
-                blocked(name, key, definition)
-            } else {
-                Ok(definition)
-            }
+            let blockable = named.is_some_and(|named| named.blocks) || config.block.is_some();
+            Ok((definition, blockable))
         }
         None => {
             let named = lookup_named(name)?.ok_or_else(|| CallError::Undefined(name.to_vec()))?;
@@ -225,11 +238,8 @@ pub fn resolve(
                 Some(key) if named.overridden => overridden(name, key, named.definition)?,
                 _ => named.definition,
             };
-            if named.blocks || definition.config.block.is_some() {
-                blocked(name, key, definition)
-            } else {
-                Ok(definition)
-            }
+            let blockable = named.blocks || definition.config.block.is_some();
+            Ok((definition, blockable))
         }
     }
 }
@@ -327,16 +337,26 @@ pub fn may_define() -> bool {
 /// Errors: [`CallError::DefinitionChanged`] when the definition changed
 /// (the call starts again, so it never writes state under a replaced
 /// definition); as [`lookup`].
+///
+/// `blocks`: whether to look for the key's block too (a call that decides
+/// before it waited for anything since it resolved need not: nothing it
+/// waited for can have blocked the key; `used` is then not blocked).
 pub fn recheck(
     name: &[u8],
     key: Option<&[u8]>,
     inline: Option<Config>,
     used: &Definition,
+    blocks: bool,
 ) -> Result<(), CallError> {
     if inline.is_some() {
         return Ok(());
     }
-    match resolve(name, key, None) {
+    let current = if blocks {
+        resolve(name, key, None)
+    } else {
+        configured(name, key, None).map(|(definition, _)| definition)
+    };
+    match current {
         Ok(current) if current == *used => Ok(()),
         Err(error @ CallError::Spi(_)) => Err(error),
         _ => Err(CallError::DefinitionChanged(name.to_vec())),

@@ -214,5 +214,4 @@ mod tests {
         assert!(uses_up(-3.0));
         assert!(!uses_up(1.0));
     }
-
 }

@@ -156,7 +156,13 @@ pub fn consume(
                     regime: request.regime,
                     blocked_until: request.blocked_until,
                 };
-                definitions::recheck(&request.name, request.key.as_deref(), request.inline, &used)?;
+                definitions::recheck(
+                    &request.name,
+                    request.key.as_deref(),
+                    request.inline,
+                    &used,
+                    true,
+                )?;
             }
             for (limit, positions) in limits.iter_mut().zip(&positions) {
                 for (slot, position) in limit.stored.iter_mut().zip(positions) {

@@ -94,7 +94,8 @@ fn consume_once(
     if let Some(refused) = definition.blocked_at(clock::now()) {
         return Ok((refused, definition, false));
     }
-    let current = || definitions::recheck(call.name, call.key, call.config, &definition);
+    let current =
+        |blocks: bool| definitions::recheck(call.name, call.key, call.config, &definition, blocks);
     if !places.fit(config.shards, call.key) {
         return Err(CallError::PlacesChanged);
     }
@@ -104,7 +105,7 @@ fn consume_once(
             places,
             settings::lock_free_refusals(),
             |stored| {
-                current()?;
+                current(true)?;
                 Ok(evaluate_all(
                     &config,
                     call.id(),
@@ -115,7 +116,7 @@ fn consume_once(
             },
             shard_choice::draw,
             |candidates| {
-                current()?;
+                current(true)?;
                 Ok(evaluate_looked_at(
                     &config,
                     call.id(),
@@ -131,21 +132,22 @@ fn consume_once(
         // Listed shards fit only a limit of several.
         return Err(CallError::PlacesChanged);
     };
-    let decision = storage::consume(
-        call.row(&definition),
-        target,
-        settings::lock_free_refusals(),
-        |stored| {
-            current()?;
-            Ok(evaluate(
-                &config,
-                call.id(),
-                stored,
-                clock::now(),
-                call.request,
-            )?)
-        },
-    )?;
+    // With lock-free refusals the first decision is made on the row as
+    // committed, before the call waited for anything: nothing can have
+    // blocked the key since it resolved, so that one does not look for a
+    // block again (storage::consume); every later one does.
+    let lock_free = settings::lock_free_refusals();
+    let mut before_any_wait = lock_free;
+    let decision = storage::consume(call.row(&definition), target, lock_free, |stored| {
+        current(!std::mem::take(&mut before_any_wait))?;
+        Ok(evaluate(
+            &config,
+            call.id(),
+            stored,
+            clock::now(),
+            call.request,
+        )?)
+    })?;
     Ok((decision, definition, false))
 }
 

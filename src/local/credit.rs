@@ -38,7 +38,7 @@ pub fn credit(
             definition.regime,
             places.clone(),
             |stored| {
-                definitions::recheck(name, key, inline, &definition)?;
+                definitions::recheck(name, key, inline, &definition, true)?;
                 Ok(rate_limiter_algorithm::credit(
                     &shard,
                     stored,

@@ -118,7 +118,9 @@ fn switching_editions_keeps_every_limit_and_answer() {
                      expires_at => '2026-01-01 00:00:50+00');
                  SELECT rate_limiter.define('switch_login', rate_limiter.with_block(
                      rate_limiter.fixed_window(2, '1 hour', start => '2026-01-01'), '1 minute', '1 hour'));
-                 SELECT rate_limiter.block('switch_window', 'mallory', '1 day', 'by hand');",
+                 SET rate_limiter.now_override = '2026-01-01 00:00:00+00';
+                 SELECT rate_limiter.block('switch_window', 'mallory', '1 day', 'by hand');
+                 RESET rate_limiter.now_override;",
             )
             .expect("define the limits");
     }

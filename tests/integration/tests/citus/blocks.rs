@@ -40,7 +40,10 @@ fn blocks_fail_closed_on_a_distributed_install() {
         }
         // Nothing was written; the limit itself works, and blocked() reads.
         assert!(consume(client, "blc", Some("k")), "{}", NODES[node]);
-        assert_eq!(state_of(client, "SELECT * FROM rate_limiter.blocked('blc', 'k')"), None);
+        assert_eq!(
+            state_of(client, "SELECT * FROM rate_limiter.blocked('blc', 'k')"),
+            None
+        );
     }
     let written: i64 = clients[0]
         .query_one(
