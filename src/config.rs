@@ -238,6 +238,18 @@ pub fn inline_config(
     }
 }
 
+/// The SQL value of checked `values`, or their error raised (a
+/// constructor's result).
+fn built(values: Result<ConfigValues, LimitError>) -> ConfigTuple {
+    match values
+        .map_err(CallError::Limit)
+        .and_then(ConfigValues::into_tuple)
+    {
+        Ok(tuple) => tuple,
+        Err(error) => crate::errors::report(error),
+    }
+}
+
 #[allow(clippy::too_many_arguments)]
 fn construct(
     kind: Kind,
@@ -264,13 +276,7 @@ fn construct(
         values.to_config()?;
         Ok(values)
     })();
-    match values
-        .map_err(CallError::Limit)
-        .and_then(ConfigValues::into_tuple)
-    {
-        Ok(tuple) => tuple,
-        Err(error) => crate::errors::report(error),
-    }
+    built(values)
 }
 
 /// `rate_limiter.token_bucket(rate, period, capacity, max_reserved, shards)`:
@@ -340,11 +346,5 @@ fn with_block(
         values.to_config()?;
         Ok(values)
     })();
-    match values
-        .map_err(CallError::Limit)
-        .and_then(ConfigValues::into_tuple)
-    {
-        Ok(tuple) => tuple,
-        Err(error) => crate::errors::report(error),
-    }
+    built(values)
 }
