@@ -294,6 +294,7 @@ DO $stats$
 DECLARE
     grants text[];
     command text;
+    grantee_name name;
 BEGIN
     SELECT coalesce(pg_catalog.array_agg(pg_catalog.format('GRANT %s ON %s TO %s%s', a.privilege_type,
                CASE WHEN o.kind = 'view' THEN 'rate_limiter.stats' ELSE 'FUNCTION rate_limiter._stats()' END,
@@ -317,8 +318,27 @@ BEGIN
     LANGUAGE c VOLATILE
     AS 'MODULE_PATHNAME', 'stats_wrapper';
     CREATE VIEW rate_limiter.stats AS SELECT * FROM rate_limiter._stats();
+    -- Nobody but their owner holds a privilege on the new objects,
+    -- whatever ALTER DEFAULT PRIVILEGES handed out; then the old ones'.
     REVOKE ALL ON FUNCTION rate_limiter._stats() FROM PUBLIC;
     REVOKE ALL ON rate_limiter.stats FROM PUBLIC;
+    FOR grantee_name IN
+        SELECT DISTINCT r.rolname
+        FROM (
+            SELECT (pg_catalog.aclexplode(p.proacl)).grantee, p.proowner AS owner
+            FROM pg_catalog.pg_proc AS p
+            WHERE p.oid = 'rate_limiter._stats()'::pg_catalog.regprocedure
+            UNION ALL
+            SELECT (pg_catalog.aclexplode(c.relacl)).grantee, c.relowner
+            FROM pg_catalog.pg_class AS c
+            WHERE c.oid = 'rate_limiter.stats'::pg_catalog.regclass
+        ) AS granted
+        JOIN pg_catalog.pg_roles AS r ON r.oid = granted.grantee
+        WHERE granted.grantee <> granted.owner
+    LOOP
+        EXECUTE pg_catalog.format('REVOKE ALL ON FUNCTION rate_limiter._stats() FROM %I', grantee_name);
+        EXECUTE pg_catalog.format('REVOKE ALL ON rate_limiter.stats FROM %I', grantee_name);
+    END LOOP;
     FOREACH command IN ARRAY grants LOOP
         EXECUTE command;
     END LOOP;

@@ -36,6 +36,28 @@ SELECT * FROM rate_limiter.blocked('login', 'mallory');
 SELECT rate_limiter.block('login', 'mallory', '10 minutes');
 SELECT * FROM rate_limiter.blocked('login', 'mallory');
 
+-- guard and postgrest_limit raise, as for any refusal.
+CREATE TABLE blocked_comments (author text NOT NULL);
+CREATE TRIGGER guard BEFORE INSERT ON blocked_comments
+    FOR EACH ROW EXECUTE FUNCTION rate_limiter.guard('login', 'author');
+INSERT INTO blocked_comments VALUES ('alice');
+INSERT INTO blocked_comments VALUES ('mallory');
+\echo :LAST_ERROR_SQLSTATE
+SELECT author FROM blocked_comments;
+DROP TABLE blocked_comments;
+DO $$
+DECLARE
+    state text;
+    detail text;
+BEGIN
+    PERFORM rate_limiter.postgrest_limit('login', 'mallory');
+EXCEPTION WHEN OTHERS THEN
+    GET STACKED DIAGNOSTICS state = RETURNED_SQLSTATE, detail = PG_EXCEPTION_DETAIL;
+    RAISE NOTICE 'sqlstate: %, status: %, Retry-After: %', state, detail::jsonb -> 'status',
+        detail::jsonb -> 'headers' ->> 'Retry-After';
+END
+$$;
+
 -- Blocks survive rate_reset: it resets tokens, not sanctions.
 SELECT rate_limiter.rate_reset('login', 'mallory');
 SELECT ok, retry_after FROM rate_limiter.rate_limit('login', 'mallory');
