@@ -117,7 +117,7 @@ COMMENT ON FUNCTION rate_limiter.block(text, text, interval, text) IS
 'Blocks one key of a defined limit (key NULL = its global limit) for duration from now: every consuming and checking call of that name and key is refused until then, '
 'consuming nothing (ok false, retry_after until - now, remaining 0; the RL429 DETAIL says "blocked": true and the reason). '
 'Extends, never shortens, a block in force; returns its end. A block that starts while the key is not blocked adds a strike and takes reason. Blocks survive rate_reset. '
-'Only roles that may call define. Errors: 22004 NULL name/duration; 22023 negative or infinite duration; 42501 a role that may not call define; 42704 undefined name; 0A000 a distributed install.';
+'Only roles that may call define. Errors: 22004 NULL name/duration; 22023 negative or infinite duration; 42501 a role that may not call define; 42704 undefined name; on Citus 55000 blocks not distributed yet (call distribute() again), 0A000 the global limit of a limit spread over the nodes.';
 
 CREATE FUNCTION rate_limiter.unblock(name text, key text)
 RETURNS boolean
@@ -126,7 +126,7 @@ AS 'MODULE_PATHNAME', 'unblock_wrapper';
 
 COMMENT ON FUNCTION rate_limiter.unblock(text, text) IS
 'Lifts the block of (name, key) and forgets its strikes; true if the key was blocked. '
-'Only roles that may call define. Errors: 22004 NULL name; 42501 a role that may not call define; 42704 undefined name; 0A000 a distributed install.';
+'Only roles that may call define. Errors: 22004 NULL name; 42501 a role that may not call define; 42704 undefined name; on Citus 55000 blocks not distributed yet (call distribute() again), 0A000 the global limit of a limit spread over the nodes.';
 
 CREATE FUNCTION rate_limiter.blocked(name text, key text)
 RETURNS TABLE (until timestamptz, strikes int4, reason text)

@@ -218,6 +218,11 @@ CREATE TABLE rate_limiter.blocks (
     strikes   int4 NOT NULL DEFAULT 0,
     reason    text,
     forget_at timestamptz,
+    -- Citus's distribution column, as the state table's (docs/blocks.md,
+    -- "Citus"): NULL until rate_limiter.distribute(), then the key's (a
+    -- global limit's: its shard 0's), so that a block lives beside the
+    -- key's state.
+    dkey      text COLLATE "C",
     CONSTRAINT blocks_name_key UNIQUE NULLS NOT DISTINCT (name, key)
 );
 COMMENT ON TABLE rate_limiter.blocks IS
@@ -263,7 +268,7 @@ COMMENT ON FUNCTION rate_limiter.block(text, text, interval, text) IS
 'Blocks one key of a defined limit (key NULL = its global limit) for duration from now: every consuming and checking call of that name and key is refused until then, '
 'consuming nothing (ok false, retry_after until - now, remaining 0; the RL429 DETAIL says "blocked": true and the reason). '
 'Extends, never shortens, a block in force; returns its end. A block that starts while the key is not blocked adds a strike and takes reason. Blocks survive rate_reset. '
-'Only roles that may call define. Errors: 22004 NULL name/duration; 22023 negative or infinite duration; 42501 a role that may not call define; 42704 undefined name; 0A000 a distributed install.';
+'Only roles that may call define. Errors: 22004 NULL name/duration; 22023 negative or infinite duration; 42501 a role that may not call define; 42704 undefined name; on Citus 55000 blocks not distributed yet (call distribute() again), 0A000 the global limit of a limit spread over the nodes.';
 
 CREATE FUNCTION rate_limiter.unblock(name text, key text)
 RETURNS boolean
@@ -272,7 +277,7 @@ AS 'MODULE_PATHNAME', 'unblock_wrapper';
 
 COMMENT ON FUNCTION rate_limiter.unblock(text, text) IS
 'Lifts the block of (name, key) and forgets its strikes; true if the key was blocked. '
-'Only roles that may call define. Errors: 22004 NULL name; 42501 a role that may not call define; 42704 undefined name; 0A000 a distributed install.';
+'Only roles that may call define. Errors: 22004 NULL name; 42501 a role that may not call define; 42704 undefined name; on Citus 55000 blocks not distributed yet (call distribute() again), 0A000 the global limit of a limit spread over the nodes.';
 
 CREATE FUNCTION rate_limiter.blocked(name text, key text)
 RETURNS TABLE (until timestamptz, strikes int4, reason text)
@@ -405,7 +410,7 @@ GRANT EXECUTE ON FUNCTION rate_limiter.blocked(text, text) TO @extowner@ WITH GR
 GRANT EXECUTE ON FUNCTION rate_limiter.with_block(rate_limiter.config, interval, interval, interval) TO @extowner@ WITH GRANT OPTION;
 
 -- ==== Citus (generated from sql/citus_distribute.sql and sql/citus_internal_functions.sql) ====
--- Citus, day two (SPEC section 10): distribute() marks the workers' own
+-- Citus, day two (docs/guarantees.md, "Citus"): distribute() marks the workers' own
 -- tables and colocates with integer columns too, undistribute() unmarks
 -- them, prepare_node() prepares a node before citus_add_node(), and the
 -- internal functions get an overload for an integer distribution column.
@@ -421,6 +426,7 @@ DECLARE
     state_table constant regclass := 'rate_limiter.rate_limits';
     definitions_table constant regclass := 'rate_limiter.definitions';
     overrides_table constant regclass := 'rate_limiter.overrides';
+    blocks_table constant regclass := 'rate_limiter.blocks';
     state_owner oid;
     state_method "char";
     state_column text;
@@ -433,6 +439,24 @@ DECLARE
     uuid_dkey boolean := false;
     bad_key text;
     worker record;
+    -- Shapes a worker's own rate_limiter.blocks as its rate_limits is
+    -- shaped (below): the distribution column's type (%s) and the mark. It
+    -- must be empty (a block made there before would be lost).
+    blocks_shape constant text := $shape$
+        DO $do$ BEGIN
+            IF EXISTS (SELECT FROM ONLY rate_limiter.blocks) THEN
+                RAISE EXCEPTION 'this node has rows in its own rate_limiter.blocks (blocks made on it before distribute()): unblock them there first';
+            END IF;
+        END $do$;
+        ALTER TABLE rate_limiter.blocks ALTER COLUMN dkey TYPE %s USING NULL;
+        DO $do$ BEGIN
+            IF NOT EXISTS (SELECT FROM pg_catalog.pg_constraint
+                           WHERE conrelid = 'rate_limiter.blocks'::pg_catalog.regclass
+                             AND conname = 'blocks_distributed') THEN
+                ALTER TABLE ONLY rate_limiter.blocks
+                    ADD CONSTRAINT blocks_distributed CHECK (false) NOT VALID;
+            END IF;
+        END $do$$shape$;
 BEGIN
     -- Who and where.
     IF pg_catalog.current_setting('citus.version', true) IS NULL
@@ -451,14 +475,6 @@ BEGIN
         RAISE EXCEPTION 'rate_limiter.distribute() runs on the coordinator'
             USING ERRCODE = '55000',
                   HINT = 'Connect to the coordinator and call it there.';
-    END IF;
-    -- Blocks are not distributed yet (docs/blocks.md, "Citus"): a block
-    -- kept in the coordinator's table would not be seen by the workers.
-    IF pg_catalog.to_regclass('rate_limiter.blocks') IS NOT NULL
-       AND EXISTS (SELECT FROM rate_limiter.blocks) THEN
-        RAISE EXCEPTION 'rate_limiter.distribute() cannot distribute blocked keys yet'
-            USING ERRCODE = '55000',
-                  HINT = 'Lift them first (rate_limiter.unblock(); SELECT name, key FROM rate_limiter.blocks lists them).';
     END IF;
     -- run_command_on_workers (below) asks the workers over connections of
     -- its own, which would wait forever for locks this transaction holds
@@ -505,20 +521,38 @@ BEGIN
     state_column := (SELECT pg_catalog.column_to_column_name(p.logicalrelid, p.partkey)
                      FROM pg_catalog.pg_dist_partition AS p WHERE p.logicalrelid = state_table);
     definitions_method := (SELECT p.partmethod FROM pg_catalog.pg_dist_partition AS p WHERE p.logicalrelid = definitions_table);
+    <<state>>
+    BEGIN
     IF state_method = 'h' AND state_column = 'dkey' AND definitions_method = 'n' THEN
         -- Distributed already. An install distributed before 0.6.0 and
-        -- updated since has its overrides in a local table: made a
-        -- reference table here, as a fresh distribute() makes it.
+        -- updated since has its overrides and blocks in local tables: the
+        -- overrides made a reference table here, the blocks distributed
+        -- below, as a fresh distribute() does.
+        IF NOT EXISTS (SELECT FROM pg_catalog.pg_dist_partition AS p WHERE p.logicalrelid = blocks_table) THEN
+            SELECT pg_catalog.format_type(a.atttypid, a.atttypmod) INTO state_column
+            FROM pg_catalog.pg_attribute AS a WHERE a.attrelid = state_table AND a.attname = 'dkey';
+            bigint_dkey := state_column = 'bigint';
+            integer_dkey := state_column = 'integer';
+            uuid_dkey := state_column = 'uuid';
+            FOR worker IN SELECT * FROM run_command_on_workers(pg_catalog.format(blocks_shape,
+                    CASE WHEN bigint_dkey THEN 'bigint' WHEN integer_dkey THEN 'integer' WHEN uuid_dkey THEN 'uuid' ELSE 'text COLLATE "C"' END)) LOOP
+                IF NOT worker.success THEN
+                    RAISE EXCEPTION 'could not shape rate_limiter.blocks on worker %:%: %', worker.nodename, worker.nodeport, worker.result
+                        USING ERRCODE = '55000',
+                              HINT = 'Check that every node runs the same version of rate_limiter, then call distribute() again.';
+                END IF;
+            END LOOP;
+        END IF;
         IF NOT EXISTS (SELECT FROM pg_catalog.pg_dist_partition AS p WHERE p.logicalrelid = overrides_table) THEN
             LOCK TABLE rate_limiter.overrides IN EXCLUSIVE MODE;
             PERFORM pg_catalog.set_config('citus.enable_unsafe_triggers', 'on', true);
             PERFORM create_reference_table(overrides_table);
             PERFORM truncate_local_data_after_distributing_table(overrides_table);
         END IF;
-        RETURN;
+        EXIT state;
     END IF;
     IF state_method IS NOT NULL OR definitions_method IS NOT NULL
-       OR EXISTS (SELECT FROM pg_catalog.pg_dist_partition AS p WHERE p.logicalrelid = overrides_table) THEN
+       OR EXISTS (SELECT FROM pg_catalog.pg_dist_partition AS p WHERE p.logicalrelid IN (overrides_table, blocks_table)) THEN
         RAISE EXCEPTION 'rate_limiter''s tables are distributed, but not by rate_limiter.distribute()'
             USING ERRCODE = '55000',
                   HINT = 'Call SELECT rate_limiter.undistribute(); then SELECT rate_limiter.distribute();';
@@ -590,20 +624,30 @@ BEGIN
                       HINT = 'Check that every node runs the same version of rate_limiter, then call distribute() again.';
         END IF;
     END LOOP;
+    FOR worker IN SELECT * FROM run_command_on_workers(pg_catalog.format(blocks_shape,
+            CASE WHEN bigint_dkey THEN 'bigint' WHEN integer_dkey THEN 'integer' WHEN uuid_dkey THEN 'uuid' ELSE 'text COLLATE "C"' END)) LOOP
+        IF NOT worker.success THEN
+            RAISE EXCEPTION 'could not shape rate_limiter.blocks on worker %:%: %', worker.nodename, worker.nodeport, worker.result
+                USING ERRCODE = '55000',
+                      HINT = 'Check that every node runs the same version of rate_limiter, then call distribute() again.';
+        END IF;
+    END LOOP;
 
-    LOCK TABLE rate_limiter.rate_limits, rate_limiter.definitions, rate_limiter.overrides IN EXCLUSIVE MODE;
+    LOCK TABLE rate_limiter.rate_limits, rate_limiter.definitions, rate_limiter.overrides,
+        rate_limiter.blocks IN EXCLUSIVE MODE;
     -- The distribution column: the key, or name/shard for a global limit;
     -- as a bigint, the key as a decimal integer (the tenant id; the
     -- limiter reads it the same way) or the hash of name/shard; as a uuid,
     -- the key as a uuid or md5(name/shard).
     IF uuid_dkey THEN
         -- What uuid_in takes (the limiter reads keys the same way).
-        SELECT key INTO bad_key FROM rate_limiter.rate_limits
+        SELECT key INTO bad_key
+        FROM (SELECT key FROM rate_limiter.rate_limits UNION ALL SELECT key FROM rate_limiter.blocks) AS keys
         WHERE key IS NOT NULL
           AND key !~ '^([0-9a-fA-F]{4}(-?[0-9a-fA-F]{4}){7}|\{[0-9a-fA-F]{4}(-?[0-9a-fA-F]{4}){7}\})$'
         LIMIT 1;
         IF FOUND THEN
-            RAISE EXCEPTION 'key % of rate_limiter.rate_limits is not a uuid, and % is distributed by a uuid column', pg_catalog.quote_literal(bad_key), colocate_with
+            RAISE EXCEPTION 'key % of rate_limiter.rate_limits or rate_limiter.blocks is not a uuid, and % is distributed by a uuid column', pg_catalog.quote_literal(bad_key), colocate_with
                 USING ERRCODE = '22P02',
                       HINT = 'Every key of a keyed limit must be a uuid (a tenant id) to colocate with it: rate_reset() or delete the others first.';
         END IF;
@@ -611,14 +655,15 @@ BEGIN
             USING CASE WHEN key IS NULL THEN pg_catalog.md5(name || '/' || shard)::uuid
                        ELSE key::uuid END;
     ELSIF bigint_dkey OR integer_dkey THEN
-        SELECT key INTO bad_key FROM rate_limiter.rate_limits
+        SELECT key INTO bad_key
+        FROM (SELECT key FROM rate_limiter.rate_limits UNION ALL SELECT key FROM rate_limiter.blocks) AS keys
         WHERE key IS NOT NULL AND CASE WHEN key ~ '^[[:space:]]*[+-]?[0-9]+[[:space:]]*$'
                    THEN NOT key::numeric BETWEEN CASE WHEN integer_dkey THEN -2147483648 ELSE -9223372036854775808 END
                                             AND CASE WHEN integer_dkey THEN 2147483647 ELSE 9223372036854775807 END
                    ELSE true END
         LIMIT 1;
         IF FOUND THEN
-            RAISE EXCEPTION 'key % of rate_limiter.rate_limits is not % and % is distributed by % column', pg_catalog.quote_literal(bad_key),
+            RAISE EXCEPTION 'key % of rate_limiter.rate_limits or rate_limiter.blocks is not % and % is distributed by % column', pg_catalog.quote_literal(bad_key),
                 CASE WHEN integer_dkey THEN 'an integer,' ELSE 'a bigint,' END, colocate_with,
                 CASE WHEN integer_dkey THEN 'an integer' ELSE 'a bigint' END
                 USING ERRCODE = '22P02',
@@ -701,14 +746,43 @@ BEGIN
              THEN 'rate_limiter._prune_at(uuid, interval, timestamptz)'
              ELSE 'rate_limiter._prune_at(text, interval, timestamptz)' END::regprocedure,
         'dkey', colocate_with => 'rate_limiter.rate_limits', force_delegation => true);
+    END state;
 
+    -- Blocks (docs/blocks.md, "Citus"): distributed by dkey as the state
+    -- is, and colocated with it, so that a key's block lives beside its
+    -- state rows (a global limit's beside its shard 0). The workers' own
+    -- tables were shaped above; the keys checked with the state's.
+    IF NOT EXISTS (SELECT FROM pg_catalog.pg_dist_partition AS p WHERE p.logicalrelid = blocks_table) THEN
+        LOCK TABLE rate_limiter.blocks IN EXCLUSIVE MODE;
+        IF uuid_dkey THEN
+            ALTER TABLE rate_limiter.blocks ALTER COLUMN dkey TYPE uuid
+                USING CASE WHEN key IS NULL THEN pg_catalog.md5(name || '/0')::uuid ELSE key::uuid END;
+        ELSIF integer_dkey THEN
+            ALTER TABLE rate_limiter.blocks ALTER COLUMN dkey TYPE integer
+                USING CASE WHEN key IS NULL THEN pg_catalog.hashtext(name || '/0') ELSE key::integer END;
+        ELSIF bigint_dkey THEN
+            ALTER TABLE rate_limiter.blocks ALTER COLUMN dkey TYPE bigint
+                USING CASE WHEN key IS NULL THEN pg_catalog.hashtextextended(name || '/0', 0) ELSE key::bigint END;
+        ELSE
+            UPDATE rate_limiter.blocks SET dkey = coalesce(key, name || '/0');
+        END IF;
+        ALTER TABLE rate_limiter.blocks ALTER COLUMN dkey SET NOT NULL;
+        -- (dkey is a function of (name, key): uniqueness is unchanged.)
+        ALTER TABLE rate_limiter.blocks
+            DROP CONSTRAINT blocks_name_key,
+            ADD CONSTRAINT blocks_name_key_dkey_key UNIQUE NULLS NOT DISTINCT (name, key, dkey);
+        ALTER TABLE rate_limiter.blocks REPLICA IDENTITY FULL;
+        PERFORM pg_catalog.set_config('citus.enable_unsafe_triggers', 'on', true);
+        PERFORM create_distributed_table(blocks_table, 'dkey', colocate_with => 'rate_limiter.rate_limits');
+        PERFORM truncate_local_data_after_distributing_table(blocks_table);
+    END IF;
 END
 $distribute$;
 
 COMMENT ON FUNCTION rate_limiter.distribute(regclass) IS
-'Citus: makes rate_limiter.rate_limits a distributed table (by the column dkey: the key, or name/shard for a global limit) and rate_limiter.definitions and rate_limiter.overrides reference tables, keeping every row. '
+'Citus: makes rate_limiter.rate_limits a distributed table (by the column dkey: the key, or name/shard for a global limit), rate_limiter.blocks one colocated with it (a key''s block beside its state), and rate_limiter.definitions and rate_limiter.overrides reference tables, keeping every row. '
 'colocate_with: a table distributed by a bigint, integer or uuid column or a text COLLATE "C" column, whose rows for value K live beside the state of key K (with bigint or integer, every key must be a decimal integer in its range; with uuid, a uuid). Run on the coordinator; idempotent. '
-'Errors: 25001 in a transaction that has written already; 55000 without Citus, on a worker, max_prepared_transactions = 0 on a node, rate_limiter not in shared_preload_libraries on a node, a worker with rows in its own table, tables distributed otherwise; 42501 neither superuser nor owner; '
+'Errors: 25001 in a transaction that has written already; 55000 without Citus, on a worker, max_prepared_transactions = 0 on a node, rate_limiter not in shared_preload_libraries on a node, a worker with rows in its own rate_limits or blocks table, tables distributed otherwise; 42501 neither superuser nor owner; '
 '22023 colocate_with not hash-distributed; 0A000 its distribution column is neither bigint, integer, uuid nor text COLLATE "C", or it has a single shard (schema-based sharding); 22P02 with bigint, integer or uuid, a stored key that is not a decimal integer in range or a uuid.';
 
 CREATE OR REPLACE FUNCTION rate_limiter.undistribute()
@@ -720,6 +794,7 @@ DECLARE
     state_table constant regclass := 'rate_limiter.rate_limits';
     definitions_table constant regclass := 'rate_limiter.definitions';
     overrides_table constant regclass := 'rate_limiter.overrides';
+    blocks_table constant regclass := 'rate_limiter.blocks';
     state_owner oid;
     distributed_table regclass;
     citus_trigger record;
@@ -727,7 +802,8 @@ DECLARE
     -- Removes distribute()'s mark from a worker's own table.
     unmark constant text := $unmark$
         SET citus.enable_ddl_propagation TO off;
-        ALTER TABLE ONLY rate_limiter.rate_limits DROP CONSTRAINT IF EXISTS rate_limits_distributed$unmark$;
+        ALTER TABLE ONLY rate_limiter.rate_limits DROP CONSTRAINT IF EXISTS rate_limits_distributed;
+        ALTER TABLE ONLY rate_limiter.blocks DROP CONSTRAINT IF EXISTS blocks_distributed$unmark$;
 BEGIN
     IF pg_catalog.to_regclass('pg_catalog.pg_dist_partition') IS NULL THEN
         RETURN; -- no Citus: nothing is distributed
@@ -739,7 +815,7 @@ BEGIN
             USING ERRCODE = '42501';
     END IF;
     IF NOT EXISTS (SELECT FROM pg_catalog.pg_dist_partition
-                   WHERE logicalrelid IN (state_table, definitions_table, overrides_table)) THEN
+                   WHERE logicalrelid IN (state_table, definitions_table, overrides_table, blocks_table)) THEN
         -- Not distributed: nothing to do but to clear the marks a
         -- distribute() that failed may have left on the workers' tables.
         IF (SELECT groupid FROM pg_catalog.pg_dist_local_group) = 0 THEN
@@ -762,19 +838,22 @@ BEGIN
                       HINT = 'Check that every node runs the same version of rate_limiter, then call undistribute() again.';
         END IF;
     END LOOP;
-    LOCK TABLE rate_limiter.rate_limits, rate_limiter.definitions, rate_limiter.overrides IN EXCLUSIVE MODE;
+    LOCK TABLE rate_limiter.rate_limits, rate_limiter.definitions, rate_limiter.overrides,
+        rate_limiter.blocks IN EXCLUSIVE MODE;
     CREATE TEMPORARY TABLE rate_limiter_state ON COMMIT DROP AS
         SELECT name, key, shard, value, ts, regime FROM rate_limiter.rate_limits;
     CREATE TEMPORARY TABLE rate_limiter_definitions ON COMMIT DROP AS
         SELECT * FROM rate_limiter.definitions;
     CREATE TEMPORARY TABLE rate_limiter_overrides ON COMMIT DROP AS
         SELECT * FROM rate_limiter.overrides;
+    CREATE TEMPORARY TABLE rate_limiter_blocks ON COMMIT DROP AS
+        SELECT name, key, until, strikes, reason, forget_at FROM rate_limiter.blocks;
     -- Citus's undistribute_table refuses a table an extension owns (and
     -- would give it a new OID); what its DROP TABLE trigger calls removes
     -- the shards and the metadata and keeps the table.
     FOR distributed_table IN
         SELECT logicalrelid FROM pg_catalog.pg_dist_partition
-        WHERE logicalrelid IN (state_table, definitions_table, overrides_table)
+        WHERE logicalrelid IN (state_table, definitions_table, overrides_table, blocks_table)
     LOOP
         PERFORM master_remove_distributed_table_metadata_from_workers(distributed_table, 'rate_limiter',
             (SELECT relname FROM pg_catalog.pg_class WHERE oid = distributed_table));
@@ -786,7 +865,7 @@ BEGIN
     -- Citus's TRUNCATE trigger on each (truncate_trigger_<oid>).
     FOR citus_trigger IN
         SELECT t.tgname, t.tgrelid::regclass AS relation FROM pg_catalog.pg_trigger AS t
-        WHERE t.tgrelid IN (state_table, definitions_table, overrides_table)
+        WHERE t.tgrelid IN (state_table, definitions_table, overrides_table, blocks_table)
           AND t.tgfoid = 'pg_catalog.citus_truncate_trigger()'::regprocedure
     LOOP
         EXECUTE pg_catalog.format('DROP TRIGGER %I ON %s', citus_trigger.tgname, citus_trigger.relation);
@@ -794,6 +873,7 @@ BEGIN
     DELETE FROM rate_limiter.rate_limits;
     DELETE FROM rate_limiter.definitions;
     DELETE FROM rate_limiter.overrides;
+    DELETE FROM rate_limiter.blocks;
     IF EXISTS (SELECT FROM pg_catalog.pg_constraint
                WHERE conrelid = state_table AND conname = 'rate_limits_name_key_shard_dkey_key') THEN
         ALTER TABLE rate_limiter.rate_limits
@@ -809,13 +889,26 @@ BEGIN
     END IF;
     INSERT INTO rate_limiter.definitions SELECT * FROM rate_limiter_definitions;
     INSERT INTO rate_limiter.overrides SELECT * FROM rate_limiter_overrides;
+    IF EXISTS (SELECT FROM pg_catalog.pg_constraint
+               WHERE conrelid = blocks_table AND conname = 'blocks_name_key_dkey_key') THEN
+        ALTER TABLE rate_limiter.blocks
+            DROP CONSTRAINT blocks_name_key_dkey_key,
+            ADD CONSTRAINT blocks_name_key UNIQUE NULLS NOT DISTINCT (name, key);
+    END IF;
+    ALTER TABLE rate_limiter.blocks ALTER COLUMN dkey DROP NOT NULL, REPLICA IDENTITY DEFAULT;
+    IF (SELECT a.atttypid FROM pg_catalog.pg_attribute AS a
+        WHERE a.attrelid = blocks_table AND a.attname = 'dkey') <> 'pg_catalog.text'::regtype THEN
+        ALTER TABLE rate_limiter.blocks ALTER COLUMN dkey TYPE text COLLATE "C" USING NULL;
+    END IF;
+    INSERT INTO rate_limiter.blocks (name, key, until, strikes, reason, forget_at)
+        SELECT name, key, until, strikes, reason, forget_at FROM rate_limiter_blocks;
     INSERT INTO rate_limiter.rate_limits (name, key, shard, value, ts, regime)
         SELECT name, key, shard, value, ts, regime FROM rate_limiter_state;
 END
 $undistribute$;
 
 COMMENT ON FUNCTION rate_limiter.undistribute() IS
-'Citus: makes rate_limiter.rate_limits, rate_limiter.definitions and rate_limiter.overrides local tables of the coordinator again (however they were distributed), keeping every row. '
+'Citus: makes rate_limiter.rate_limits, rate_limiter.blocks, rate_limiter.definitions and rate_limiter.overrides local tables of the coordinator again (however they were distributed), keeping every row. '
 'Run on the coordinator; idempotent, and nothing to do without Citus. Errors: 42501 neither superuser nor owner; 55000 on a worker.';
 
 CREATE FUNCTION rate_limiter.prepare_node(nodename text, nodeport integer DEFAULT 5432)
@@ -871,7 +964,8 @@ BEGIN
                 pg_catalog.format('creating rate_limiter %s (the library must be installed on the node)', version)),
             (4, 'SELECT e.extversion FROM pg_catalog.pg_extension AS e WHERE e.extname = ''rate_limiter''',
                 'reading the version of rate_limiter'),
-            (5, 'SELECT count(*) FROM ONLY rate_limiter.rate_limits', 'counting the rows of its own rate_limiter.rate_limits'),
+            (5, 'SELECT (SELECT count(*) FROM ONLY rate_limiter.rate_limits) + (SELECT count(*) FROM ONLY rate_limiter.blocks)',
+                'counting the rows of its own rate_limiter.rate_limits and rate_limiter.blocks'),
             (6, pg_catalog.format(
                     'ALTER TABLE rate_limiter.rate_limits ALTER COLUMN dkey TYPE %s USING NULL; %s', dkey_type,
                     $mark$DO $do$ BEGIN
@@ -882,7 +976,18 @@ BEGIN
                                 ADD CONSTRAINT rate_limits_distributed CHECK (false) NOT VALID;
                         END IF;
                     END $do$$mark$),
-                'shaping and marking its own rate_limiter.rate_limits as distribute() does on a worker')
+                'shaping and marking its own rate_limiter.rate_limits as distribute() does on a worker'),
+            (7, pg_catalog.format(
+                    'ALTER TABLE rate_limiter.blocks ALTER COLUMN dkey TYPE %s USING NULL; %s', dkey_type,
+                    $mark$DO $do$ BEGIN
+                        IF NOT EXISTS (SELECT FROM pg_catalog.pg_constraint
+                                       WHERE conrelid = 'rate_limiter.blocks'::pg_catalog.regclass
+                                         AND conname = 'blocks_distributed') THEN
+                            ALTER TABLE ONLY rate_limiter.blocks
+                                ADD CONSTRAINT blocks_distributed CHECK (false) NOT VALID;
+                        END IF;
+                    END $do$$mark$),
+                'shaping and marking its own rate_limiter.blocks as distribute() does on a worker')
         ) AS steps(number, command, what)
         ORDER BY number
     LOOP
@@ -908,9 +1013,9 @@ BEGIN
                 USING ERRCODE = '55000',
                       HINT = 'Install the same version of rate_limiter on every node (ALTER EXTENSION rate_limiter UPDATE there).';
         ELSIF step.number = 5 AND answer.result <> '0' THEN
-            RAISE EXCEPTION 'the node %:% has % rows in its own rate_limiter.rate_limits', nodename, nodeport, answer.result
+            RAISE EXCEPTION 'the node %:% has % rows in its own rate_limiter.rate_limits and rate_limiter.blocks', nodename, nodeport, answer.result
                 USING ERRCODE = '55000',
-                      HINT = 'Delete them there (DELETE FROM rate_limiter.rate_limits), then prepare the node again.';
+                      HINT = 'Delete them there (DELETE FROM rate_limiter.rate_limits; DELETE FROM rate_limiter.blocks), then prepare the node again.';
         END IF;
     END LOOP;
 END
@@ -918,7 +1023,7 @@ $prepare_node$;
 
 COMMENT ON FUNCTION rate_limiter.prepare_node(text, integer) IS
 'Citus: prepares a node before citus_add_node() adds it to a cluster whose limits distribute() distributed: checks that it preloads rate_limiter and allows prepared transactions, '
-'creates the extension there at this version, and gives its own rate_limiter.rate_limits the distribution column''s type (bigint, integer or uuid when colocated with such a table) and the mark of a worker''s table. '
+'creates the extension there at this version, and gives its own rate_limiter.rate_limits and rate_limiter.blocks the distribution column''s type (bigint, integer or uuid when colocated with such a table) and the mark of a worker''s table. '
 'Run on the coordinator, before SELECT citus_add_node(nodename, nodeport); nothing to do before distribute(). '
 'Errors: 22004 NULL argument; 42501 neither superuser nor owner; 55000 without Citus, on a worker, or when a check fails on the node (the message says which).';
 

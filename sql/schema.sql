@@ -140,6 +140,11 @@ CREATE TABLE rate_limiter.blocks (
     strikes   int4 NOT NULL DEFAULT 0,
     reason    text,
     forget_at timestamptz,
+    -- Citus's distribution column, as the state table's (docs/blocks.md,
+    -- "Citus"): NULL until rate_limiter.distribute(), then the key's (a
+    -- global limit's: its shard 0's), so that a block lives beside the
+    -- key's state.
+    dkey      text COLLATE "C",
     CONSTRAINT blocks_name_key UNIQUE NULLS NOT DISTINCT (name, key)
 );
 COMMENT ON TABLE rate_limiter.blocks IS

@@ -31,16 +31,30 @@ const TEXT: PgOid = PgOid::BuiltIn(pg_sys::PgBuiltInOids::TEXTOID);
 /// planned as a sequential scan, which is cheap when the statistics say
 /// every row has one name and ruinous for any other name: a definition
 /// lookup of a plan read all of 1,000,000 overrides.)
-const LOOKUP: &str =
-    "SELECT kind::text, rate, period, capacity, max_reserved, shards, start, enforce, \
-            EXISTS (SELECT FROM (SELECT FROM rate_limiter.overrides AS o \
-                                 WHERE o.name = d.name COLLATE \"C\" \
-                                 ORDER BY o.name, o.key LIMIT 1) AS first), \
-            EXISTS (SELECT FROM (SELECT FROM rate_limiter.blocks AS b \
-                                 WHERE b.name = d.name COLLATE \"C\" \
-                                 ORDER BY b.name, b.key LIMIT 1) AS first), \
-            block_for, max_block, forget_after \
-     FROM rate_limiter.definitions AS d WHERE name = $1";
+macro_rules! lookup {
+    ($blocks:literal) => {
+        concat!(
+            "SELECT kind::text, rate, period, capacity, max_reserved, shards, start, enforce, \
+                    EXISTS (SELECT FROM (SELECT FROM rate_limiter.overrides AS o \
+                                         WHERE o.name = d.name COLLATE \"C\" \
+                                         ORDER BY o.name, o.key LIMIT 1) AS first), ",
+            $blocks,
+            ", block_for, max_block, forget_after \
+             FROM rate_limiter.definitions AS d WHERE name = $1"
+        )
+    };
+}
+const LOOKUP: &str = lookup!(
+    "EXISTS (SELECT FROM (SELECT FROM rate_limiter.blocks AS b \
+                          WHERE b.name = d.name COLLATE \"C\" \
+                          ORDER BY b.name, b.key LIMIT 1) AS first)"
+);
+
+/// [`LOOKUP`] where a cluster holds the blocks (`blocks::held_by_cluster`,
+/// docs/blocks.md, "Citus"): no node can count a name's blocks cheaply,
+/// so every name may have some, and every call looks for its key's block
+/// where its rows are (one index probe there).
+const LOOKUP_BLOCKS_SPREAD: &str = lookup!("true");
 
 /// [`LOOKUP`] on the tables of a version before 0.6.0 (no overrides, no
 /// blocks).
@@ -196,7 +210,23 @@ pub fn resolve(
 ) -> Result<Definition, CallError> {
     let (definition, blockable) = configured(name, key, inline)?;
     if blockable {
-        blocked(name, key, definition)
+        blocked(name, key, definition, crate::blocks::find)
+    } else {
+        Ok(definition)
+    }
+}
+
+/// [`resolve`] for a call that shows where a limit stands (`status`,
+/// `http_headers`): on a cluster the key's block is read on the node that
+/// holds it (`crate::blocks::find_anywhere`), not only on this one.
+pub fn resolve_shown(
+    name: &[u8],
+    key: Option<&[u8]>,
+    inline: Option<Config>,
+) -> Result<Definition, CallError> {
+    let (definition, blockable) = configured(name, key, inline)?;
+    if blockable {
+        blocked(name, key, definition, crate::blocks::find_anywhere)
     } else {
         Ok(definition)
     }
@@ -251,8 +281,9 @@ fn blocked(
     name: &[u8],
     key: Option<&[u8]>,
     definition: Definition,
+    find: fn(&[u8], Option<&[u8]>) -> Result<Option<crate::blocks::Block>, CallError>,
 ) -> Result<Definition, CallError> {
-    let Some(block) = crate::blocks::find(name, key)? else {
+    let Some(block) = find(name, key)? else {
         return Ok(definition);
     };
     if crate::clock::now() >= block.until {
@@ -439,7 +470,11 @@ fn read_latest(name: &[u8]) -> Result<Option<Named>, CallError> {
 fn lookup_uncached(client: &SpiClient<'_>, name: &[u8]) -> Result<Option<Named>, CallError> {
     let objects = crate::catalog::objects();
     let lookup = if objects.overrides != pg_sys::InvalidOid {
-        LOOKUP
+        if crate::blocks::held_by_cluster() {
+            LOOKUP_BLOCKS_SPREAD
+        } else {
+            LOOKUP
+        }
     } else if objects.enforce_column {
         LOOKUP_BEFORE_0_6
     } else {

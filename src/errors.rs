@@ -52,6 +52,9 @@ pub enum CallError {
     /// reached the table itself (SQLSTATE 55000), when no cluster layer
     /// explains it better (`storage::target::explain_elsewhere_with`).
     StoredElsewhere,
+    /// A call was to write a key's block on a node that does not hold the
+    /// key's blocks (SQLSTATE 55000): it fails closed.
+    BlocksElsewhere,
     /// A limit's shards were found in places for a number of shards that
     /// its definition no longer has, or a call asked for all of them where
     /// they are not all stored (SQLSTATE 55000).
@@ -156,6 +159,11 @@ pub fn report(error: CallError) -> ! {
             PgSqlErrorCode::ERRCODE_OBJECT_NOT_IN_PREREQUISITE_STATE,
             "rate_limiter.rate_limits does not store its rows on this node".to_string(),
             Some("Install the library with the same version on every node, with the same shared_preload_libraries.".to_string()),
+        ),
+        CallError::BlocksElsewhere => (
+            PgSqlErrorCode::ERRCODE_OBJECT_NOT_IN_PREREQUISITE_STATE,
+            "rate_limiter.blocks does not hold this key's blocks on this node".to_string(),
+            Some("Retry the transaction (a shard move may have been under way).".to_string()),
         ),
         CallError::PlacesChanged => (
             PgSqlErrorCode::ERRCODE_OBJECT_NOT_IN_PREREQUISITE_STATE,

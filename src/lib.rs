@@ -82,9 +82,14 @@ extension_sql_file!(
     requires = ["functions"]
 );
 extension_sql_file!(
+    "../sql/citus_prepare_node.sql",
+    name = "citus_prepare_node",
+    requires = ["citus_distribute"]
+);
+extension_sql_file!(
     "../sql/citus_internal_functions.sql",
     name = "citus_internal_functions",
-    requires = ["citus_distribute"]
+    requires = ["citus_prepare_node"]
 );
 extension_sql_file!("../sql/privileges.sql", name = "privileges", finalize);
 

@@ -48,10 +48,19 @@ pub trait Cluster {
     /// Fails when an override written now would not reach every node's
     /// calls (before `override` or `remove_override` writes).
     fn before_override(&self) -> Result<(), CallError>;
-    /// Fails when a block written now, or a limit with automatic blocks,
-    /// would not refuse every node's calls (before `block` or `unblock`
-    /// writes, and before a call of a limit with automatic blocks).
-    fn before_block(&self) -> Result<(), CallError>;
+    /// Fails when a block written now would not refuse every node's calls
+    /// (before `block` or `unblock` writes; `global`: the name, for a
+    /// block of its global limit), or automatic blocks would not (before
+    /// `define` or `override` writes a config with them).
+    fn before_block(&self, global: Option<&[u8]>) -> Result<(), CallError>;
+    /// The value of the blocks' extra column for (`name`, `key`): a datum
+    /// of the type, in the call's memory context (`block` and `unblock`
+    /// name their row by it).
+    fn blocks_extra(
+        &self,
+        name: &[u8],
+        key: Option<&[u8]>,
+    ) -> Result<(pg_sys::Datum, pg_sys::Oid), CallError>;
     /// `rate_limit`: the decision as answered and as counted.
     fn consume(&self, call: &Call<'_>) -> Result<(Decision, Counted), CallError>;
     /// `rate_check`: the decision as answered.
@@ -176,12 +185,32 @@ pub fn before_override() -> Result<(), CallError> {
     }
 }
 
-/// What `block` and `unblock` check before they write (docs/blocks.md,
-/// "Citus").
-pub fn before_block() -> Result<(), CallError> {
+/// What `block` and `unblock` of (`name`, `key`) check before they
+/// write, and `define` and `override` of a config with automatic blocks
+/// (`key` `Some`) (docs/blocks.md, "Citus").
+pub fn before_block(name: &[u8], key: Option<&[u8]>) -> Result<(), CallError> {
     match cluster()? {
-        Some(cluster) => cluster.before_block(),
+        Some(cluster) => cluster.before_block(key.is_none().then_some(name)),
         None => Ok(()),
+    }
+}
+
+/// The value of the blocks' extra column for (`name`, `key`) on a cluster,
+/// as a statement's argument (`block` and `unblock` name their row by
+/// it); on one server none.
+pub fn blocks_extra(
+    name: &[u8],
+    key: Option<&[u8]>,
+) -> Result<Option<pgrx::datum::DatumWithOid<'static>>, CallError> {
+    match cluster()? {
+        Some(cluster) => {
+            let (datum, type_id) = cluster.blocks_extra(name, key)?;
+            // SAFETY: a datum of that type, alive for the call.
+            Ok(Some(unsafe {
+                pgrx::datum::DatumWithOid::new(datum, type_id)
+            }))
+        }
+        None => Ok(None),
     }
 }
 
@@ -272,6 +301,22 @@ pub fn consume_all(
         Some(cluster) => cluster.consume_all(requests, reserve),
     })?;
     local::all_or_nothing::strike_used_up(&requests, &answers.0)?;
+    if cluster()?.is_some() {
+        // A request refused on another node for its key's block: the
+        // block is read there, for the statistics and the DETAIL.
+        let now = crate::clock::now();
+        for (request, answer) in requests.iter_mut().zip(&answers.0) {
+            if answer.verdict == rate_limiter_algorithm::Verdict::Refused
+                && request.blocked_until.is_none()
+            {
+                if let Some(block) =
+                    crate::blocks::find_anywhere(&request.name, request.key.as_deref())?
+                {
+                    request.blocked_until = (block.until > now).then_some(block.until);
+                }
+            }
+        }
+    }
     Ok((requests, answers))
 }
 

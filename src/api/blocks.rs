@@ -34,25 +34,48 @@ const BLOCK: &str = "
         forget_at = greatest(b.forget_at, excluded.until)
     RETURNING until";
 
-/// Deletes the block of (name, key): whether it was in force at `$3`.
+/// [`BLOCK`] on a cluster, which plans no CTE with a row lock beside a
+/// write of a distributed table: the definition locked first
+/// ([`LOCK_DEFINITION`]), then the block written in the row of the key's
+/// extra column value `$6` (docs/blocks.md, "Citus").
+const BLOCK_ON_CLUSTER: &str = "
+    INSERT INTO rate_limiter.blocks AS b (name, key, until, strikes, reason, dkey)
+    VALUES ($1, $2, $3 + $4, CASE WHEN $3 + $4 > $3 THEN 1 ELSE 0 END, $5, $6)
+    ON CONFLICT (name, key, dkey) DO UPDATE SET
+        strikes = b.strikes
+            + CASE WHEN b.until <= $3 AND excluded.until > $3 THEN 1 ELSE 0 END,
+        reason = CASE WHEN b.until > $3 THEN coalesce(excluded.reason, b.reason)
+                      ELSE excluded.reason END,
+        until = greatest(b.until, excluded.until),
+        forget_at = greatest(b.forget_at, excluded.until)
+    RETURNING until";
+const LOCK_DEFINITION: &str = "SELECT FROM rate_limiter.definitions WHERE name = $1 FOR SHARE";
+
+/// Deletes the block of (name, key): whether it was in force at `$3`. On
+/// a cluster, `$4` is the key's extra column value.
 const UNBLOCK_KEY: &str =
     "DELETE FROM rate_limiter.blocks WHERE name = $1 AND key = $2 RETURNING until > $3";
+const UNBLOCK_KEY_ON_CLUSTER: &str = "DELETE FROM rate_limiter.blocks \
+     WHERE name = $1 AND key = $2 AND dkey = $4 RETURNING until > $3";
+/// Deletes the block of the global limit (name): whether it was in force
+/// at `$2`. On a cluster, `$3` is its extra column value.
 const UNBLOCK_GLOBAL: &str =
     "DELETE FROM rate_limiter.blocks WHERE name = $1 AND key IS NULL RETURNING until > $2";
+const UNBLOCK_GLOBAL_ON_CLUSTER: &str = "DELETE FROM rate_limiter.blocks \
+     WHERE name = $1 AND key IS NULL AND dkey = $3 RETURNING until > $2";
 
 /// The checks every managing call of blocks makes first: the table of
 /// 0.6.0 (55000), a role that may call `define` (42501, naming
 /// `function`), a cluster that can keep it (`placement::before_block`:
-/// 0A000 on Citus), and a defined `name`
-/// (42704).
-fn managing(function: &'static str, name: &[u8]) -> Result<(), CallError> {
+/// 55000 or 0A000 on Citus), and a defined `name` (42704).
+fn managing(function: &'static str, name: &[u8], key: Option<&[u8]>) -> Result<(), CallError> {
     if crate::catalog::objects().blocks == pgrx::pg_sys::InvalidOid {
         return Err(CallError::NeedsUpdate("blocks"));
     }
     if !definitions::may_define() {
         return Err(CallError::ManagingOnly(function));
     }
-    crate::placement::before_block()?;
+    crate::placement::before_block(name, key)?;
     if definitions::lookup(name)?.is_none() {
         return Err(CallError::Undefined(name.to_vec()));
     }
@@ -87,8 +110,9 @@ fn checked_duration(duration: Interval) -> Result<Interval, CallError> {
 ///
 /// Errors, in this order: 22004 (NULL name or duration); 22023 (a
 /// negative or infinite duration); 55000 (tables older than 0.6.0); 42501
-/// (a role that may not call `define`); 0A000 (a distributed install);
-/// 42704 (undefined name); 22008 (an end out of range).
+/// (a role that may not call `define`); 55000 or 0A000 (a cluster that
+/// cannot keep it: docs/blocks.md, "Citus"); 42704 (undefined name); 22008
+/// (an end out of range).
 #[pg_extern(sql = false)]
 fn block(
     name: Option<&[u8]>,
@@ -99,17 +123,30 @@ fn block(
     let until = (|| {
         let name = required(name, "name")?;
         let duration = checked_duration(required(duration, "duration")?)?;
-        managing("rate_limiter.block()", name)?;
+        managing("rate_limiter.block()", name, key)?;
         let now = timestamp(crate::clock::now())?;
-        let arguments: [DatumWithOid<'_>; 5] = [
+        let extra = crate::placement::blocks_extra(name, key)?;
+        let mut arguments: Vec<DatumWithOid<'_>> = vec![
             text_argument(name),
             key.map_or_else(|| Option::<&str>::None.into(), text_argument),
             now.into(),
             duration.into(),
             reason.into(),
         ];
+        let on_cluster = extra.is_some();
+        arguments.extend(extra);
         let until = crate::security::write_as_owner(c"block()", |client| {
-            let table = client.update(BLOCK, None, &arguments)?;
+            let table = if on_cluster {
+                if client
+                    .update(LOCK_DEFINITION, None, &arguments[..1])?
+                    .is_empty()
+                {
+                    return Ok(None);
+                }
+                client.update(BLOCK_ON_CLUSTER, None, &arguments)?
+            } else {
+                client.update(BLOCK, None, &arguments)?
+            };
             if table.is_empty() {
                 return Ok(None);
             }
@@ -131,17 +168,22 @@ fn block(
 fn unblock(name: Option<&[u8]>, key: Option<&[u8]>) -> bool {
     let lifted = (|| {
         let name = required(name, "name")?;
-        managing("rate_limiter.unblock()", name)?;
+        managing("rate_limiter.unblock()", name, key)?;
         let now = timestamp(crate::clock::now())?;
+        let extra = crate::placement::blocks_extra(name, key)?;
+        let (statement, mut arguments) = match (key, extra.is_some()) {
+            (Some(key), false) => (UNBLOCK_KEY, vec![text_argument(name), text_argument(key)]),
+            (Some(key), true) => (
+                UNBLOCK_KEY_ON_CLUSTER,
+                vec![text_argument(name), text_argument(key)],
+            ),
+            (None, false) => (UNBLOCK_GLOBAL, vec![text_argument(name)]),
+            (None, true) => (UNBLOCK_GLOBAL_ON_CLUSTER, vec![text_argument(name)]),
+        };
+        arguments.push(now.into());
+        arguments.extend(extra);
         crate::security::write_as_owner(c"unblock()", |client| {
-            let table = match key {
-                Some(key) => client.update(
-                    UNBLOCK_KEY,
-                    None,
-                    &[text_argument(name), text_argument(key), now.into()],
-                )?,
-                None => client.update(UNBLOCK_GLOBAL, None, &[text_argument(name), now.into()])?,
-            };
+            let table = client.update(statement, None, &arguments)?;
             if table.is_empty() {
                 return Ok(false);
             }
@@ -174,7 +216,7 @@ fn blocked(
         if definitions::lookup(name)?.is_none() {
             return Err(CallError::Undefined(name.to_vec()));
         }
-        let Some(block) = crate::blocks::find(name, key)? else {
+        let Some(block) = crate::blocks::find_anywhere(name, key)? else {
             return Ok(None);
         };
         if crate::clock::now() >= block.until {

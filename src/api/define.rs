@@ -110,7 +110,8 @@ fn define_limit(
         }
         Ok((name, values, enforce)) => (|| {
             if values.block_for.is_some() {
-                placement::before_block()?;
+                // (Any key: a policy, not one key's block.)
+                placement::before_block(name, Some(b""))?;
             }
             crate::security::write_as_owner(c"define()", |client| {
                 placement::define(client, name, &values, enforce)?;

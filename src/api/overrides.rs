@@ -116,7 +116,7 @@ fn set_override(
     }
     managing("rate_limiter.override()", name)?;
     if values.is_some_and(|values| values.block_for.is_some()) {
-        crate::placement::before_block()?;
+        crate::placement::before_block(name, Some(key))?;
     }
     if let Some(plan) = plan {
         if definitions::lookup(plan)?.is_none() {

@@ -42,7 +42,11 @@ fn prune(older_than: Option<Interval>) -> i64 {
 fn prune_blocks() -> Result<i64, CallError> {
     const PRUNE_BLOCKS: &str = "DELETE FROM rate_limiter.blocks \
                                 WHERE until <= $1 AND (forget_at IS NULL OR forget_at <= $1) RETURNING true";
-    if crate::catalog::objects().blocks == pgrx::pg_sys::InvalidOid {
+    // A cluster holding the blocks: every node prunes those beside its
+    // state with it (docs/blocks.md, "Citus"; counted there).
+    if crate::catalog::objects().blocks == pgrx::pg_sys::InvalidOid
+        || crate::blocks::held_by_cluster()
+    {
         return Ok(0);
     }
     let now = timestamp(crate::clock::now())?;

@@ -92,7 +92,7 @@ pub unsafe extern "C-unwind" fn rate_limit_all_wrapper(
                 // A block's reason is read again for the DETAIL (the call
                 // noted only the last blocked request's).
                 let blocked = request.blocked_until.map(|_| {
-                    crate::blocks::find(&request.name, request.key.as_deref())
+                    crate::blocks::find_anywhere(&request.name, request.key.as_deref())
                         .ok()
                         .flatten()
                         .and_then(|block| block.reason)

@@ -51,7 +51,7 @@ pub fn arguments<'a>(
     let name = required(name, "name")?;
     let inline = inline_config(config)?;
     placement::before_read()?;
-    Ok((name, definitions::resolve(name, key, inline)?))
+    Ok((name, definitions::resolve_shown(name, key, inline)?))
 }
 
 /// `rate_limiter.status(name, key, config)`. See sql/functions.sql.

@@ -353,7 +353,11 @@ fn at(
     if first.is_none() || first != dkey {
         return Err(wrong_dkey());
     }
-    local::restarting(&mut requests, |requests| decide(requests, reserve, true))
+    let answers = local::restarting(&mut requests, |requests| decide(requests, reserve, true))?;
+    // The automatic blocks of the keys held here (docs/blocks.md): in the
+    // caller's subtransaction, undone with it when another part refuses.
+    local::strike_used_up(&requests, &answers.0)?;
+    Ok(answers)
 }
 
 delegated_entry_points!(

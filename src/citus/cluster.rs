@@ -6,6 +6,7 @@
 //! the nodes ([`consume_spread`]).
 
 use super::all_or_nothing;
+use super::blocks;
 use super::consume::{alone, consume_elsewhere, consume_spread, elsewhere};
 use super::credit::credit;
 use super::define::define_distributed;
@@ -44,19 +45,27 @@ impl Cluster for Citus {
         super::metadata::overrides_distributed()
     }
 
-    fn before_block(&self) -> Result<(), CallError> {
-        // Blocks live in one node's table, where the workers' calls would
-        // not see them (docs/blocks.md, "Citus").
-        Err(CallError::from(super::error::Error::NotOnCluster(
-            "blocking a key",
-        )))
+    fn before_block(&self, global: Option<&[u8]>) -> Result<(), CallError> {
+        blocks::before_block(global)
+    }
+
+    fn blocks_extra(
+        &self,
+        name: &[u8],
+        key: Option<&[u8]>,
+    ) -> Result<(pg_sys::Datum, pg_sys::Oid), CallError> {
+        blocks::blocks_extra(name, key)
     }
 
     fn consume(&self, call: &Call<'_>) -> Result<(Decision, Counted), CallError> {
-        if call.definition()?.config.block.is_some() {
-            return Err(no_automatic_blocks());
+        let automatic = call.definition()?.config.block.is_some();
+        if automatic && !blocks::holds_blocks() {
+            return Err(blocks::not_distributed());
         }
         if let Some(shards) = call.spread_shards()? {
+            if automatic {
+                return Err(blocks::spread_blocks());
+            }
             return consume_spread(call, shards);
         }
         let dkey = distribution_value(call.name, call.key, 0)?;
@@ -109,11 +118,16 @@ impl Cluster for Citus {
         requests: &[&RequestArgument],
         reserve: bool,
     ) -> Result<Answers, CallError> {
-        if requests
+        for request in requests
             .iter()
-            .any(|request| request.config.block.is_some())
+            .filter(|request| request.config.block.is_some())
         {
-            return Err(no_automatic_blocks());
+            if request.key.is_none() && request.config.shards > 1 {
+                return Err(blocks::spread_blocks());
+            }
+            if !blocks::holds_blocks() {
+                return Err(blocks::not_distributed());
+            }
         }
         all_or_nothing::consume(requests, reserve)
     }
@@ -131,12 +145,4 @@ impl Cluster for Citus {
     ) -> Result<(), CallError> {
         define_distributed(client, name, values, enforce)
     }
-}
-
-/// The 0A000 of a call of a limit with automatic blocks: the block would
-/// live in one node's table (docs/blocks.md, "Citus").
-fn no_automatic_blocks() -> CallError {
-    CallError::from(super::error::Error::NotOnCluster(
-        "a limit with automatic blocks (with_block)",
-    ))
 }

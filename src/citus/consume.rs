@@ -1,7 +1,7 @@
 //! `rate_limit` and `rate_check` of rows on other nodes
 //! (`_rate_limit_at`), and of a global limit whose shards spread over the
 //! nodes.
-use super::delegation::{row_arguments, run_elsewhere, verdict_of};
+use super::delegation::{row_arguments, run_elsewhere, verdict_of, BLOCKED};
 use super::error::Error;
 use super::single_statement;
 use super::site::spread;
@@ -73,14 +73,19 @@ pub fn elsewhere(
         remaining,
         new_state: None,
     };
-    let counted = verdict.map(|verdict| Counted {
+    // Refused by the key's block there: its reason is read there if the
+    // refusal's DETAIL needs it (docs/blocks.md, "Citus").
+    let blocked = verdict == Some(BLOCKED);
+    if blocked {
+        crate::blocks::note_refusal_elsewhere(call.name, call.key);
+    }
+    let counted = verdict.filter(|_| consume).map(|verdict| Counted {
         verdict: verdict_of(verdict),
         count: call.request.count,
         reserved: reserved.unwrap_or(false),
         near_limit: near_limit.unwrap_or(false),
         contended: contended.unwrap_or(false),
-        // No key is blocked on a distributed install (docs/blocks.md).
-        blocked: false,
+        blocked,
     });
     Ok((decision, counted))
 }

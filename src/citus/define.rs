@@ -37,6 +37,11 @@ pub(super) fn define_distributed(
     values: &ConfigValues,
     enforce: bool,
 ) -> Result<(), CallError> {
+    // A global limit whose shards would spread over the nodes cannot keep
+    // its block (docs/blocks.md, "Citus").
+    if values.shards > 1 && crate::blocks::find_anywhere(name, None)?.is_some() {
+        return Err(super::blocks::spread_blocks());
+    }
     let (args, lock_args) = local::define::arguments(name, values, enforce);
     let same = client.update(SAME_MEANING, None, &lock_args)?;
     let discard = match same.first().get::<bool>(1) {

@@ -176,7 +176,9 @@ pub(super) fn row_arguments<'a>(
     }
 }
 
-/// How a verdict travels between nodes (`_rate_limit_at`'s `verdict`).
+/// How a verdict travels between nodes (`_rate_limit_at`'s `verdict`):
+/// 0 admitted, 1 refused, 2 refused in shadow mode, 3 refused by a block
+/// ([`BLOCKED`]).
 pub(super) fn verdict_number(verdict: Verdict) -> i16 {
     match verdict {
         Verdict::Admitted => 0,
@@ -185,10 +187,15 @@ pub(super) fn verdict_number(verdict: Verdict) -> i16 {
     }
 }
 
+/// The verdict number of a call refused by its key's block
+/// (docs/blocks.md): counted as refused and as blocked; a checking call
+/// sends it too.
+pub(super) const BLOCKED: i16 = 3;
+
 pub(super) fn verdict_of(number: i16) -> Verdict {
     match number {
         0 => Verdict::Admitted,
-        1 => Verdict::Refused,
+        1 | BLOCKED => Verdict::Refused,
         _ => Verdict::ShadowRefused,
     }
 }

@@ -4,7 +4,7 @@
 //! makes before it reads or writes (fail closed: 55000, 22023).
 
 use super::credit::credit_local_shards;
-use super::delegation::verdict_number;
+use super::delegation::{verdict_number, BLOCKED};
 use super::error::Error;
 use super::metadata::distribution_value;
 use super::read::read_local_shards;
@@ -374,6 +374,7 @@ pub(super) unsafe fn rate_limit_at(
         },
         Err(error) => report(CallError::Limit(error)),
     };
+    crate::blocks::forget_refusal();
     match at(dkey, &call, consume, own_transaction) {
         Ok((decision, counted)) => result_row::put_rows(
             fcinfo,
@@ -381,7 +382,13 @@ pub(super) unsafe fn rate_limit_at(
                 Some(pg_sys::Datum::from(decision.ok)),
                 decision.retry_after.and_then(IntoDatum::into_datum),
                 decision.remaining.into_datum(),
-                counted.map(|counted| pg_sys::Datum::from(verdict_number(counted.verdict))),
+                match counted {
+                    Some(counted) if counted.blocked => Some(pg_sys::Datum::from(BLOCKED)),
+                    Some(counted) => Some(pg_sys::Datum::from(verdict_number(counted.verdict))),
+                    // A check refused by the key's block says so.
+                    None => (!decision.ok && crate::blocks::refused_by_block(call.name, call.key))
+                        .then(|| pg_sys::Datum::from(BLOCKED)),
+                },
                 counted.map(|counted| pg_sys::Datum::from(counted.reserved)),
                 counted.map(|counted| pg_sys::Datum::from(counted.near_limit)),
                 counted.map(|counted| pg_sys::Datum::from(counted.contended)),

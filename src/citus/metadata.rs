@@ -19,6 +19,9 @@ pub(super) struct Shard {
     pub(super) min: i32,
     pub(super) max: i32,
     pub(super) id: i64,
+    /// The shard of `rate_limiter.blocks` colocated with it (the same
+    /// hash range, so the same placement), when the blocks are distributed.
+    pub(super) blocks: Option<i64>,
     /// The group (node) of its placement; `None` unless it has exactly one
     /// (a copy being made, or none at all: calls fail closed).
     pub(super) group: Option<i32>,
@@ -35,6 +38,10 @@ pub struct Distribution {
     /// Sorted by `min`: a shard's position is its index in Citus's
     /// sorted shard array, which the metadata lock's tag names.
     pub(super) shards: Vec<Shard>,
+    /// Whether `rate_limiter.blocks` is distributed colocated with the
+    /// state (docs/blocks.md, "Citus"; not on an install distributed
+    /// before 0.6.0 until `distribute()` runs again).
+    pub(super) blocks: bool,
     /// `pg_dist_local_group.groupid`: 0 on the coordinator (see
     /// [`Distribution::local_group`]).
     this_group: i32,
@@ -112,11 +119,16 @@ const NO_METADATA: &str = "this node's rate_limiter.rate_limits belongs to a tab
 /// not loaded at server start.
 const NOT_PRELOADED: &str = "rate_limiter is not in shared_preload_libraries on this node, and a distributed install needs it loaded at server start (its planner check keeps NULL distribution arguments from Citus)";
 
-/// Reads how Citus distributes `table` (the state table) and `definitions`;
-/// `None` when it distributes neither.
-pub(super) unsafe fn read(table: pg_sys::Oid, definitions: pg_sys::Oid) -> Option<Distribution> {
+/// Reads how Citus distributes `table` (the state table), `definitions`
+/// and `blocks`; `None` when it distributes neither of the first two.
+pub(super) unsafe fn read(
+    table: pg_sys::Oid,
+    definitions: pg_sys::Oid,
+    blocks: pg_sys::Oid,
+) -> Option<Distribution> {
     let mut state = None;
     let mut definitions_method = None;
+    let mut blocks_colocation = None;
     each_row(c"pg_dist_partition", |column| {
         let Some(relation) = column(c"logicalrelid").map(|d| pg_sys::Oid::from_datum(d, false))
         else {
@@ -130,6 +142,8 @@ pub(super) unsafe fn read(table: pg_sys::Oid, definitions: pg_sys::Oid) -> Optio
             state = Some((method, key, colocation, replication));
         } else if relation == Some(definitions) {
             definitions_method = method;
+        } else if relation == Some(blocks) && blocks != pg_sys::InvalidOid && method == Some(b'h') {
+            blocks_colocation = column(c"colocationid").map(|d| d.value() as u32);
         }
     });
     let marked = catalog::objects().marked;
@@ -141,6 +155,7 @@ pub(super) unsafe fn read(table: pg_sys::Oid, definitions: pg_sys::Oid) -> Optio
         column_type: pg_sys::TEXTOID,
         collation: pg_sys::InvalidOid,
         shards: Vec::new(),
+        blocks: false,
         this_group: 0,
         problem: None,
     };
@@ -192,9 +207,13 @@ pub(super) unsafe fn read(table: pg_sys::Oid, definitions: pg_sys::Oid) -> Optio
     distribution.colocation_id = colocation;
     distribution.column_type = (*var).vartype;
     distribution.collation = (*var).varcollid;
+    distribution.blocks = blocks_colocation == Some(colocation);
     let mut shards = Vec::new();
+    // (min, id) of each shard of the blocks, when colocated.
+    let mut blocks_shards: Vec<(i32, i64)> = Vec::new();
     each_row(c"pg_dist_shard", |column| {
-        if column(c"logicalrelid").and_then(|d| pg_sys::Oid::from_datum(d, false)) != Some(table) {
+        let relation = column(c"logicalrelid").and_then(|d| pg_sys::Oid::from_datum(d, false));
+        if relation != Some(table) && (!distribution.blocks || relation != Some(blocks)) {
             return;
         }
         let bound = |name: &CStr| column(name).and_then(|d| text(d).parse::<i32>().ok());
@@ -203,14 +222,25 @@ pub(super) unsafe fn read(table: pg_sys::Oid, definitions: pg_sys::Oid) -> Optio
             bound(c"shardminvalue"),
             bound(c"shardmaxvalue"),
         ) {
+            if relation == Some(blocks) {
+                blocks_shards.push((min, id));
+                return;
+            }
             shards.push(Shard {
                 min,
                 max,
                 id,
+                blocks: None,
                 group: None,
             });
         }
     });
+    for shard in &mut shards {
+        shard.blocks = blocks_shards
+            .iter()
+            .find(|(min, _)| *min == shard.min)
+            .map(|(_, id)| *id);
+    }
     let mut placements: Vec<(i64, i32)> = Vec::new();
     each_row(c"pg_dist_placement", |column| {
         if let (Some(shard), Some(group)) = (
@@ -252,7 +282,8 @@ pub fn distribution() -> Option<Rc<Distribution>> {
         return None;
     }
     // SAFETY: catalog reads in a transaction.
-    let distribution = Rc::new(unsafe { read(objects.table, objects.definitions) }?);
+    let distribution =
+        Rc::new(unsafe { read(objects.table, objects.definitions, objects.blocks) }?);
     DISTRIBUTION.with(|cell| cell.replace(Some((generation, distribution.clone()))));
     Some(distribution)
 }
@@ -429,6 +460,25 @@ pub fn local_shards() -> Result<Vec<String>, CallError> {
         )));
     }
     Ok(tables)
+}
+
+/// The shards of `rate_limiter.blocks` placed on this node (when the blocks
+/// are distributed), as qualified relation names, for `prune` after
+/// [`local_shards`] (whose metadata locks cover them: they are colocated).
+///
+/// Errors: 55000 as [`local_shards`].
+pub fn local_blocks_shards() -> Result<Vec<String>, CallError> {
+    let distribution = current_distribution()?;
+    if !distribution.blocks {
+        return Ok(Vec::new());
+    }
+    Ok(distribution
+        .shards
+        .iter()
+        .filter(|shard| shard.group == Some(distribution.local_group()))
+        .filter_map(|shard| shard.blocks)
+        .map(|id| format!("rate_limiter.blocks_{id}"))
+        .collect())
 }
 
 /// The value of the distribution column `dkey` of the row (name, key,

@@ -30,6 +30,7 @@
 //!   own instead, in one round trip ([`single_statement`]).
 
 mod all_or_nothing;
+mod blocks;
 mod cluster;
 mod consume;
 mod credit;
@@ -73,6 +74,7 @@ pub fn register() {
     planner_checks::register();
     node_hint::register();
     crate::placement::install(&cluster::Citus);
+    crate::blocks::install(&blocks::CitusBlocks);
     crate::storage::target::explain_elsewhere_with(not_routed);
 }
 

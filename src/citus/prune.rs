@@ -186,7 +186,32 @@ fn prune_at(
 /// (also with no shard here); 55000 as `local_shards`.
 pub(super) fn prune_local_shards(older_than: Option<Interval>) -> Result<i64, CallError> {
     let older_than = local::prune::older_than_micros(older_than)?;
-    local::prune::prune_tables(&super::metadata::local_shards()?, older_than)
+    let deleted = local::prune::prune_tables(&super::metadata::local_shards()?, older_than)?;
+    Ok(deleted + prune_local_blocks()?)
+}
+
+/// Deletes the ended blocks whose strikes are forgotten (as `prune()` on
+/// one server) from the shards of `rate_limiter.blocks` placed on this
+/// node (docs/blocks.md, "Citus": each node prunes the blocks beside its
+/// state, in the same statement's transaction): how many. Called after
+/// [`local_shards`](super::metadata::local_shards), which holds Citus's
+/// metadata locks of the colocated shards.
+fn prune_local_blocks() -> Result<i64, CallError> {
+    let shards = super::metadata::local_blocks_shards()?;
+    if shards.is_empty() {
+        return Ok(0);
+    }
+    let now = crate::storage::timestamp(crate::clock::now())?;
+    crate::security::write_as_owner(c"prune()", |client| {
+        let mut deleted = 0;
+        for shard in shards {
+            let statement = format!(
+                "DELETE FROM {shard} WHERE until <= $1 AND (forget_at IS NULL OR forget_at <= $1)"
+            );
+            deleted += client.update(&statement, None, &[now.into()])?.len() as i64;
+        }
+        Ok(deleted)
+    })
 }
 
 delegated_entry_points!(

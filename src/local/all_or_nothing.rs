@@ -226,7 +226,12 @@ pub fn strike_used_up(requests: &[RequestArgument], answers: &[Answer]) -> Resul
         let named_later = requests[index + 1..]
             .iter()
             .any(|later| later.name == request.name && later.key == request.key);
-        if !named_later && answer.verdict == Verdict::Admitted && uses_up(answer.remaining) {
+        // (A cluster's other node struck the blocks it holds itself.)
+        if !named_later
+            && answer.verdict == Verdict::Admitted
+            && uses_up(answer.remaining)
+            && crate::blocks::held_here(&request.name, request.key.as_deref())?
+        {
             let known = definitions::blocks_known(&request.name)?;
             crate::blocks::strike(&request.name, request.key.as_deref(), policy, now, known)?;
         }

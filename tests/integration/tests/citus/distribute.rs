@@ -419,7 +419,7 @@ fn an_update_from_0_4_0_keeps_every_row_and_then_distributes() {
 
 #[test]
 #[ignore = "needs the Citus cluster of scripts/test.sh"]
-fn an_install_distributed_at_0_5_0_updates_and_distribute_again_places_its_overrides() {
+fn an_install_distributed_at_0_5_0_updates_and_distribute_again_places_its_overrides_and_blocks() {
     let mut coordinator = coordinator();
     make_local();
     coordinator
@@ -444,12 +444,27 @@ fn an_install_distributed_at_0_5_0_updates_and_distribute_again_places_its_overr
         &SqlState::OBJECT_NOT_IN_PREREQUISITE_STATE,
         "{error}"
     );
+    // So do blocks: the blocks table is the coordinator's own too.
+    let error = coordinator
+        .batch_execute("SELECT rate_limiter.block('old5', 'b', '1 hour')")
+        .expect_err("a block before distribute()");
+    assert_eq!(
+        error.as_db_error().expect("db error").code(),
+        &SqlState::OBJECT_NOT_IN_PREREQUISITE_STATE,
+        "{error}"
+    );
     coordinator
         .batch_execute("SELECT rate_limiter.distribute()")
         .expect("distribute() again after the update");
     coordinator
-        .batch_execute("SELECT rate_limiter.override('old5', 'a', plan => 'old5_pro')")
-        .expect("an override after distribute()");
+        .batch_execute(
+            "SELECT rate_limiter.override('old5', 'a', plan => 'old5_pro'); \
+             SELECT rate_limiter.block('old5', 'b', '1 hour')",
+        )
+        .expect("an override and a block after distribute()");
+    for (node, mut client) in nodes() {
+        assert!(!consume(&mut client, "old5", Some("b")), "{node}: blocked");
+    }
     for (node, mut client) in nodes() {
         let remaining: f64 = client
             .query_one(

@@ -21,8 +21,10 @@
 //!   waits for another node's busy shard;
 //! - a definition made on any node is used by every node's next call,
 //!   and so is an override (a reference table too);
-//! - blocks are not distributed yet: blocking, and limits with automatic
-//!   blocks, fail closed (0A000), and `distribute()` refuses blocked keys;
+//! - blocks live beside their key's state (distributed, colocated): a block
+//!   made on any node refuses every node's calls; an automatic block starts
+//!   on the key's node in the caller's transaction; a global limit spread
+//!   over the nodes cannot be blocked (0A000);
 //! - `status`, `http_headers`, `postgrest_limit` and `rate_credit` reach
 //!   the rows where they live; `prune()` on any node prunes every node's
 //!   shards;
