@@ -362,6 +362,12 @@ BEGIN
         PERFORM pg_catalog.set_config('citus.enable_unsafe_triggers', 'on', true);
         PERFORM create_distributed_table(blocks_table, 'dkey', colocate_with => 'rate_limiter.rate_limits');
         PERFORM truncate_local_data_after_distributing_table(blocks_table);
+        PERFORM create_distributed_function(
+            CASE WHEN uuid_dkey THEN 'rate_limiter._rate_block_at(uuid, text, text)'
+                 WHEN integer_dkey THEN 'rate_limiter._rate_block_at(integer, text, text)'
+                 WHEN bigint_dkey THEN 'rate_limiter._rate_block_at(bigint, text, text)'
+                 ELSE 'rate_limiter._rate_block_at(text, text, text)' END::regprocedure,
+            'dkey', colocate_with => 'rate_limiter.rate_limits', force_delegation => true);
     END IF;
 END
 $distribute$;

@@ -295,3 +295,51 @@ AS 'MODULE_PATHNAME', '_prune_at_integer_wrapper';
 COMMENT ON FUNCTION rate_limiter._prune_at(integer, interval, timestamptz) IS
 'Internal (Citus): _prune_at for a state table colocated with a table distributed by an integer column. '
 'Errors: as the text overload''s.';
+
+CREATE FUNCTION rate_limiter._rate_block_at(
+    dkey text,
+    name text,
+    key  text)
+RETURNS TABLE (until timestamptz, strikes int4, reason text)
+LANGUAGE c VOLATILE
+AS 'MODULE_PATHNAME', '_rate_block_at_wrapper';
+
+COMMENT ON FUNCTION rate_limiter._rate_block_at(text, text, text) IS
+'Internal (Citus): the block of (name, key), read on the node that holds its rows (beside its state), which Citus delegates the call to (status, http_headers, blocked and the refusal''s DETAIL, as the calling role). No row when the key has none. '
+'Errors: 55000 when the rows are not on this node; 22023 a dkey that is not (name, key)''s.';
+
+CREATE FUNCTION rate_limiter._rate_block_at(
+    dkey bigint,
+    name text,
+    key  text)
+RETURNS TABLE (until timestamptz, strikes int4, reason text)
+LANGUAGE c VOLATILE
+AS 'MODULE_PATHNAME', '_rate_block_at_bigint_wrapper';
+
+COMMENT ON FUNCTION rate_limiter._rate_block_at(bigint, text, text) IS
+'Internal (Citus): _rate_block_at for a state table colocated with a table distributed by a bigint column. '
+'Errors: as the text overload''s; 22P02 a key that is not a decimal integer.';
+
+CREATE FUNCTION rate_limiter._rate_block_at(
+    dkey uuid,
+    name text,
+    key  text)
+RETURNS TABLE (until timestamptz, strikes int4, reason text)
+LANGUAGE c VOLATILE
+AS 'MODULE_PATHNAME', '_rate_block_at_uuid_wrapper';
+
+COMMENT ON FUNCTION rate_limiter._rate_block_at(uuid, text, text) IS
+'Internal (Citus): _rate_block_at for a state table colocated with a table distributed by a uuid column. '
+'Errors: as the text overload''s; 22P02 a key that is not a uuid.';
+
+CREATE FUNCTION rate_limiter._rate_block_at(
+    dkey integer,
+    name text,
+    key  text)
+RETURNS TABLE (until timestamptz, strikes int4, reason text)
+LANGUAGE c VOLATILE
+AS 'MODULE_PATHNAME', '_rate_block_at_integer_wrapper';
+
+COMMENT ON FUNCTION rate_limiter._rate_block_at(integer, text, text) IS
+'Internal (Citus): _rate_block_at for a state table colocated with a table distributed by an integer column. '
+'Errors: as the text overload''s; 22P02 a key that is not a decimal integer in the range of integer.';

@@ -775,6 +775,12 @@ BEGIN
         PERFORM pg_catalog.set_config('citus.enable_unsafe_triggers', 'on', true);
         PERFORM create_distributed_table(blocks_table, 'dkey', colocate_with => 'rate_limiter.rate_limits');
         PERFORM truncate_local_data_after_distributing_table(blocks_table);
+        PERFORM create_distributed_function(
+            CASE WHEN uuid_dkey THEN 'rate_limiter._rate_block_at(uuid, text, text)'
+                 WHEN integer_dkey THEN 'rate_limiter._rate_block_at(integer, text, text)'
+                 WHEN bigint_dkey THEN 'rate_limiter._rate_block_at(bigint, text, text)'
+                 ELSE 'rate_limiter._rate_block_at(text, text, text)' END::regprocedure,
+            'dkey', colocate_with => 'rate_limiter.rate_limits', force_delegation => true);
     END IF;
 END
 $distribute$;
@@ -1099,6 +1105,56 @@ COMMENT ON FUNCTION rate_limiter._prune_at(integer, interval, timestamptz) IS
 'Internal (Citus): _prune_at for a state table colocated with a table distributed by an integer column. '
 'Errors: as the text overload''s.';
 
+-- Blocks on Citus (docs/blocks.md, "Citus"): a block held by another node,
+-- read there.
+CREATE FUNCTION rate_limiter._rate_block_at(
+    dkey text,
+    name text,
+    key  text)
+RETURNS TABLE (until timestamptz, strikes int4, reason text)
+LANGUAGE c VOLATILE
+AS 'MODULE_PATHNAME', '_rate_block_at_wrapper';
+
+COMMENT ON FUNCTION rate_limiter._rate_block_at(text, text, text) IS
+'Internal (Citus): the block of (name, key), read on the node that holds its rows (beside its state), which Citus delegates the call to (status, http_headers, blocked and the refusal''s DETAIL, as the calling role). No row when the key has none. '
+'Errors: 55000 when the rows are not on this node; 22023 a dkey that is not (name, key)''s.';
+
+CREATE FUNCTION rate_limiter._rate_block_at(
+    dkey bigint,
+    name text,
+    key  text)
+RETURNS TABLE (until timestamptz, strikes int4, reason text)
+LANGUAGE c VOLATILE
+AS 'MODULE_PATHNAME', '_rate_block_at_bigint_wrapper';
+
+COMMENT ON FUNCTION rate_limiter._rate_block_at(bigint, text, text) IS
+'Internal (Citus): _rate_block_at for a state table colocated with a table distributed by a bigint column. '
+'Errors: as the text overload''s; 22P02 a key that is not a decimal integer.';
+
+CREATE FUNCTION rate_limiter._rate_block_at(
+    dkey uuid,
+    name text,
+    key  text)
+RETURNS TABLE (until timestamptz, strikes int4, reason text)
+LANGUAGE c VOLATILE
+AS 'MODULE_PATHNAME', '_rate_block_at_uuid_wrapper';
+
+COMMENT ON FUNCTION rate_limiter._rate_block_at(uuid, text, text) IS
+'Internal (Citus): _rate_block_at for a state table colocated with a table distributed by a uuid column. '
+'Errors: as the text overload''s; 22P02 a key that is not a uuid.';
+
+CREATE FUNCTION rate_limiter._rate_block_at(
+    dkey integer,
+    name text,
+    key  text)
+RETURNS TABLE (until timestamptz, strikes int4, reason text)
+LANGUAGE c VOLATILE
+AS 'MODULE_PATHNAME', '_rate_block_at_integer_wrapper';
+
+COMMENT ON FUNCTION rate_limiter._rate_block_at(integer, text, text) IS
+'Internal (Citus): _rate_block_at for a state table colocated with a table distributed by an integer column. '
+'Errors: as the text overload''s; 22P02 a key that is not a decimal integer in the range of integer.';
+
 DO $revoke_citus$
 DECLARE
     grantee_name name;
@@ -1108,7 +1164,11 @@ DECLARE
         'rate_limiter._rate_state_at(integer, text, text, int2)',
         'rate_limiter._rate_credit_at(integer, text, text, float8, rate_limiter.config, timestamptz)',
         'rate_limiter._rate_limit_all_at(integer, rate_limiter.request[], boolean, timestamptz)',
-        'rate_limiter._prune_at(integer, interval, timestamptz)'
+        'rate_limiter._prune_at(integer, interval, timestamptz)',
+        'rate_limiter._rate_block_at(text, text, text)',
+        'rate_limiter._rate_block_at(bigint, text, text)',
+        'rate_limiter._rate_block_at(uuid, text, text)',
+        'rate_limiter._rate_block_at(integer, text, text)'
     ];
     signature text;
 BEGIN
@@ -1138,5 +1198,9 @@ GRANT EXECUTE ON FUNCTION
     rate_limiter._rate_state_at(integer, text, text, int2),
     rate_limiter._rate_credit_at(integer, text, text, float8, rate_limiter.config, timestamptz),
     rate_limiter._rate_limit_all_at(integer, rate_limiter.request[], boolean, timestamptz),
-    rate_limiter._prune_at(integer, interval, timestamptz)
+    rate_limiter._prune_at(integer, interval, timestamptz),
+    rate_limiter._rate_block_at(text, text, text),
+    rate_limiter._rate_block_at(bigint, text, text),
+    rate_limiter._rate_block_at(uuid, text, text),
+    rate_limiter._rate_block_at(integer, text, text)
     TO @extowner@ WITH GRANT OPTION;

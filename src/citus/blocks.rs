@@ -11,19 +11,25 @@
 //!   calls stay on one node.
 //! - `block`, `unblock` write through Citus (a statement on the
 //!   distributed table naming the row's `dkey`, which Citus sends to that
-//!   one shard); `status`, `http_headers` and `blocked` of a key held
-//!   elsewhere read it the same way ([`block_elsewhere`]).
+//!   one shard), as the extension's owner; `status`, `http_headers`,
+//!   `blocked` and a refusal's DETAIL read a block held elsewhere through
+//!   `_rate_block_at`, which Citus delegates to that node, as the calling
+//!   role ([`block_elsewhere`]: in a transaction block where that role's
+//!   calls wrote there, Citus refuses another role's query on the same
+//!   placements).
 //! - A global limit whose shards spread over the nodes cannot be blocked
 //!   (0A000): its calls run on several nodes, and its block would live on
 //!   one ([`before_block`]).
 
+use super::delegation::row_arguments;
 use super::error::Error;
+use super::internal_functions::{delegated, delegated_entry_points, not_here, CALLING_CONVENTION};
 use super::metadata::{current_distribution, distribution, distribution_value};
 use super::shard_query::usable;
+use super::value::DistributionValue;
 use crate::blocks::{Block, BlocksAt, BlocksStandIn, Keeper};
 use crate::errors::CallError;
-use crate::storage::text_argument;
-use pgrx::datum::DatumWithOid;
+use pgrx::fcinfo::pg_getarg;
 use pgrx::pg_sys;
 use pgrx::prelude::*;
 use std::ffi::CString;
@@ -128,41 +134,94 @@ pub(super) fn blocks_at(name: &[u8], key: Option<&[u8]>) -> Result<BlocksAt, Cal
     }))
 }
 
-/// Reads the block of (name, key) in its row of `dkey` ($3): one shard's.
-const BLOCK_OF_KEY: &str = "SELECT until, strikes, reason FROM rate_limiter.blocks \
-                            WHERE name = $1 AND key = $2 AND dkey = $3";
-const BLOCK_OF_GLOBAL: &str = "SELECT until, strikes, reason FROM rate_limiter.blocks \
-                               WHERE name = $1 AND key IS NULL AND dkey = $2";
+/// Reads the block of (name, key) on the node holding it: Citus delegates
+/// `_rate_block_at` by its first argument (called in `FROM`, as
+/// `_rate_state_at`).
+const BLOCK_ELSEWHERE: &str =
+    "SELECT until, strikes, reason FROM rate_limiter._rate_block_at($1, $2, $3)";
+
+/// The hint of `_rate_block_at`'s refusals.
+const BLOCK_AT_HINT: &str = "It is internal: call rate_limiter.blocked().";
 
 /// The block of (`name`, `key`) held by another node, read there through
-/// Citus (one shard's statement), as the extension's owner.
+/// `_rate_block_at`, as the calling role, inside this transaction.
 pub(super) fn block_elsewhere(name: &[u8], key: Option<&[u8]>) -> Result<Option<Block>, CallError> {
     let dkey = distribution_value(name, key, 0)?;
-    // SAFETY: a datum of that type, alive for the call.
-    let dkey = unsafe { DatumWithOid::new(dkey.datum(), dkey.type_oid()) };
-    crate::security::as_owner(|| {
-        Spi::connect(|client| {
-            let table = match key {
-                Some(key) => client.select(
-                    BLOCK_OF_KEY,
-                    Some(1),
-                    &[text_argument(name), text_argument(key), dkey],
-                )?,
-                None => client.select(BLOCK_OF_GLOBAL, Some(1), &[text_argument(name), dkey])?,
-            };
-            if table.is_empty() {
-                return Ok(None);
-            }
-            let row = table.first();
-            Ok(Some(Block {
-                until: row
-                    .get::<TimestampWithTimeZone>(1)?
-                    .map_or(i64::MIN, TimestampWithTimeZone::into_inner),
-                strikes: row.get::<i32>(2)?.unwrap_or(0),
-                reason: row.get::<String>(3)?,
-            }))
-        })
+    let arguments = row_arguments(&dkey, name, key);
+    Spi::connect(|client| {
+        let table = client.select(BLOCK_ELSEWHERE, Some(1), &arguments)?;
+        if table.is_empty() {
+            return Ok(None);
+        }
+        let row = table.first();
+        Ok(Some(Block {
+            until: row
+                .get::<TimestampWithTimeZone>(1)?
+                .map_or(i64::MIN, TimestampWithTimeZone::into_inner),
+            strikes: row.get::<i32>(2)?.unwrap_or(0),
+            reason: row.get::<String>(3)?,
+        }))
     })
+}
+
+/// The body of `_rate_block_at`: the block of (name, key), read on this
+/// node, which must hold its rows (55000; 22023 a `dkey` that is not
+/// theirs).
+fn block_at(
+    dkey: Option<DistributionValue>,
+    name: Option<&[u8]>,
+    key: Option<&[u8]>,
+) -> Result<Option<Block>, CallError> {
+    let name = crate::config::required(name, "name")?;
+    delegated("_rate_block_at", BLOCK_AT_HINT, false, dkey, name, key)?;
+    match blocks_at(name, key)? {
+        BlocksAt::StandIn(_) => crate::blocks::find(name, key),
+        _ => Err(not_here()),
+    }
+}
+
+delegated_entry_points!(
+    "_rate_block_at",
+    rate_block_at,
+    None,
+    _rate_block_at_wrapper,
+    pg_finfo__rate_block_at_wrapper,
+    _rate_block_at_bigint_wrapper,
+    pg_finfo__rate_block_at_bigint_wrapper,
+    _rate_block_at_uuid_wrapper,
+    pg_finfo__rate_block_at_uuid_wrapper,
+    _rate_block_at_integer_wrapper,
+    pg_finfo__rate_block_at_integer_wrapper
+);
+
+/// The body of the `_rate_block_at` wrappers: one row (until, strikes,
+/// reason), or none.
+///
+/// # Safety
+/// `fcinfo` holds `_rate_block_at`'s three arguments.
+unsafe fn rate_block_at(
+    fcinfo: pg_sys::FunctionCallInfo,
+    dkey: Option<DistributionValue>,
+) -> pg_sys::Datum {
+    let found = block_at(
+        dkey,
+        pg_getarg::<&[u8]>(fcinfo, 1),
+        pg_getarg::<&[u8]>(fcinfo, 2),
+    );
+    match found {
+        // (A timestamptz datum is its microseconds; infinity included.)
+        Ok(found) => crate::result_row::put_rows(
+            fcinfo,
+            found.map(|block| {
+                [
+                    Some(pg_sys::Datum::from(block.until)),
+                    Some(pg_sys::Datum::from(block.strikes)),
+                    block.reason.and_then(IntoDatum::into_datum),
+                ]
+            }),
+        ),
+        Err(error) => crate::errors::report(error),
+    }
 }
 
 /// The keeper of the blocks `crate::citus::register` installs

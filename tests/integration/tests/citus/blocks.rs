@@ -335,3 +335,85 @@ fn a_global_limit_spread_over_the_nodes_cannot_be_blocked() {
     );
     forget("blg");
 }
+
+#[test]
+#[ignore = "needs the Citus cluster of scripts/test.sh"]
+fn an_application_role_reads_a_block_held_elsewhere_inside_its_transaction() {
+    make_distributed();
+    forget("blr");
+    let mut coordinator = coordinator();
+    define(&mut coordinator, "blr", 100.0);
+    // An application role that is not the extension's owner, with the
+    // README's grants (docs/citus.md's included): Citus refuses a query of
+    // another role on placements this role's calls wrote in the
+    // transaction, so a block elsewhere is read as this role.
+    coordinator
+        .batch_execute(
+            "DROP ROLE IF EXISTS citus_blocks_app; CREATE ROLE citus_blocks_app LOGIN; \
+             GRANT USAGE ON SCHEMA rate_limiter TO citus_blocks_app; \
+             GRANT EXECUTE ON FUNCTION \
+                 rate_limiter.rate_limit(text, text, float8, boolean, boolean, rate_limiter.config), \
+                 rate_limiter.status(text, text, rate_limiter.config), \
+                 rate_limiter.http_headers(text, text, boolean, interval, float8, rate_limiter.config), \
+                 rate_limiter.blocked(text, text), \
+                 rate_limiter._rate_limit_at(text, text, text, float8, boolean, rate_limiter.config, boolean, timestamptz, boolean), \
+                 rate_limiter._rate_state_at(text, text, text, int2), \
+                 rate_limiter._rate_block_at(text, text, text) \
+             TO citus_blocks_app",
+        )
+        .expect("an application role");
+    let (first, _) = keys_on_each_worker(&mut coordinator, "blr-a-");
+    let (blocked_key, _) = keys_on_each_worker(&mut coordinator, "blr-b-");
+    coordinator
+        .execute(
+            "SELECT rate_limiter.block('blr', $1, '1 hour', 'abuse')",
+            &[&blocked_key],
+        )
+        .expect("block");
+    let url = urls()[0].replace("user=postgres", "user=citus_blocks_app");
+    let mut app = connect(&url);
+    let mut transaction = app.transaction().expect("begin");
+    // A call on worker 1 (Citus delegates it as this role, a write there).
+    assert!(call(&mut transaction, "blr", Some(&first)).0);
+    let value: f64 = transaction
+        .query_one(
+            "SELECT value FROM rate_limiter.status('blr', $1)",
+            &[&blocked_key],
+        )
+        .expect("status after a call on the same worker")
+        .get(0);
+    assert_eq!(value, 0.0);
+    let headers: String = transaction
+        .query_one(
+            "SELECT rate_limiter.http_headers('blr', $1)::text",
+            &[&blocked_key],
+        )
+        .expect("http_headers")
+        .get(0);
+    assert!(headers.contains(";r=0;"), "{headers}");
+    let reason: String = transaction
+        .query_one(
+            "SELECT reason FROM rate_limiter.blocked('blr', $1)",
+            &[&blocked_key],
+        )
+        .expect("blocked()")
+        .get(0);
+    assert_eq!(reason, "abuse");
+    let error = transaction
+        .query_one(
+            "SELECT ok FROM rate_limiter.rate_limit('blr', $1, throws => true)",
+            &[&blocked_key],
+        )
+        .expect_err("refused");
+    let detail = error
+        .as_db_error()
+        .and_then(|e| e.detail())
+        .unwrap_or_default();
+    assert!(detail.contains(r#""reason":"abuse""#), "{error:?}");
+    drop(transaction);
+    drop(app);
+    coordinator
+        .batch_execute("DROP OWNED BY citus_blocks_app; DROP ROLE citus_blocks_app")
+        .expect("drop the role");
+    forget("blr");
+}
