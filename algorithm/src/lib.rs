@@ -26,6 +26,7 @@ pub mod fixed_window;
 mod prune;
 pub mod shards;
 mod shown;
+pub mod sliding_window;
 mod state;
 mod status;
 mod time;

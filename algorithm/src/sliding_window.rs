@@ -1,0 +1,331 @@
+//! Sliding window: the weighted two-window counter (Cloudflare's, Upstash
+//! `slidingWindow`'s, the `limits` library's "sliding window counter").
+//!
+//! Windows of length `period` are aligned as the fixed window's
+//! (`crate::fixed_window::window_start`). The state counts what was
+//! admitted in the current window (`current`) and in the one before
+//! (`previous`). At `now`, with `f = (now - start) / period` in `[0, 1)`,
+//!
+//! ```text
+//! estimate = previous * (1 - f) + current
+//! ok       <=> estimate + count <= rate        (exact: no flooring)
+//! ```
+//!
+//! A refused call changes nothing, and `count` is weighed whole. Its
+//! `retry_after` is the earliest instant at which the same call would
+//! succeed if nothing else consumed: found in this window, else the next
+//! (where `previous` is this window's `current`), else the one after (where
+//! both are 0). In any span of length `period` at most `2 * rate` are
+//! admitted (all of a window's calls at its end, then a full window); with
+//! uniform traffic the estimate is the true count.
+//!
+//! Reservations as the other kinds': `current` may exceed what `rate`
+//! allows by at most `max_reserved` (`None`: unbounded), and an admitted
+//! reservation's `retry_after` is when the same call without `reserve`
+//! would have succeeded.
+
+use crate::fixed_window::window_start;
+use crate::time::Micros;
+
+/// What a sliding window stores for one (name, key, shard).
+#[derive(Debug, Clone, Copy, PartialEq)]
+pub struct Counts {
+    /// Tokens admitted in the window before `start`'s.
+    pub previous: f64,
+    /// Tokens admitted in the window starting at `start`.
+    pub current: f64,
+    /// The start of the current window (microseconds since 2000-01-01 UTC).
+    pub start: Micros,
+}
+
+/// The parameters of one sliding window.
+#[derive(Debug, Clone, Copy, PartialEq)]
+pub struct Window {
+    /// Tokens per window (the capacity).
+    pub rate: f64,
+    /// The window's length, microseconds, > 0.
+    pub period: Micros,
+    /// A window starts at `anchor + k * period`.
+    pub anchor: Micros,
+    /// How far `current` may go beyond what `rate` allows with `reserve`
+    /// (`None`: unbounded).
+    pub max_reserved: Option<f64>,
+}
+
+/// One sliding-window call's outcome.
+#[derive(Debug, Clone, Copy, PartialEq)]
+pub struct Outcome {
+    pub ok: bool,
+    /// Microseconds from `now`, rounded up: refused, when the same call
+    /// succeeds if nothing else consumes (`None`: never, `count` > `rate`);
+    /// a reservation, when it would have succeeded without `reserve`.
+    /// `None` when admitted outright.
+    pub retry_after: Option<Micros>,
+    /// `rate - estimate` after the call (before it, when refused).
+    pub remaining: f64,
+    /// The counts to store; `None` when refused (nothing changes).
+    pub counts: Option<Counts>,
+}
+
+impl Window {
+    /// `counts` moved to the window that contains `now`: one window on,
+    /// `current` becomes `previous`; two or more, both are 0. A `now`
+    /// before `counts.start` (the clock went back) keeps them.
+    pub fn advance(&self, counts: Counts, now: Micros) -> Counts {
+        let start = window_start(self.anchor, self.period, now);
+        if start <= counts.start {
+            return counts;
+        }
+        let next = counts.start.saturating_add(self.period);
+        Counts {
+            previous: if start == next { counts.current } else { 0.0 },
+            current: 0.0,
+            start,
+        }
+    }
+
+    /// The fresh counts of a key with no row: nothing admitted.
+    pub fn empty(&self, now: Micros) -> Counts {
+        Counts {
+            previous: 0.0,
+            current: 0.0,
+            start: window_start(self.anchor, self.period, now),
+        }
+    }
+
+    /// The estimate of the advanced `counts` at `now` (`f` clamped to
+    /// `[0, 1]`).
+    pub fn estimate(&self, counts: Counts, now: Micros) -> f64 {
+        let elapsed = (now.saturating_sub(counts.start)).clamp(0, self.period);
+        let f = elapsed as f64 / self.period as f64;
+        counts.previous * (1.0 - f) + counts.current
+    }
+
+    /// Whether `count` fits at `now` under `limit` (the rate, or the rate
+    /// plus what may be reserved).
+    fn fits(&self, counts: Counts, now: Micros, count: f64, limit: f64) -> bool {
+        self.estimate(counts, now) + count <= limit
+    }
+
+    /// The earliest instant `t >= now` at which `count` fits under `rate`
+    /// if nothing else is admitted, or `None` (never: `count > rate`).
+    /// Exact to the microsecond: the first whole microsecond where the
+    /// estimate allows it.
+    pub fn earliest(&self, counts: Counts, now: Micros, count: f64) -> Option<Micros> {
+        // (NaN compares false: never.)
+        if count.is_nan() || count > self.rate {
+            return None;
+        }
+        if self.fits(counts, now, count, self.rate) {
+            return Some(now);
+        }
+        // This window: previous * (1 - f) <= rate - current - count.
+        let room = self.rate - counts.current - count;
+        if room >= 0.0 && counts.previous > 0.0 {
+            let f = 1.0 - room / counts.previous;
+            if let Some(t) = self.first_fit(counts, now, count, f) {
+                return Some(t);
+            }
+        }
+        // The next window: current * (1 - f) <= rate - count.
+        let next = Counts {
+            previous: counts.current,
+            current: 0.0,
+            start: counts.start.saturating_add(self.period),
+        };
+        let room = self.rate - count;
+        let f = if next.previous > room {
+            1.0 - room / next.previous
+        } else {
+            0.0
+        };
+        if let Some(t) = self.first_fit(next, next.start.max(now), count, f) {
+            return Some(t);
+        }
+        // The one after: both 0, and count <= rate.
+        Some(next.start.saturating_add(self.period))
+    }
+
+    /// The first whole microsecond `t >= from` of the window of `counts`
+    /// where `count` fits under `rate`, near `f` of the window (where the
+    /// arithmetic says; the estimate at whole microseconds decides, since
+    /// rounding may put the exact instant a microsecond either way), or
+    /// `None` when it does not fit before the window ends.
+    fn first_fit(&self, counts: Counts, from: Micros, count: f64, f: f64) -> Option<Micros> {
+        let end = counts.start.saturating_add(self.period);
+        let offset = (f.max(0.0) * self.period as f64).ceil();
+        if offset.is_nan() || offset >= self.period as f64 {
+            return None;
+        }
+        let mut t = counts.start.saturating_add(offset as Micros).max(from);
+        // Within a window the estimate only falls: step back while the
+        // microsecond before fits too, then on until one fits.
+        for _ in 0..4 {
+            if t > from && self.fits(counts, t - 1, count, self.rate) {
+                t -= 1;
+            }
+        }
+        for _ in 0..4 {
+            if t >= end {
+                return None;
+            }
+            if self.fits(counts, t, count, self.rate) {
+                return Some(t);
+            }
+            t += 1;
+        }
+        None
+    }
+
+    /// One call of `count` tokens at `now` with the stored `counts` (`None`:
+    /// no row yet). `count` must be finite and not negative.
+    pub fn decide(
+        &self,
+        stored: Option<Counts>,
+        now: Micros,
+        count: f64,
+        reserve: bool,
+    ) -> Outcome {
+        let counts = match stored {
+            Some(counts) => self.advance(counts, now),
+            None => self.empty(now),
+        };
+        let estimate = self.estimate(counts, now);
+        let admitted = |retry_after| {
+            let counts = Counts {
+                current: counts.current + count,
+                ..counts
+            };
+            Outcome {
+                ok: true,
+                retry_after,
+                remaining: self.rate - (estimate + count),
+                counts: Some(counts),
+            }
+        };
+        if estimate + count <= self.rate {
+            return admitted(None);
+        }
+        let limit = match (reserve, self.max_reserved) {
+            (false, _) => self.rate,
+            (true, Some(most)) => self.rate + most,
+            (true, None) => f64::INFINITY,
+        };
+        let later = self
+            .earliest(counts, now, count)
+            .map(|t| t.saturating_sub(now));
+        if estimate + count <= limit && later.is_some() {
+            return admitted(later);
+        }
+        Outcome {
+            ok: false,
+            retry_after: later,
+            remaining: self.rate - estimate,
+            counts: None,
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    const SECOND: Micros = 1_000_000;
+    const MINUTE: Micros = 60 * SECOND;
+
+    fn window(rate: f64) -> Window {
+        Window {
+            rate,
+            period: MINUTE,
+            anchor: 0,
+            max_reserved: None,
+        }
+    }
+
+    fn counts(previous: f64, current: f64) -> Counts {
+        Counts {
+            previous,
+            current,
+            start: 0,
+        }
+    }
+
+    #[test]
+    fn the_issues_vectors() {
+        // L = 50, prev 42, cur 17, t = 15 s: 42 * 0.75 + 17 + 1 = 49.5.
+        let w = window(50.0);
+        let at = 15 * SECOND;
+        let outcome = w.decide(Some(counts(42.0, 17.0)), at, 1.0, false);
+        assert!(outcome.ok);
+        assert_eq!(outcome.remaining, 0.5);
+        assert_eq!(outcome.counts.map(|c| c.current), Some(18.0));
+        // cur 18: refused, remaining 0.5, retry after 11/42 of the window
+        // from its start, rounded up to the microsecond.
+        let outcome = w.decide(Some(counts(42.0, 18.0)), at, 1.0, false);
+        assert!(!outcome.ok);
+        assert_eq!(outcome.remaining, 0.5);
+        assert_eq!(outcome.retry_after, Some(714_286));
+        assert_eq!(outcome.counts, None);
+        // L = 10, cur 8, count 5: refused, remaining 2, nothing consumed.
+        let outcome = window(10.0).decide(Some(counts(0.0, 8.0)), at, 5.0, false);
+        assert!(!outcome.ok);
+        assert_eq!(outcome.remaining, 2.0);
+        assert_eq!(outcome.counts, None);
+    }
+
+    #[test]
+    fn windows_advance_by_one_or_start_over() {
+        let w = window(10.0);
+        let stored = counts(3.0, 7.0);
+        assert_eq!(w.advance(stored, 30 * SECOND), stored);
+        assert_eq!(
+            w.advance(stored, MINUTE + 1),
+            Counts {
+                previous: 7.0,
+                current: 0.0,
+                start: MINUTE
+            }
+        );
+        assert_eq!(
+            w.advance(stored, 2 * MINUTE),
+            Counts {
+                previous: 0.0,
+                current: 0.0,
+                start: 2 * MINUTE
+            }
+        );
+        // The clock went back: the counts stand.
+        assert_eq!(w.advance(stored, -SECOND), stored);
+    }
+
+    #[test]
+    fn retry_after_reaches_the_next_window_and_the_one_after() {
+        let w = window(10.0);
+        // Full this window (prev 0, cur 10): the next window weighs 10 * (1 - f),
+        // so one more fits at f = 0.1.
+        let outcome = w.decide(Some(counts(0.0, 10.0)), 0, 1.0, false);
+        assert_eq!(outcome.retry_after, Some(MINUTE + 6 * SECOND));
+        // A count of the whole rate waits for the window after next.
+        let outcome = w.decide(Some(counts(0.0, 10.0)), 0, 10.0, false);
+        assert_eq!(outcome.retry_after, Some(2 * MINUTE));
+        // More than the rate: never.
+        let outcome = w.decide(Some(counts(0.0, 0.0)), 0, 11.0, false);
+        assert!(!outcome.ok);
+        assert_eq!(outcome.retry_after, None);
+    }
+
+    #[test]
+    fn a_reservation_waits_until_the_call_would_have_fit() {
+        let w = Window {
+            max_reserved: Some(5.0),
+            ..window(10.0)
+        };
+        let outcome = w.decide(Some(counts(0.0, 10.0)), 0, 1.0, true);
+        assert!(outcome.ok);
+        assert_eq!(outcome.retry_after, Some(MINUTE + 6 * SECOND));
+        assert_eq!(outcome.remaining, -1.0);
+        // Beyond max_reserved: refused.
+        let outcome = w.decide(Some(counts(0.0, 15.0)), 0, 1.0, true);
+        assert!(!outcome.ok);
+    }
+}
