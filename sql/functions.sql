@@ -41,6 +41,22 @@ COMMENT ON FUNCTION rate_limiter.fixed_window(float8, interval, float8, float8, 
 'Windows start at start + k * period (NULL start = a per-key phase from a hash of name and key). '
 'Errors as for token_bucket.';
 
+CREATE FUNCTION rate_limiter.sliding_window(
+    rate         float8,
+    period       interval,
+    max_reserved float8      DEFAULT NULL,
+    shards       int4        DEFAULT 1,
+    start        timestamptz DEFAULT NULL)
+RETURNS rate_limiter.config
+LANGUAGE c IMMUTABLE PARALLEL SAFE
+AS 'MODULE_PATHNAME', 'sliding_window_wrapper';
+
+COMMENT ON FUNCTION rate_limiter.sliding_window(float8, interval, float8, int4, timestamptz) IS
+'Sliding-window config (the weighted two-window counter): a call of count is admitted when prev * (1 - f) + cur + count <= rate, '
+'where cur and prev are what this window and the one before admitted and f is how far into this window now is; at most 2 * rate in any span of one period. '
+'Windows start at start + k * period (NULL start = a per-key phase); capacity is rate; max_reserved bounds how far a reservation may take the estimate past rate (NULL = unlimited). '
+'Errors as for token_bucket.';
+
 CREATE FUNCTION rate_limiter.with_block(
     config       rate_limiter.config,
     block_for    interval,

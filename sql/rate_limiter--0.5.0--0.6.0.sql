@@ -5,7 +5,8 @@
 -- shown distinct and readable in every encoding, stats_reset() taking a
 -- name as the view shows it. Per-key overrides and plans: the table
 -- rate_limiter.overrides, the state table's column regime, override()
--- and remove_override(). No type or existing signature changes; every
+-- and remove_override(). Blocks. Limit shapes: the kind 'sliding window'
+-- and the state table's column prev. No existing signature changes; every
 -- definition and state row keeps its meaning; the new objects are
 -- granted to nobody but the installing role, as after CREATE EXTENSION.
 
@@ -408,6 +409,60 @@ GRANT EXECUTE ON FUNCTION rate_limiter.block(text, text, interval, text) TO @ext
 GRANT EXECUTE ON FUNCTION rate_limiter.unblock(text, text) TO @extowner@ WITH GRANT OPTION;
 GRANT EXECUTE ON FUNCTION rate_limiter.blocked(text, text) TO @extowner@ WITH GRANT OPTION;
 GRANT EXECUTE ON FUNCTION rate_limiter.with_block(rate_limiter.config, interval, interval, interval) TO @extowner@ WITH GRANT OPTION;
+
+-- Limit shapes (docs/shapes.md): the kind 'sliding window', its
+-- constructor, and the state table's column prev (NULL in every existing
+-- row: only a sliding window stores anything there). (IF NOT EXISTS: on an
+-- install Citus distributes, Citus also sends this ALTER TABLE to every
+-- worker, whose own update adds the column too.)
+ALTER TYPE rate_limiter.kind ADD VALUE IF NOT EXISTS 'sliding window';
+COMMENT ON TYPE rate_limiter.kind IS
+    'Rate-limit algorithm: ''token bucket'' (continuous refill), ''fixed window'' (rate tokens per window) or ''sliding window'' (the weighted two-window counter)';
+ALTER TABLE rate_limiter.rate_limits ADD COLUMN IF NOT EXISTS prev float8;
+COMMENT ON TABLE rate_limiter.rate_limits IS
+    'Rate-limit state: tokens (value) at time ts per (name, key, shard) (a sliding window: value admitted in the window starting at ts, prev in the one before); a missing row is a full limit';
+COMMENT ON TYPE rate_limiter.config IS
+    'Rate-limit configuration: kind, rate (tokens per period), period, capacity (NULL = rate), max_reserved (NULL = unlimited), shards, start (window anchor, NULL = per-key phase), block_for, max_block, forget_after (automatic blocks, NULL = none)';
+
+CREATE FUNCTION rate_limiter.sliding_window(
+    rate         float8,
+    period       interval,
+    max_reserved float8      DEFAULT NULL,
+    shards       int4        DEFAULT 1,
+    start        timestamptz DEFAULT NULL)
+RETURNS rate_limiter.config
+LANGUAGE c IMMUTABLE PARALLEL SAFE
+AS 'MODULE_PATHNAME', 'sliding_window_wrapper';
+
+COMMENT ON FUNCTION rate_limiter.sliding_window(float8, interval, float8, int4, timestamptz) IS
+'Sliding-window config (the weighted two-window counter): a call of count is admitted when prev * (1 - f) + cur + count <= rate, '
+'where cur and prev are what this window and the one before admitted and f is how far into this window now is; at most 2 * rate in any span of one period. '
+'Windows start at start + k * period (NULL start = a per-key phase); capacity is rate; max_reserved bounds how far a reservation may take the estimate past rate (NULL = unlimited). '
+'Errors as for token_bucket.';
+
+-- The shapes' objects: nobody but their owner holds a privilege on them,
+-- whatever ALTER DEFAULT PRIVILEGES handed out.
+DO $revoke_shapes$
+DECLARE
+    grantee_name name;
+BEGIN
+    REVOKE ALL ON FUNCTION rate_limiter.sliding_window(float8, interval, float8, int4, timestamptz) FROM PUBLIC;
+    FOR grantee_name IN
+        SELECT DISTINCT r.rolname
+        FROM (
+            SELECT (pg_catalog.aclexplode(p.proacl)).grantee, p.proowner AS owner
+            FROM pg_catalog.pg_proc AS p
+            WHERE p.oid IN ('rate_limiter.sliding_window(float8, interval, float8, int4, timestamptz)'::pg_catalog.regprocedure)
+        ) AS granted
+        JOIN pg_catalog.pg_roles AS r ON r.oid = granted.grantee
+        WHERE granted.grantee <> granted.owner
+    LOOP
+        EXECUTE pg_catalog.format('REVOKE ALL ON FUNCTION rate_limiter.sliding_window(float8, interval, float8, int4, timestamptz) FROM %I', grantee_name);
+    END LOOP;
+END
+$revoke_shapes$;
+
+GRANT EXECUTE ON FUNCTION rate_limiter.sliding_window(float8, interval, float8, int4, timestamptz) TO @extowner@ WITH GRANT OPTION;
 
 -- ==== Citus (generated from sql/citus_distribute.sql and sql/citus_internal_functions.sql) ====
 -- Citus, day two (docs/guarantees.md, "Citus"): distribute() marks the workers' own

@@ -3,12 +3,13 @@
 -- sql/privileges.sql, which runs last.
 
 -- The algorithm of a limit.
-CREATE TYPE rate_limiter.kind AS ENUM ('token bucket', 'fixed window');
+CREATE TYPE rate_limiter.kind AS ENUM ('token bucket', 'fixed window', 'sliding window');
 COMMENT ON TYPE rate_limiter.kind IS
-    'Rate-limit algorithm: ''token bucket'' (continuous refill) or ''fixed window'' (rate tokens per window)';
+    'Rate-limit algorithm: ''token bucket'' (continuous refill), ''fixed window'' (rate tokens per window) or ''sliding window'' (the weighted two-window counter)';
 
--- A limit's configuration; build one with rate_limiter.token_bucket() or
--- rate_limiter.fixed_window(), and rate_limiter.with_block(). NULL capacity
+-- A limit's configuration; build one with rate_limiter.token_bucket(),
+-- rate_limiter.fixed_window() or rate_limiter.sliding_window(), and
+-- rate_limiter.with_block(). NULL capacity
 -- means rate; NULL max_reserved means unlimited debt; NULL start means a
 -- per-key window phase; NULL block_for means no automatic blocks (then
 -- max_block and forget_after are NULL too), NULL max_block no bound, NULL
@@ -26,7 +27,7 @@ CREATE TYPE rate_limiter.config AS (
     forget_after interval
 );
 COMMENT ON TYPE rate_limiter.config IS
-    'Rate-limit configuration: kind, rate (tokens per period), period, capacity (NULL = rate), max_reserved (NULL = unlimited), shards, start (fixed window anchor, NULL = per-key phase), block_for, max_block, forget_after (automatic blocks, NULL = none)';
+    'Rate-limit configuration: kind, rate (tokens per period), period, capacity (NULL = rate), max_reserved (NULL = unlimited), shards, start (window anchor, NULL = per-key phase), block_for, max_block, forget_after (automatic blocks, NULL = none)';
 
 -- One request of rate_limiter.rate_limit_all(): a limit (name, key), how
 -- many tokens (NULL = 1) and an inline config (NULL = the definition).
@@ -88,11 +89,15 @@ CREATE TABLE rate_limiter.rate_limits (
     -- another regime treats the row as missing (its numbers would mean
     -- something else) and overwrites it. NULL costs no row bytes.
     regime int8,
+    -- A sliding window's count of its previous window (docs/shapes.md;
+    -- value is then its current window's count, ts that window's start):
+    -- NULL when 0, and always for the other kinds. NULL costs no row bytes.
+    prev   float8,
     CONSTRAINT rate_limits_name_key_shard_key UNIQUE NULLS NOT DISTINCT (name, key, shard)
         WITH (fillfactor = 100)
 );
 COMMENT ON TABLE rate_limiter.rate_limits IS
-    'Rate-limit state: tokens (value) at time ts per (name, key, shard); a missing row is a full limit';
+    'Rate-limit state: tokens (value) at time ts per (name, key, shard) (a sliding window: value admitted in the window starting at ts, prev in the one before); a missing row is a full limit';
 
 -- Per-key overrides (docs/overrides.md): the configuration of one key of a
 -- defined limit, given inline (the config's columns) or by naming another

@@ -1,5 +1,6 @@
 //! The SQL type `rate_limiter.config`: reading it, building it, and the
-//! constructors `rate_limiter.token_bucket()`, `rate_limiter.fixed_window()`
+//! constructors `rate_limiter.token_bucket()`, `rate_limiter.fixed_window()`,
+//! `rate_limiter.sliding_window()`
 //! and `rate_limiter.with_block()`.
 //!
 //! A config is validated wherever it is used (constructors, `define`,
@@ -316,6 +317,28 @@ fn fixed_window(
         rate,
         period,
         capacity,
+        max_reserved,
+        shards,
+        start,
+    )
+}
+
+/// `rate_limiter.sliding_window(rate, period, max_reserved, shards, start)`:
+/// a validated sliding-window config (capacity NULL: a sliding window's
+/// capacity is its rate). See sql/functions.sql and docs/shapes.md.
+#[pg_extern(sql = false)]
+fn sliding_window(
+    rate: Option<f64>,
+    period: Option<Interval>,
+    max_reserved: Option<f64>,
+    shards: Option<i32>,
+    start: Option<TimestampWithTimeZone>,
+) -> pgrx::composite_type!('static, "rate_limiter.config") {
+    construct(
+        Kind::SlidingWindow,
+        rate,
+        period,
+        None,
         max_reserved,
         shards,
         start,

@@ -171,7 +171,11 @@ mod tests {
                 start: None,
                 block: None,
             },
-            stored: vec![value.map(|value| State { value, ts: 0 })],
+            stored: vec![value.map(|value| State {
+                value,
+                ts: 0,
+                previous: 0.0,
+            })],
             enforce: true,
             blocked_until: None,
         }
@@ -196,8 +200,22 @@ mod tests {
         assert_eq!(outcome.answers[0].remaining, 6.0);
         assert_eq!(outcome.answers[1].remaining, 1.0);
         let states = outcome.new_states.unwrap();
-        assert_eq!(states[0], vec![Some(State { value: 6.0, ts: 0 })]);
-        assert_eq!(states[1], vec![Some(State { value: 1.0, ts: 0 })]);
+        assert_eq!(
+            states[0],
+            vec![Some(State {
+                value: 6.0,
+                ts: 0,
+                previous: 0.0
+            })]
+        );
+        assert_eq!(
+            states[1],
+            vec![Some(State {
+                value: 1.0,
+                ts: 0,
+                previous: 0.0
+            })]
+        );
     }
 
     #[test]
@@ -271,7 +289,14 @@ mod tests {
         );
         // The enforcing limit consumes; the shadow limit's refusal consumes nothing.
         let states = outcome.new_states.unwrap();
-        assert_eq!(states[0], vec![Some(State { value: 6.0, ts: 0 })]);
+        assert_eq!(
+            states[0],
+            vec![Some(State {
+                value: 6.0,
+                ts: 0,
+                previous: 0.0
+            })]
+        );
         assert_eq!(states[1], vec![None]);
     }
 

@@ -11,6 +11,10 @@ pub enum Kind {
     TokenBucket,
     /// `rate` tokens are granted at the start of each window of length `period`.
     FixedWindow,
+    /// At most `rate` in the current window plus the previous one's count
+    /// weighted by how much of it still overlaps the last `period`
+    /// ([`crate::sliding_window`]).
+    SlidingWindow,
 }
 
 impl Kind {
@@ -19,6 +23,7 @@ impl Kind {
         match self {
             Kind::TokenBucket => "token bucket",
             Kind::FixedWindow => "fixed window",
+            Kind::SlidingWindow => "sliding window",
         }
     }
 
@@ -27,6 +32,7 @@ impl Kind {
         match label {
             "token bucket" => Some(Kind::TokenBucket),
             "fixed window" => Some(Kind::FixedWindow),
+            "sliding window" => Some(Kind::SlidingWindow),
             _ => None,
         }
     }
@@ -132,10 +138,19 @@ impl Config {
                 format!("shards must be at least 1, got {}", self.shards),
             ));
         }
+        if self.kind == Kind::SlidingWindow
+            && self.capacity.is_some_and(|capacity| capacity != self.rate)
+        {
+            return Err(LimitError::invalid(
+                "capacity",
+                "a sliding window's capacity is its rate: leave capacity NULL".to_string(),
+            ));
+        }
         if self.kind == Kind::TokenBucket && self.start.is_some() {
             return Err(LimitError::invalid(
                 "start",
-                "start applies only to fixed windows: a token bucket has no windows".to_string(),
+                "start applies only to fixed and sliding windows: a token bucket has no windows"
+                    .to_string(),
             ));
         }
         if self.shards > MAX_SHARDS {
@@ -182,6 +197,10 @@ impl Config {
         // A call of a sharded limit is served by at most two shards. (What
         // the message names is made only for an error: a call that passes
         // allocates nothing.)
+        // A sliding window's call is never bigger than its rate, reserve or
+        // not: a reservation's retry_after is when the same call without
+        // reserve would succeed (docs/shapes.md), and a bigger one never would.
+        let reserve = reserve && self.kind != Kind::SlidingWindow;
         let (capacity, max_reserved, debt) = if self.shards > 1 {
             let shard = self.shard();
             (
@@ -244,7 +263,7 @@ mod tests {
 
     #[test]
     fn labels_round_trip() {
-        for kind in [Kind::TokenBucket, Kind::FixedWindow] {
+        for kind in [Kind::TokenBucket, Kind::FixedWindow, Kind::SlidingWindow] {
             assert_eq!(Kind::from_label(kind.label()), Some(kind));
         }
         assert_eq!(Kind::from_label("leaky bucket"), None);

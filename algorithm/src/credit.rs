@@ -4,7 +4,8 @@
 //! into its emptiest shards first, each up to its own capacity.
 
 use crate::config::Config;
-use crate::decision::refill;
+use crate::config::Kind;
+use crate::decision::{refill, tokens};
 use crate::error::{show, LimitError};
 use crate::state::State;
 use crate::time::Micros;
@@ -32,16 +33,27 @@ pub fn validate_credit(count: f64) -> Result<(), LimitError> {
 /// new state of each shard, in order, filling the emptiest first.
 pub fn credit(shard: &Config, stored: &[State], count: f64, now: Micros) -> Vec<State> {
     let mut states: Vec<State> = stored.iter().map(|s| refill(shard, *s, now)).collect();
+    let values: Vec<f64> = states.iter().map(|s| tokens(shard, *s, now)).collect();
     let mut order: Vec<usize> = (0..states.len()).collect();
-    order.sort_by(|a, b| states[*a].value.total_cmp(&states[*b].value));
+    order.sort_by(|a, b| values[*a].total_cmp(&values[*b]));
     let mut left = count;
     for index in order {
         if left <= 0.0 {
             break;
         }
-        let room = (shard.capacity() - states[index].value).max(0.0);
+        let state = &mut states[index];
+        // A sliding window gives back at most what its current window
+        // admitted: its previous window's count is history.
+        let room = match shard.kind {
+            Kind::SlidingWindow => state.value,
+            Kind::TokenBucket | Kind::FixedWindow => shard.capacity() - state.value,
+        }
+        .max(0.0);
         let taken = room.min(left);
-        states[index].value += taken;
+        match shard.kind {
+            Kind::SlidingWindow => state.value -= taken,
+            Kind::TokenBucket | Kind::FixedWindow => state.value += taken,
+        }
         left -= taken;
     }
     states
@@ -50,7 +62,6 @@ pub fn credit(shard: &Config, stored: &[State], count: f64, now: Micros) -> Vec<
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::config::Kind;
 
     const SECOND: Micros = 1_000_000;
 
@@ -70,12 +81,22 @@ mod tests {
     #[test]
     fn settling_an_estimate_gives_the_unused_tokens_back() {
         // Reserved 1,000 of 1,000, used 612: credit 388.
-        let after = credit(&bucket(1), &[State { value: 0.0, ts: 0 }], 388.0, 0);
+        let after = credit(
+            &bucket(1),
+            &[State {
+                value: 0.0,
+                ts: 0,
+                previous: 0.0,
+            }],
+            388.0,
+            0,
+        );
         assert_eq!(
             after,
             vec![State {
                 value: 388.0,
-                ts: 0
+                ts: 0,
+                previous: 0.0
             }]
         );
     }
@@ -88,6 +109,7 @@ mod tests {
             &[State {
                 value: 800.0,
                 ts: 0,
+                previous: 0.0,
             }],
             500.0,
             6 * SECOND,
@@ -96,7 +118,8 @@ mod tests {
             after,
             vec![State {
                 value: 1000.0,
-                ts: 6 * SECOND
+                ts: 6 * SECOND,
+                previous: 0.0
             }]
         );
     }
@@ -108,6 +131,7 @@ mod tests {
             &[State {
                 value: -300.0,
                 ts: 0,
+                previous: 0.0,
             }],
             100.0,
             0,
@@ -122,8 +146,13 @@ mod tests {
             State {
                 value: 200.0,
                 ts: 0,
+                previous: 0.0,
             },
-            State { value: 0.0, ts: 0 },
+            State {
+                value: 0.0,
+                ts: 0,
+                previous: 0.0,
+            },
         ];
         // The emptier shard takes 250, the other the 30 left.
         let after = credit(&shard, &stored, 280.0, 0);

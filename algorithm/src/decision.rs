@@ -5,7 +5,7 @@ use crate::error::LimitError;
 use crate::shown::available;
 use crate::state::{LimitId, Request, State};
 use crate::time::Micros;
-use crate::{fixed_window, token_bucket};
+use crate::{fixed_window, sliding_window, token_bucket};
 
 /// The outcome of one call.
 #[derive(Debug, Clone, Copy, PartialEq)]
@@ -46,7 +46,8 @@ pub fn evaluate(
         None => initial_state(config, id, now),
     };
     let refilled = refill(config, state, now);
-    let value = refilled.value - request.count;
+    let tokens = tokens(config, refilled, now);
+    let value = tokens - request.count;
     if !value.is_finite() {
         return Err(LimitError::out_of_range(
             "count",
@@ -59,35 +60,28 @@ pub fn evaluate(
     // What the call may take: the value, or what is shown of it when that
     // is more, so that a count equal to the shown remaining is admitted
     // (crate::shown).
-    let available = available(refilled.value);
+    let available = available(tokens);
     if request.count <= available {
         return Ok(Decision {
             ok: true,
             retry_after: None,
             remaining: value,
-            new_state: Some(State {
-                value,
-                ts: refilled.ts,
-            }),
+            new_state: Some(take(config, refilled, request.count)),
         });
     }
     let allowed_debt = allowed_debt(config, request.reserve);
     if request.count - available <= allowed_debt {
-        // A reservation: the work may run once the debt is paid back.
-        let new_state = State {
-            value,
-            ts: refilled.ts,
+        // A reservation: the work may run once the debt is paid back (a
+        // sliding window: when the same call without reserve would have
+        // succeeded, docs/shapes.md).
+        let new_state = take(config, refilled, request.count);
+        let (base, count) = match config.kind {
+            Kind::SlidingWindow => (state, request.count),
+            Kind::TokenBucket | Kind::FixedWindow => (new_state, 0.0),
         };
         return Ok(Decision {
             ok: true,
-            retry_after: Some(earliest(
-                config,
-                new_state,
-                0.0,
-                0.0,
-                now,
-                Admission::Shown,
-            )?),
+            retry_after: Some(earliest(config, base, count, 0.0, now, Admission::Shown)?),
             remaining: value,
             new_state: Some(new_state),
         });
@@ -104,7 +98,7 @@ pub fn evaluate(
             now,
             Admission::Shown,
         )?),
-        remaining: refilled.value,
+        remaining: tokens,
         new_state: None,
     })
 }
@@ -119,21 +113,66 @@ pub(crate) fn allowed_debt(config: &Config, reserve: bool) -> f64 {
     }
 }
 
-/// The state of a limit without a row: full, at `now` (token bucket) or at
-/// the start of the current window (fixed window).
+/// The state of a limit without a row: full, at `now` (token bucket), at
+/// the start of the current window (fixed window), or nothing admitted in
+/// the current window nor the one before (sliding window).
 pub(crate) fn initial_state(config: &Config, id: LimitId<'_>, now: Micros) -> State {
     match config.kind {
         Kind::TokenBucket => token_bucket::initial_state(config, now),
         Kind::FixedWindow => {
             fixed_window::initial_state(config, fixed_window::anchor(config, id), now)
         }
+        Kind::SlidingWindow => {
+            sliding_window::initial_state(config, fixed_window::anchor(config, id), now)
+        }
     }
 }
 
+/// The state brought to `now` (tokens granted; a sliding window's counts
+/// moved to the window containing `now`).
 pub(crate) fn refill(config: &Config, state: State, now: Micros) -> State {
     match config.kind {
         Kind::TokenBucket => token_bucket::refill(config, state, now),
         Kind::FixedWindow => fixed_window::refill(config, state, now),
+        Kind::SlidingWindow => sliding_window::refill(config, state, now),
+    }
+}
+
+/// The tokens a call may take at `now` from the refilled state: its value
+/// (token bucket, fixed window), or `rate - estimate` (sliding window).
+pub(crate) fn tokens(config: &Config, refilled: State, now: Micros) -> f64 {
+    match config.kind {
+        Kind::TokenBucket | Kind::FixedWindow => refilled.value,
+        Kind::SlidingWindow => sliding_window::tokens(config, refilled, now),
+    }
+}
+
+/// The tokens of a stored state at `now`: what a call could take then
+/// (a sliding window: `rate - estimate`), negative in debt.
+pub fn tokens_at(config: &Config, stored: State, now: Micros) -> f64 {
+    tokens(config, refill(config, stored, now), now)
+}
+
+/// The refilled state after `count` tokens are taken from it: the value
+/// less `count`, or a sliding window's current count plus `count`.
+pub(crate) fn take(config: &Config, refilled: State, count: f64) -> State {
+    let value = match config.kind {
+        Kind::TokenBucket | Kind::FixedWindow => refilled.value - count,
+        Kind::SlidingWindow => refilled.value + count,
+    };
+    State { value, ..refilled }
+}
+
+/// The refilled state brought from `before` tokens to `after` (<= before):
+/// the value `after` itself, or a sliding window's current count raised by
+/// what was taken.
+pub(crate) fn settle(config: &Config, refilled: State, before: f64, after: f64) -> State {
+    match config.kind {
+        Kind::TokenBucket | Kind::FixedWindow => State {
+            value: after,
+            ..refilled
+        },
+        Kind::SlidingWindow => take(config, refilled, (before - after).max(0.0)),
     }
 }
 
@@ -189,12 +228,21 @@ pub(crate) fn earliest(
     admission: Admission,
 ) -> Result<Micros, LimitError> {
     let refilled = refill(config, base, now);
-    let tokens = (count - allowed_debt) - refilled.value;
     let (estimate, step) = match config.kind {
-        Kind::TokenBucket => (token_bucket::wait(config, refilled, tokens, now).ceil(), 1),
-        Kind::FixedWindow => (
-            fixed_window::wait(config, refilled, tokens, now),
-            config.period,
+        Kind::TokenBucket => {
+            let tokens = (count - allowed_debt) - refilled.value;
+            (token_bucket::wait(config, refilled, tokens, now).ceil(), 1)
+        }
+        Kind::FixedWindow => {
+            let tokens = (count - allowed_debt) - refilled.value;
+            (
+                fixed_window::wait(config, refilled, tokens, now),
+                config.period,
+            )
+        }
+        Kind::SlidingWindow => (
+            sliding_window::wait(config, refilled, count - allowed_debt, now),
+            1,
         ),
     };
     // Keep clear of the end of the timestamp range: now + delay must not overflow.
@@ -206,7 +254,8 @@ pub(crate) fn earliest(
         ));
     }
     let admitted = |delay: Micros| {
-        let value = refill(config, base, now.saturating_add(delay)).value;
+        let at = now.saturating_add(delay);
+        let value = tokens(config, refill(config, base, at), at);
         let value = match admission {
             Admission::Exact => value,
             Admission::Shown => available(value),
@@ -286,7 +335,11 @@ mod tests {
         // One token at 1 per period is one period away: the period is the
         // estimate. The limit is i64::MAX / 4 microseconds (2^61 as a
         // float): at it and beyond it, out of range; just below, an answer.
-        let empty = State { value: 0.0, ts: 0 };
+        let empty = State {
+            value: 0.0,
+            ts: 0,
+            previous: 0.0,
+        };
         for period in [1_i64 << 61, 1_i64 << 62] {
             let config = Config {
                 period,
@@ -316,7 +369,11 @@ mod tests {
             period: 60 * MINUTE,
             ..bucket(3.0, Some(60.0), None)
         };
-        let state = State { value: 51.8, ts: 0 };
+        let state = State {
+            value: 51.8,
+            ts: 0,
+            previous: 0.0,
+        };
         assert_eq!(retry_after(&config, state, 54.5, 0.0, 0), Ok(54 * MINUTE));
     }
 
@@ -343,30 +400,56 @@ mod tests {
     #[test]
     fn reservations_go_into_debt_and_say_when_to_run() {
         let config = bucket(10.0, None, None);
-        let mut state = Some(State { value: 3.0, ts: 0 });
+        let mut state = Some(State {
+            value: 3.0,
+            ts: 0,
+            previous: 0.0,
+        });
         let decision = call(&config, &mut state, 0, 5.0, true);
         assert!(decision.ok);
         assert_eq!(decision.remaining, -2.0);
         assert_eq!(decision.retry_after, Some(12 * SECOND));
-        assert_eq!(state, Some(State { value: -2.0, ts: 0 }));
+        assert_eq!(
+            state,
+            Some(State {
+                value: -2.0,
+                ts: 0,
+                previous: 0.0
+            })
+        );
     }
 
     #[test]
     fn max_reserved_bounds_the_debt() {
         let config = bucket(10.0, None, Some(2.0));
-        let mut state = Some(State { value: 0.0, ts: 0 });
+        let mut state = Some(State {
+            value: 0.0,
+            ts: 0,
+            previous: 0.0,
+        });
         let refused = call(&config, &mut state, 0, 3.0, true);
         assert!(!refused.ok);
         // Must wait until the debt it leaves (3 - refill) fits 2: one token, 6 s.
         assert_eq!(refused.retry_after, Some(6 * SECOND));
-        assert_eq!(state, Some(State { value: 0.0, ts: 0 }));
+        assert_eq!(
+            state,
+            Some(State {
+                value: 0.0,
+                ts: 0,
+                previous: 0.0
+            })
+        );
         let later = call(&config, &mut state, 6 * SECOND, 3.0, true);
         assert!(later.ok);
         assert_eq!(later.remaining, -2.0);
         assert_eq!(later.retry_after, Some(12 * SECOND));
         // max_reserved = 0: no debt at all.
         let strict = bucket(10.0, None, Some(0.0));
-        let mut state = Some(State { value: 0.5, ts: 0 });
+        let mut state = Some(State {
+            value: 0.5,
+            ts: 0,
+            previous: 0.0,
+        });
         assert!(!call(&strict, &mut state, 0, 1.0, true).ok);
     }
 
@@ -460,6 +543,7 @@ mod tests {
         let state = Some(State {
             value: -f64::MAX,
             ts: 0,
+            previous: 0.0,
         });
         let error = evaluate(
             &config,
@@ -481,7 +565,11 @@ mod tests {
             period: i64::MAX / 2,
             ..bucket(1e-300, Some(1.0), None)
         };
-        let state = Some(State { value: 0.0, ts: 0 });
+        let state = Some(State {
+            value: 0.0,
+            ts: 0,
+            previous: 0.0,
+        });
         let error = evaluate(
             &config,
             ID,

@@ -48,6 +48,7 @@ pub fn initial_state(config: &Config, anchor: Micros, now: Micros) -> State {
     State {
         value: config.capacity(),
         ts: window_start(anchor, config.period, now),
+        previous: 0.0,
     }
 }
 
@@ -61,6 +62,7 @@ pub fn refill(config: &Config, state: State, now: Micros) -> State {
         value: (state.value + windows as f64 * config.rate).min(config.capacity()),
         // windows * period <= elapsed, so this stays within [ts, now].
         ts: state.ts + windows * config.period,
+        previous: 0.0,
     }
 }
 
@@ -167,16 +169,25 @@ mod tests {
     #[test]
     fn refill_grants_rate_per_started_window() {
         let config = config(Some(0));
-        let state = State { value: 0.0, ts: 0 };
+        let state = State {
+            value: 0.0,
+            ts: 0,
+            previous: 0.0,
+        };
         assert_eq!(
             refill(&config, state, HOUR - 1),
-            State { value: 0.0, ts: 0 }
+            State {
+                value: 0.0,
+                ts: 0,
+                previous: 0.0
+            }
         );
         assert_eq!(
             refill(&config, state, HOUR),
             State {
                 value: 100.0,
-                ts: HOUR
+                ts: HOUR,
+                previous: 0.0
             }
         );
         // Capped at capacity (= rate).
@@ -184,7 +195,8 @@ mod tests {
             refill(&config, state, 5 * HOUR + 7),
             State {
                 value: 100.0,
-                ts: 5 * HOUR
+                ts: 5 * HOUR,
+                previous: 0.0
             }
         );
         // Backwards: nothing.
@@ -193,13 +205,15 @@ mod tests {
                 &config,
                 State {
                     value: 1.0,
-                    ts: HOUR
+                    ts: HOUR,
+                    previous: 0.0
                 },
                 0
             ),
             State {
                 value: 1.0,
-                ts: HOUR
+                ts: HOUR,
+                previous: 0.0
             }
         );
     }

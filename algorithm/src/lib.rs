@@ -38,7 +38,7 @@ pub use block::blocked;
 pub use block_policy::{uses_up, BlockPolicy, Strikes};
 pub use config::{Config, Kind, MAX_SHARDS};
 pub use credit::{credit, validate_credit};
-pub use decision::{evaluate, Decision};
+pub use decision::{evaluate, tokens_at, Decision};
 pub use error::{ErrorKind, LimitError};
 pub use prune::prunable;
 pub use shards::{

@@ -48,27 +48,100 @@ mod tests {
     #[test]
     fn token_bucket_full_and_not_ahead() {
         let c = config(Kind::TokenBucket);
-        assert!(prunable(&c, ID, State { value: 0.0, ts: 0 }, SECOND));
-        assert!(!prunable(&c, ID, State { value: 0.0, ts: 0 }, SECOND - 1));
-        assert!(prunable(&c, ID, State { value: 10.0, ts: 5 }, 5));
+        assert!(prunable(
+            &c,
+            ID,
+            State {
+                value: 0.0,
+                ts: 0,
+                previous: 0.0
+            },
+            SECOND
+        ));
+        assert!(!prunable(
+            &c,
+            ID,
+            State {
+                value: 0.0,
+                ts: 0,
+                previous: 0.0
+            },
+            SECOND - 1
+        ));
+        assert!(prunable(
+            &c,
+            ID,
+            State {
+                value: 10.0,
+                ts: 5,
+                previous: 0.0
+            },
+            5
+        ));
         // Full, but stamped after now (the clock stepped back): not yet.
-        assert!(!prunable(&c, ID, State { value: 10.0, ts: 6 }, 5));
-        assert!(!prunable(&c, ID, State { value: -1.0, ts: 0 }, SECOND));
+        assert!(!prunable(
+            &c,
+            ID,
+            State {
+                value: 10.0,
+                ts: 6,
+                previous: 0.0
+            },
+            5
+        ));
+        assert!(!prunable(
+            &c,
+            ID,
+            State {
+                value: -1.0,
+                ts: 0,
+                previous: 0.0
+            },
+            SECOND
+        ));
     }
 
     #[test]
     fn fixed_window_full_in_the_current_window() {
         let c = config(Kind::FixedWindow);
-        assert!(!prunable(&c, ID, State { value: 3.0, ts: 0 }, SECOND - 1));
-        assert!(prunable(&c, ID, State { value: 3.0, ts: 0 }, SECOND));
-        assert!(prunable(&c, ID, State { value: 10.0, ts: 0 }, 5));
+        assert!(!prunable(
+            &c,
+            ID,
+            State {
+                value: 3.0,
+                ts: 0,
+                previous: 0.0
+            },
+            SECOND - 1
+        ));
+        assert!(prunable(
+            &c,
+            ID,
+            State {
+                value: 3.0,
+                ts: 0,
+                previous: 0.0
+            },
+            SECOND
+        ));
+        assert!(prunable(
+            &c,
+            ID,
+            State {
+                value: 10.0,
+                ts: 0,
+                previous: 0.0
+            },
+            5
+        ));
         // A window ahead of now (the clock stepped back).
         assert!(!prunable(
             &c,
             ID,
             State {
                 value: 10.0,
-                ts: SECOND
+                ts: SECOND,
+                previous: 0.0
             },
             5
         ));

@@ -19,7 +19,7 @@
 //! math.
 
 use crate::config::Config;
-use crate::decision::{allowed_debt, initial_state, refill, retry_after};
+use crate::decision::{allowed_debt, initial_state, refill, retry_after, settle, take, tokens};
 use crate::error::LimitError;
 use crate::state::{LimitId, Request, State};
 use crate::time::Micros;
@@ -137,24 +137,24 @@ pub fn evaluate_pair(
     let allowed = allowed_debt(&shard, request.reserve);
     let states = candidates.map(|c| c.stored.unwrap_or_else(|| initial_state(&shard, id, now)));
     let refilled = states.map(|state| refill(&shard, state, now));
-    let values = refilled.map(|state| state.value);
+    let values = refilled.map(|state| tokens(&shard, state, now));
     let writable = candidates.map(|c| c.writable);
     let mut new_states = [None; 2];
     match plan(values, writable, request.count, allowed) {
         Plan::Single { index, value } => {
-            new_states[index] = Some(State {
-                value: finite(value)?,
-                ts: refilled[index].ts,
-            });
+            finite(value)?;
+            new_states[index] = Some(take(&shard, refilled[index], request.count));
         }
         Plan::Both { level } => {
             let level = finite(level)?;
             for (index, state) in refilled.iter().enumerate() {
                 // min: float rounding must never add tokens to a shard.
-                new_states[index] = Some(State {
-                    value: level.min(state.value),
-                    ts: state.ts,
-                });
+                new_states[index] = Some(settle(
+                    &shard,
+                    *state,
+                    values[index],
+                    level.min(values[index]),
+                ));
             }
         }
         Plan::Refused => {
@@ -171,8 +171,8 @@ pub fn evaluate_pair(
     let mut debt_wait: Option<Micros> = None;
     for (index, new_state) in new_states.iter().enumerate() {
         if let Some(state) = new_state {
-            after[index] = state.value;
-            if state.value < 0.0 {
+            after[index] = tokens(&shard, *state, now);
+            if after[index] < 0.0 {
                 // Reserved: the work may run once this shard is out of debt.
                 let wait = retry_after(&shard, *state, 0.0, 0.0, now)?;
                 debt_wait = Some(debt_wait.map_or(wait, |w| w.max(wait)));
@@ -227,7 +227,7 @@ pub fn evaluate_single(
         return Ok(ShardedDecision {
             ok: false,
             retry_after: None,
-            remaining: refill(&shard, state, now).value * shards,
+            remaining: tokens(&shard, refill(&shard, state, now), now) * shards,
             new_states: [None, None],
         });
     }
@@ -248,7 +248,7 @@ pub fn evaluate_single(
         return Ok(ShardedDecision {
             ok: false,
             retry_after: Some(1),
-            remaining: refill(&shard, state, now).value * shards,
+            remaining: tokens(&shard, refill(&shard, state, now), now) * shards,
             new_states: [None, None],
         });
     }
@@ -311,7 +311,7 @@ fn pair_retry_after(
 ) -> Result<Micros, LimitError> {
     let admitted = |delay: Micros| {
         let at = now.saturating_add(delay);
-        let values = states.map(|state| refill(shard, state, at).value);
+        let values = states.map(|state| tokens(shard, refill(shard, state, at), at));
         plan(values, [true, true], count, allowed) != Plan::Refused
     };
     // Once both shards are full, any valid count is served (validate_count).
@@ -365,12 +365,12 @@ pub fn evaluate_fullest(
     let values: Vec<f64> = stored
         .iter()
         .map(|s| {
-            refill(
+            let state = refill(
                 &shard,
                 s.unwrap_or_else(|| initial_state(&shard, id, now)),
                 now,
-            )
-            .value
+            );
+            tokens(&shard, state, now)
         })
         .collect();
     // The two fullest (ties: the lower shard number).

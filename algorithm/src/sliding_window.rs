@@ -24,7 +24,9 @@
 //! reservation's `retry_after` is when the same call without `reserve`
 //! would have succeeded.
 
+use crate::config::Config;
 use crate::fixed_window::window_start;
+use crate::state::State;
 use crate::time::Micros;
 
 /// What a sliding window stores for one (name, key, shard).
@@ -52,27 +54,13 @@ pub struct Window {
     pub max_reserved: Option<f64>,
 }
 
-/// One sliding-window call's outcome.
-#[derive(Debug, Clone, Copy, PartialEq)]
-pub struct Outcome {
-    pub ok: bool,
-    /// Microseconds from `now`, rounded up: refused, when the same call
-    /// succeeds if nothing else consumes (`None`: never, `count` > `rate`);
-    /// a reservation, when it would have succeeded without `reserve`.
-    /// `None` when admitted outright.
-    pub retry_after: Option<Micros>,
-    /// `rate - estimate` after the call (before it, when refused).
-    pub remaining: f64,
-    /// The counts to store; `None` when refused (nothing changes).
-    pub counts: Option<Counts>,
-}
-
 impl Window {
     /// `counts` moved to the window that contains `now`: one window on,
     /// `current` becomes `previous`; two or more, both are 0. A `now`
     /// before `counts.start` (the clock went back) keeps them.
     pub fn advance(&self, counts: Counts, now: Micros) -> Counts {
-        let start = window_start(self.anchor, self.period, now);
+        // counts.start is a window start: windows start at it plus whole periods.
+        let start = window_start(counts.start, self.period, now);
         if start <= counts.start {
             return counts;
         }
@@ -176,156 +164,177 @@ impl Window {
         }
         None
     }
+}
 
-    /// One call of `count` tokens at `now` with the stored `counts` (`None`:
-    /// no row yet). `count` must be finite and not negative.
-    pub fn decide(
-        &self,
-        stored: Option<Counts>,
-        now: Micros,
-        count: f64,
-        reserve: bool,
-    ) -> Outcome {
-        let counts = match stored {
-            Some(counts) => self.advance(counts, now),
-            None => self.empty(now),
-        };
-        let estimate = self.estimate(counts, now);
-        let admitted = |retry_after| {
-            let counts = Counts {
-                current: counts.current + count,
-                ..counts
-            };
-            Outcome {
-                ok: true,
-                retry_after,
-                remaining: self.rate - (estimate + count),
-                counts: Some(counts),
-            }
-        };
-        if estimate + count <= self.rate {
-            return admitted(None);
-        }
-        let limit = match (reserve, self.max_reserved) {
-            (false, _) => self.rate,
-            (true, Some(most)) => self.rate + most,
-            (true, None) => f64::INFINITY,
-        };
-        let later = self
-            .earliest(counts, now, count)
-            .map(|t| t.saturating_sub(now));
-        if estimate + count <= limit && later.is_some() {
-            return admitted(later);
-        }
-        Outcome {
-            ok: false,
-            retry_after: later,
-            remaining: self.rate - estimate,
-            counts: None,
-        }
+/// The window of a (valid) sliding-window configuration; the anchor is
+/// unused by the functions below, which move from a stored window start.
+fn window(config: &Config) -> Window {
+    Window {
+        rate: config.rate,
+        period: config.period,
+        anchor: 0,
+        max_reserved: config.max_reserved,
+    }
+}
+
+/// A stored state as counts: `value` is what the current window admitted,
+/// `previous` what the one before did, `ts` the current window's start
+/// (the columns value, prev and ts of `rate_limiter.rate_limits`).
+fn counts(state: State) -> Counts {
+    Counts {
+        previous: state.previous,
+        current: state.value,
+        start: state.ts,
+    }
+}
+
+fn state(counts: Counts) -> State {
+    State {
+        value: counts.current,
+        ts: counts.start,
+        previous: counts.previous,
+    }
+}
+
+/// The state of a key without a row: nothing admitted, in the window of
+/// `anchor` that contains `now`.
+pub fn initial_state(config: &Config, anchor: Micros, now: Micros) -> State {
+    let window = Window {
+        anchor,
+        ..window(config)
+    };
+    state(window.empty(now))
+}
+
+/// The state moved to the window that contains `now` ([`Window::advance`]).
+pub fn refill(config: &Config, stored: State, now: Micros) -> State {
+    state(window(config).advance(counts(stored), now))
+}
+
+/// What a call may take at `now` from a refilled state: `rate - estimate`.
+pub fn tokens(config: &Config, refilled: State, now: Micros) -> f64 {
+    config.rate - window(config).estimate(counts(refilled), now)
+}
+
+/// Microseconds from `now` until `count` fits under the rate in the
+/// refilled state if nothing else is admitted ([`Window::earliest`]);
+/// infinite when it never does (`count` above the rate).
+pub fn wait(config: &Config, refilled: State, count: f64, now: Micros) -> f64 {
+    match window(config).earliest(counts(refilled), now, count) {
+        Some(at) => (i128::from(at) - i128::from(now)) as f64,
+        None => f64::INFINITY,
     }
 }
 
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::config::Kind;
+    use crate::decision::{evaluate, Decision};
+    use crate::state::{LimitId, Request};
 
     const SECOND: Micros = 1_000_000;
     const MINUTE: Micros = 60 * SECOND;
+    const ID: LimitId<'static> = LimitId {
+        name: b"s",
+        key: None,
+    };
 
-    fn window(rate: f64) -> Window {
-        Window {
+    fn config(rate: f64, max_reserved: Option<f64>) -> Config {
+        Config {
+            kind: Kind::SlidingWindow,
             rate,
             period: MINUTE,
-            anchor: 0,
-            max_reserved: None,
+            capacity: None,
+            max_reserved,
+            shards: 1,
+            start: Some(0),
+            block: None,
         }
     }
 
-    fn counts(previous: f64, current: f64) -> Counts {
-        Counts {
+    fn stored(previous: f64, current: f64) -> State {
+        State {
+            value: current,
+            ts: 0,
             previous,
-            current,
-            start: 0,
         }
+    }
+
+    fn call(config: &Config, state: State, now: Micros, count: f64, reserve: bool) -> Decision {
+        evaluate(config, ID, Some(state), now, Request { count, reserve }).unwrap()
     }
 
     #[test]
     fn the_issues_vectors() {
         // L = 50, prev 42, cur 17, t = 15 s: 42 * 0.75 + 17 + 1 = 49.5.
-        let w = window(50.0);
         let at = 15 * SECOND;
-        let outcome = w.decide(Some(counts(42.0, 17.0)), at, 1.0, false);
-        assert!(outcome.ok);
-        assert_eq!(outcome.remaining, 0.5);
-        assert_eq!(outcome.counts.map(|c| c.current), Some(18.0));
+        let decision = call(&config(50.0, None), stored(42.0, 17.0), at, 1.0, false);
+        assert!(decision.ok);
+        assert_eq!(decision.remaining, 0.5);
+        assert_eq!(decision.new_state, Some(stored(42.0, 18.0)));
         // cur 18: refused, remaining 0.5, retry after 11/42 of the window
         // from its start, rounded up to the microsecond.
-        let outcome = w.decide(Some(counts(42.0, 18.0)), at, 1.0, false);
-        assert!(!outcome.ok);
-        assert_eq!(outcome.remaining, 0.5);
-        assert_eq!(outcome.retry_after, Some(714_286));
-        assert_eq!(outcome.counts, None);
+        let decision = call(&config(50.0, None), stored(42.0, 18.0), at, 1.0, false);
+        assert!(!decision.ok);
+        assert_eq!(decision.remaining, 0.5);
+        assert_eq!(decision.retry_after, Some(714_286));
+        assert_eq!(decision.new_state, None);
         // L = 10, cur 8, count 5: refused, remaining 2, nothing consumed.
-        let outcome = window(10.0).decide(Some(counts(0.0, 8.0)), at, 5.0, false);
-        assert!(!outcome.ok);
-        assert_eq!(outcome.remaining, 2.0);
-        assert_eq!(outcome.counts, None);
+        let decision = call(&config(10.0, None), stored(0.0, 8.0), at, 5.0, false);
+        assert!(!decision.ok);
+        assert_eq!(decision.remaining, 2.0);
+        assert_eq!(decision.new_state, None);
     }
 
     #[test]
     fn windows_advance_by_one_or_start_over() {
-        let w = window(10.0);
-        let stored = counts(3.0, 7.0);
-        assert_eq!(w.advance(stored, 30 * SECOND), stored);
+        let c = config(10.0, None);
+        let state = stored(3.0, 7.0);
+        assert_eq!(refill(&c, state, 30 * SECOND), state);
         assert_eq!(
-            w.advance(stored, MINUTE + 1),
-            Counts {
-                previous: 7.0,
-                current: 0.0,
-                start: MINUTE
+            refill(&c, state, MINUTE + 1),
+            State {
+                value: 0.0,
+                ts: MINUTE,
+                previous: 7.0
             }
         );
         assert_eq!(
-            w.advance(stored, 2 * MINUTE),
-            Counts {
-                previous: 0.0,
-                current: 0.0,
-                start: 2 * MINUTE
-            }
+            refill(&c, state, 2 * MINUTE),
+            initial_state(&c, 0, 2 * MINUTE)
         );
         // The clock went back: the counts stand.
-        assert_eq!(w.advance(stored, -SECOND), stored);
+        assert_eq!(refill(&c, state, -SECOND), state);
     }
 
     #[test]
     fn retry_after_reaches_the_next_window_and_the_one_after() {
-        let w = window(10.0);
+        let c = config(10.0, None);
         // Full this window (prev 0, cur 10): the next window weighs 10 * (1 - f),
         // so one more fits at f = 0.1.
-        let outcome = w.decide(Some(counts(0.0, 10.0)), 0, 1.0, false);
-        assert_eq!(outcome.retry_after, Some(MINUTE + 6 * SECOND));
+        let decision = call(&c, stored(0.0, 10.0), 0, 1.0, false);
+        assert_eq!(decision.retry_after, Some(MINUTE + 6 * SECOND));
         // A count of the whole rate waits for the window after next.
-        let outcome = w.decide(Some(counts(0.0, 10.0)), 0, 10.0, false);
-        assert_eq!(outcome.retry_after, Some(2 * MINUTE));
-        // More than the rate: never.
-        let outcome = w.decide(Some(counts(0.0, 0.0)), 0, 11.0, false);
-        assert!(!outcome.ok);
-        assert_eq!(outcome.retry_after, None);
+        let decision = call(&c, stored(0.0, 10.0), 0, 10.0, false);
+        assert_eq!(decision.retry_after, Some(2 * MINUTE));
+        // More than the rate, even with reserve: an error, never admitted.
+        let request = Request {
+            count: 11.0,
+            reserve: true,
+        };
+        let error = evaluate(&c, ID, None, 0, request).unwrap_err();
+        assert_eq!(error.parameter, "count");
     }
 
     #[test]
     fn a_reservation_waits_until_the_call_would_have_fit() {
-        let w = Window {
-            max_reserved: Some(5.0),
-            ..window(10.0)
-        };
-        let outcome = w.decide(Some(counts(0.0, 10.0)), 0, 1.0, true);
-        assert!(outcome.ok);
-        assert_eq!(outcome.retry_after, Some(MINUTE + 6 * SECOND));
-        assert_eq!(outcome.remaining, -1.0);
+        let c = config(10.0, Some(5.0));
+        let decision = call(&c, stored(0.0, 10.0), 0, 1.0, true);
+        assert!(decision.ok);
+        assert_eq!(decision.retry_after, Some(MINUTE + 6 * SECOND));
+        assert_eq!(decision.remaining, -1.0);
         // Beyond max_reserved: refused.
-        let outcome = w.decide(Some(counts(0.0, 15.0)), 0, 1.0, true);
-        assert!(!outcome.ok);
+        assert!(!call(&c, stored(0.0, 15.0), 0, 1.0, true).ok);
     }
 }

@@ -4,14 +4,20 @@
 
 use crate::time::Micros;
 
-/// The two numbers stored per limit (one row of `rate_limiter.rate_limits`).
+/// The numbers stored per limit (one row of `rate_limiter.rate_limits`).
 #[derive(Debug, Clone, Copy, PartialEq)]
 pub struct State {
-    /// Tokens available at `ts`; negative while a reservation is owed.
+    /// Token bucket, fixed window: tokens available at `ts`; negative
+    /// while a reservation is owed. Sliding window: tokens admitted in the
+    /// window that starts at `ts`.
     pub value: f64,
-    /// Token bucket: when `value` was computed. Fixed window: the start of
-    /// the window `value` belongs to. Microseconds since 2000-01-01 UTC.
+    /// Token bucket: when `value` was computed. Fixed and sliding window:
+    /// the start of the window `value` belongs to. Microseconds since
+    /// 2000-01-01 UTC.
     pub ts: Micros,
+    /// Sliding window: tokens admitted in the window before `ts`'s (the
+    /// column `prev`, NULL when 0). Always 0 for the other kinds.
+    pub previous: f64,
 }
 
 /// Which limit a call is about: used only to derive a fixed window's phase.

@@ -2,7 +2,7 @@
 //! `rate_limiter.status`) and what the `RateLimit` HTTP header reports.
 
 use crate::config::Config;
-use crate::decision::{initial_state, refill, retry_after};
+use crate::decision::{initial_state, refill, retry_after, tokens};
 use crate::error::LimitError;
 use crate::state::{LimitId, State};
 use crate::time::Micros;
@@ -36,9 +36,9 @@ pub fn status(
     let mut full_at = now;
     for state in stored {
         let state = state.unwrap_or_else(|| initial_state(&shard, id, now));
-        let refilled = refill(&shard, state, now);
-        value += refilled.value;
-        if refilled.value < shard.capacity() {
+        let tokens = tokens(&shard, refill(&shard, state, now), now);
+        value += tokens;
+        if tokens < shard.capacity() {
             // The first instant at which this shard holds its capacity.
             let wait = retry_after(&shard, state, shard.capacity(), 0.0, now)?;
             full_at = full_at.max(now.saturating_add(wait));
@@ -90,7 +90,11 @@ mod tests {
 
     #[test]
     fn a_bucket_in_debt_is_full_once_debt_and_capacity_have_refilled() {
-        let state = State { value: -5.0, ts: 0 };
+        let state = State {
+            value: -5.0,
+            ts: 0,
+            previous: 0.0,
+        };
         let status = status(&bucket(1), ID, &[Some(state)], SECOND / 2).unwrap();
         assert_eq!(status.value, 0.0);
         // 15 tokens at 10 per second from ts 0.
@@ -100,7 +104,14 @@ mod tests {
     #[test]
     fn shards_sum_and_the_slowest_decides_full_at() {
         // Two shards of 5 tokens, 5 per second each.
-        let stored = [Some(State { value: 0.0, ts: 0 }), None];
+        let stored = [
+            Some(State {
+                value: 0.0,
+                ts: 0,
+                previous: 0.0,
+            }),
+            None,
+        ];
         let status = status(&bucket(2), ID, &stored, 0).unwrap();
         assert_eq!(status.value, 5.0);
         assert_eq!(status.capacity, 10.0);
@@ -114,7 +125,11 @@ mod tests {
             start: Some(0),
             ..bucket(1)
         };
-        let stored = [Some(State { value: 3.0, ts: 0 })];
+        let stored = [Some(State {
+            value: 3.0,
+            ts: 0,
+            previous: 0.0,
+        })];
         let status = status(&config, ID, &stored, SECOND / 4).unwrap();
         assert_eq!(status.value, 3.0);
         assert_eq!(status.full_at, SECOND);

@@ -10,6 +10,7 @@ pub fn initial_state(config: &Config, now: Micros) -> State {
     State {
         value: config.capacity(),
         ts: now,
+        previous: 0.0,
     }
 }
 
@@ -23,6 +24,7 @@ pub fn refill(config: &Config, state: State, now: Micros) -> State {
     State {
         value: (state.value + added).min(config.capacity()),
         ts: state.ts.max(now),
+        previous: 0.0,
     }
 }
 
@@ -64,6 +66,7 @@ mod tests {
         let after_send = State {
             value: 15.0,
             ts: SECOND,
+            previous: 0.0,
         };
         let at5 = refill(&config, after_send, 5 * SECOND).value;
         assert!((at5 - 15.0 - 4.0 / 6.0).abs() < 1e-12, "{at5}");
@@ -78,13 +81,15 @@ mod tests {
         let state = State {
             value: 1.0,
             ts: 10 * SECOND,
+            previous: 0.0,
         };
         let earlier = refill(&config, state, 2 * SECOND);
         assert_eq!(
             earlier,
             State {
                 value: 1.0,
-                ts: 10 * SECOND
+                ts: 10 * SECOND,
+                previous: 0.0
             }
         );
     }
@@ -92,7 +97,11 @@ mod tests {
     #[test]
     fn wait_is_exact_for_whole_numbers() {
         let config = config(10.0, 3.0);
-        let state = State { value: 0.0, ts: 0 };
+        let state = State {
+            value: 0.0,
+            ts: 0,
+            previous: 0.0,
+        };
         assert_eq!(wait(&config, state, 1.0, 0), 6_000_000.0);
     }
 }

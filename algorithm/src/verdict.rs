@@ -78,7 +78,11 @@ mod tests {
             ok,
             retry_after,
             remaining: 0.5,
-            new_state: Some(State { value: 0.5, ts: 7 }),
+            new_state: Some(State {
+                value: 0.5,
+                ts: 7,
+                previous: 0.0,
+            }),
         }
     }
 
@@ -97,7 +101,14 @@ mod tests {
         assert!(answered.ok);
         assert_eq!(answered.retry_after, None);
         assert_eq!(answered.remaining, 0.5);
-        assert_eq!(answered.new_state, Some(State { value: 0.5, ts: 7 }));
+        assert_eq!(
+            answered.new_state,
+            Some(State {
+                value: 0.5,
+                ts: 7,
+                previous: 0.0
+            })
+        );
         // An admitted call is answered as decided, a reservation included.
         let reserved = decision(true, Some(5));
         assert_eq!(answer(reserved, false), (reserved, Verdict::Admitted));

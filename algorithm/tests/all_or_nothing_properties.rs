@@ -33,7 +33,7 @@ prop_compose! {
         let stored = fill
             .iter()
             .take(shards as usize)
-            .map(|f| f.map(|(fraction, ts)| State { value: fraction * shard_capacity, ts: if fixed { 0 } else { ts } }))
+            .map(|f| f.map(|(fraction, ts)| State { value: fraction * shard_capacity, ts: if fixed { 0 } else { ts }, previous: 0.0 }))
             .collect();
         Limit { id: LimitId { name: NAMES[index], key: None }, config, stored, enforce: true, blocked_until: None }
     }

@@ -108,7 +108,7 @@ proptest! {
         // Unlimited reservations are never refused.
         let reserve = reserve && config.max_reserved.is_some();
         let capacity = config.capacity();
-        let state = State { value: value_fraction * capacity.max(1.0), ts: now - age };
+        let state = State { value: value_fraction * capacity.max(1.0), ts: now - age, previous: 0.0 };
         let request = Request { count: count_fraction * capacity, reserve };
         let Ok(decision) = evaluate(&config, ID, Some(state), now, request) else { return Ok(()) };
         prop_assume!(!decision.ok);
@@ -130,7 +130,7 @@ proptest! {
     ) {
         let config = Config { max_reserved: None, ..config };
         let request = Request { count: count_fraction * config.capacity() + 0.5, reserve: true };
-        let empty = State { value: 0.0, ts: now };
+        let empty = State { value: 0.0, ts: now, previous: 0.0 };
         let decision = evaluate(&config, ID, Some(empty), now, request).unwrap();
         prop_assert!(decision.ok);
         let retry = decision.retry_after.expect("debt means a retry_after");
@@ -156,7 +156,7 @@ proptest! {
         later in 0i64..(60 * SECOND),
     ) {
         let capacity = config.capacity();
-        let state = State { value: value_fraction * capacity + noise, ts: now - age };
+        let state = State { value: value_fraction * capacity + noise, ts: now - age, previous: 0.0 };
         let first = Request { count: count_fraction * capacity, reserve: false };
         let Ok(decision) = evaluate(&config, ID, Some(state), now, first) else { return Ok(()) };
         let after = decision.new_state.unwrap_or(state);
@@ -179,7 +179,7 @@ proptest! {
         ts in -(1i64 << 40)..(1i64 << 40),
         back in 1i64..(3600 * SECOND),
     ) {
-        let state = State { value: value_fraction * config.capacity(), ts };
+        let state = State { value: value_fraction * config.capacity(), ts, previous: 0.0 };
         let nothing = Request { count: 0.0, reserve: true };
         let decision = evaluate(&config, ID, Some(state), ts - back, nothing).unwrap();
         prop_assert!(decision.remaining <= state.value.min(config.capacity()));
@@ -207,7 +207,7 @@ proptest! {
         let config = Config { kind, rate, period, capacity, max_reserved, shards: 1, start, block: None };
         prop_assume!(config.validate().is_ok());
         let request = Request { count, reserve };
-        let _ = evaluate(&config, ID, Some(State { value, ts }), now, request);
+        let _ = evaluate(&config, ID, Some(State { value, ts, previous: 0.0 }), now, request);
         let _ = evaluate(&config, ID, None, now, request);
     }
 }

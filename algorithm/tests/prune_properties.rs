@@ -89,6 +89,8 @@ fn granted(
                 / config.period;
             config.rate * windows as f64
         }
+        // (Not drawn by common::kind().)
+        Kind::SlidingWindow => f64::INFINITY,
     }
 }
 

@@ -135,7 +135,7 @@ proptest! {
     ) {
         let reserve = reserve && config.max_reserved.is_some();
         let shard = config.shard();
-        let state = |fraction: f64, age: Micros| State { value: fraction * shard.capacity(), ts: now - age };
+        let state = |fraction: f64, age: Micros| State { value: fraction * shard.capacity(), ts: now - age, previous: 0.0 };
         let candidates = [
             Candidate { stored: Some(state(fractions.0, ages.0)), writable: true },
             Candidate { stored: Some(state(fractions.1, ages.1)), writable: true },

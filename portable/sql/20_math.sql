@@ -196,8 +196,11 @@ BEGIN
     IF config.shards < 1 THEN
         RAISE EXCEPTION 'shards must be at least 1, got %', config.shards USING ERRCODE = '22023';
     END IF;
+    IF config.kind = 'sliding window' AND config.capacity IS DISTINCT FROM config.rate AND config.capacity IS NOT NULL THEN
+        RAISE EXCEPTION 'a sliding window''s capacity is its rate: leave capacity NULL' USING ERRCODE = '22023';
+    END IF;
     IF config.kind = 'token bucket' AND config.start IS NOT NULL THEN
-        RAISE EXCEPTION 'start applies only to fixed windows: a token bucket has no windows' USING ERRCODE = '22023';
+        RAISE EXCEPTION 'start applies only to fixed and sliding windows: a token bucket has no windows' USING ERRCODE = '22023';
     END IF;
     IF config.shards > 32767 THEN
         RAISE EXCEPTION 'shards must be at most 32767 (the state table''s shard column is a smallint), got %', config.shards
@@ -273,6 +276,8 @@ BEGIN
         RAISE EXCEPTION 'count must be finite and at least zero, got %', rate_limiter._show(count)
             USING ERRCODE = '22023';
     END IF;
+    -- A sliding window's call is never bigger than its rate, reserve or not.
+    reserve := reserve AND config.kind <> 'sliding window';
     IF config.shards > 1 THEN
         capacity := rate_limiter._mul(2.0::float8, rate_limiter._div(coalesce(config.capacity, config.rate), config.shards::float8));
         max_reserved := rate_limiter._mul(2.0::float8, rate_limiter._div(config.max_reserved, config.shards::float8));
@@ -352,32 +357,48 @@ AS $$
 $$;
 
 -- The state of a limit without a row (decision::initial_state): full, at
--- now (token bucket) or at the start of the current window. `capacity` is
+-- now (token bucket) or at the start of the current window; a sliding
+-- window: nothing admitted (value and prev 0) in the current window. `capacity` is
 -- the (shard's) effective capacity; start is the fixed window's anchor
 -- when given, else the per-key phase is used.
 CREATE FUNCTION rate_limiter._initial(kind rate_limiter.kind, capacity float8, period bigint, start bigint,
                                       name text, key text, now bigint,
-                                      OUT value float8, OUT ts bigint)
+                                      OUT value float8, OUT ts bigint, OUT prev float8)
 LANGUAGE sql IMMUTABLE PARALLEL SAFE
 AS $$
-    SELECT capacity,
+    SELECT CASE WHEN kind = 'sliding window' THEN 0::float8 ELSE capacity END,
            CASE WHEN kind = 'token bucket' THEN now
-                ELSE rate_limiter._window_start(coalesce(start, rate_limiter._phase(name, key, period)), period, now) END
+                ELSE rate_limiter._window_start(coalesce(start, rate_limiter._phase(name, key, period)), period, now) END,
+           0::float8
 $$;
 
 -- The state at now (decision::refill): the token bucket adds
 -- elapsed * rate / period, the fixed window rate per window started,
--- capped at capacity; time never runs backwards.
+-- capped at capacity; time never runs backwards. A sliding window moves
+-- its counts to the window containing now.
 CREATE FUNCTION rate_limiter._refill(kind rate_limiter.kind, rate float8, period bigint, capacity float8,
-                                     value float8, ts bigint, now bigint,
-                                     OUT new_value float8, OUT new_ts bigint)
+                                     value float8, ts bigint, prev float8, now bigint,
+                                     OUT new_value float8, OUT new_ts bigint, OUT new_prev float8)
 LANGUAGE plpgsql IMMUTABLE STRICT PARALLEL SAFE
 AS $refill$
 DECLARE
     elapsed bigint := greatest(rate_limiter._sub_sat(now, ts), 0);
     windows bigint;
 BEGIN
-    IF kind = 'token bucket' THEN
+    new_prev := 0;
+    IF kind = 'sliding window' THEN
+        -- sliding_window::Window::advance: one window on, this window's
+        -- count becomes the previous one's; two or more, both are 0.
+        new_ts := rate_limiter._window_start(ts, period, now);
+        IF new_ts <= ts THEN
+            new_ts := ts;
+            new_value := value;
+            new_prev := prev;
+        ELSE
+            new_prev := CASE WHEN new_ts = rate_limiter._add_sat(ts, period) THEN value ELSE 0 END;
+            new_value := 0;
+        END IF;
+    ELSIF kind = 'token bucket' THEN
         IF rate BETWEEN 1e-280 AND 1e280 AND value BETWEEN -1e280 AND 1e280 THEN
             new_value := least(value + (elapsed::float8 * rate) / period::float8, capacity);
         ELSE
@@ -436,20 +457,24 @@ $$;
 -- call of _evaluate may take (_available). For _earliest (the closure
 -- `admitted` of decision::earliest).
 CREATE FUNCTION rate_limiter._admitted_after(kind rate_limiter.kind, rate float8, period bigint, capacity float8,
-                                             value float8, ts bigint, count float8, allowed float8, now bigint,
-                                             delay numeric, shown boolean)
+                                             value float8, ts bigint, prev float8, count float8, allowed float8,
+                                             now bigint, delay numeric, shown boolean)
 RETURNS boolean
 LANGUAGE plpgsql IMMUTABLE STRICT PARALLEL SAFE
 AS $admitted_after$
 DECLARE
+    at bigint;
     later record;
+    tokens float8;
 BEGIN
     IF delay <= 0 THEN
         RETURN false;
     END IF;
-    later := rate_limiter._refill(kind, rate, period, capacity, value, ts, rate_limiter._add_sat(now, delay::bigint));
+    at := rate_limiter._add_sat(now, delay::bigint);
+    later := rate_limiter._refill(kind, rate, period, capacity, value, ts, prev, at);
+    tokens := rate_limiter._tokens(kind, rate, period, later.new_value, later.new_ts, later.new_prev, at);
     RETURN rate_limiter._ieee('-', count,
-        CASE WHEN shown THEN rate_limiter._available(later.new_value) ELSE later.new_value END) <= allowed;
+        CASE WHEN shown THEN rate_limiter._available(tokens) ELSE tokens END) <= allowed;
 END
 $admitted_after$;
 
@@ -462,8 +487,8 @@ $admitted_after$;
 -- pass (galloping back 1, 2, 4, ... steps, then bisecting). 22003 when it
 -- would be out of range.
 CREATE FUNCTION rate_limiter._earliest(kind rate_limiter.kind, rate float8, period bigint, capacity float8,
-                                       value float8, ts bigint, count float8, allowed float8, now bigint,
-                                       shown boolean)
+                                       value float8, ts bigint, prev float8, count float8, allowed float8,
+                                       now bigint, shown boolean)
 RETURNS bigint
 LANGUAGE plpgsql IMMUTABLE STRICT PARALLEL SAFE
 AS $earliest$
@@ -477,9 +502,16 @@ DECLARE
     refused_steps numeric := 1;
     middle numeric;
 BEGIN
-    refilled := rate_limiter._refill(kind, rate, period, capacity, value, ts, now);
+    refilled := rate_limiter._refill(kind, rate, period, capacity, value, ts, prev, now);
     tokens := rate_limiter._ieee('-', rate_limiter._ieee('-', count, allowed), refilled.new_value);
-    IF kind = 'token bucket' THEN
+    IF kind = 'sliding window' THEN
+        -- sliding_window::wait: the instant the call fits, less now.
+        estimate := coalesce((rate_limiter._window_earliest(rate, period, refilled.new_value, refilled.new_ts,
+                                  refilled.new_prev, now, rate_limiter._ieee('-', count, allowed))::numeric
+                              - now::numeric)::float8,
+                             'Infinity'::float8);
+        step := 1;
+    ELSIF kind = 'token bucket' THEN
         estimate := pg_catalog.ceil(rate_limiter._ieee('+', (refilled.new_ts::numeric - now::numeric)::float8,
                         rate_limiter._ieee('/', rate_limiter._ieee('*', tokens, period::float8), rate)));
         step := 1;
@@ -494,19 +526,19 @@ BEGIN
     END IF;
     delay := CASE WHEN estimate < 1 THEN 1 ELSE pg_catalog.trunc(estimate)::bigint END;
     FOR attempt IN 1..4 LOOP
-        EXIT WHEN rate_limiter._admitted_after(kind, rate, period, capacity, value, ts, count, allowed, now, delay, shown);
+        EXIT WHEN rate_limiter._admitted_after(kind, rate, period, capacity, value, ts, prev, count, allowed, now, delay, shown);
         delay := rate_limiter._add_sat(delay, step);
     END LOOP;
     -- Back while still admitted: gallop, then bisect between the last
     -- admitted number of steps and the first refused one.
-    WHILE rate_limiter._admitted_after(kind, rate, period, capacity, value, ts, count, allowed, now,
+    WHILE rate_limiter._admitted_after(kind, rate, period, capacity, value, ts, prev, count, allowed, now,
                                        delay::numeric - refused_steps * step::numeric, shown) LOOP
         admitted_steps := refused_steps;
         refused_steps := refused_steps * 2;
     END LOOP;
     WHILE refused_steps - admitted_steps > 1 LOOP
         middle := admitted_steps + pg_catalog.div(refused_steps - admitted_steps, 2);
-        IF rate_limiter._admitted_after(kind, rate, period, capacity, value, ts, count, allowed, now,
+        IF rate_limiter._admitted_after(kind, rate, period, capacity, value, ts, prev, count, allowed, now,
                                         delay::numeric - middle * step::numeric, shown) THEN
             admitted_steps := middle;
         ELSE
@@ -522,11 +554,12 @@ $earliest$;
 -- admitted with a debt of at most allowed (decision::retry_after, the
 -- exact test): see _earliest.
 CREATE FUNCTION rate_limiter._retry_after(kind rate_limiter.kind, rate float8, period bigint, capacity float8,
-                                          value float8, ts bigint, count float8, allowed float8, now bigint)
+                                          value float8, ts bigint, prev float8, count float8, allowed float8,
+                                          now bigint)
 RETURNS bigint
 LANGUAGE sql IMMUTABLE STRICT PARALLEL SAFE
 AS $$
-    SELECT rate_limiter._earliest(kind, rate, period, capacity, value, ts, count, allowed, now, false)
+    SELECT rate_limiter._earliest(kind, rate, period, capacity, value, ts, prev, count, allowed, now, false)
 $$;
 
 -- One call of an unsharded limit, or of one shard of a sharded one
@@ -536,17 +569,19 @@ $$;
 -- nothing). The count must be valid for the limit (see _validate_count).
 CREATE FUNCTION rate_limiter._evaluate(kind rate_limiter.kind, rate float8, period bigint, capacity float8,
                                        max_reserved float8, start bigint, name text, key text,
-                                       stored_value float8, stored_ts bigint, now bigint,
+                                       stored_value float8, stored_ts bigint, stored_prev float8, now bigint,
                                        count float8, reserve boolean,
                                        OUT ok boolean, OUT retry_after bigint, OUT remaining float8,
-                                       OUT new_value float8, OUT new_ts bigint)
+                                       OUT new_value float8, OUT new_ts bigint, OUT new_prev float8)
 LANGUAGE plpgsql IMMUTABLE PARALLEL SAFE
 AS $evaluate$
 DECLARE
     base_value float8 := stored_value;
     base_ts bigint := stored_ts;
+    base_prev float8 := coalesce(stored_prev, 0);
     initial record;
     refilled record;
+    tokens float8;
     value float8;
     allowed float8;
     available float8;
@@ -555,35 +590,51 @@ BEGIN
         initial := rate_limiter._initial(kind, capacity, period, start, name, key, now);
         base_value := initial.value;
         base_ts := initial.ts;
+        base_prev := initial.prev;
     END IF;
-    refilled := rate_limiter._refill(kind, rate, period, capacity, base_value, base_ts, now);
-    value := rate_limiter._ieee('-', refilled.new_value, count);
+    refilled := rate_limiter._refill(kind, rate, period, capacity, base_value, base_ts, base_prev, now);
+    tokens := CASE WHEN kind = 'sliding window'
+                   THEN rate_limiter._tokens(kind, rate, period, refilled.new_value, refilled.new_ts, refilled.new_prev, now)
+                   ELSE refilled.new_value END;
+    value := rate_limiter._ieee('-', tokens, count);
     IF value = 'NaN'::float8 OR value = 'Infinity'::float8 OR value = '-Infinity'::float8 THEN
         RAISE EXCEPTION 'the limit''s value would be out of range (%)', rate_limiter._show(value) USING ERRCODE = '22003';
     END IF;
     -- What the call may take: the value, or what is shown of it when that
     -- is more, so that a count equal to the shown remaining is admitted.
-    available := rate_limiter._available(refilled.new_value);
+    available := rate_limiter._available(tokens);
+    -- The state after taking count (decision::take): a sliding window
+    -- counts it in this window.
+    new_value := CASE WHEN kind = 'sliding window' THEN rate_limiter._ieee('+', refilled.new_value, count) ELSE value END;
+    new_ts := refilled.new_ts;
+    new_prev := refilled.new_prev;
     IF count <= available THEN
         ok := true;
         remaining := value;
-        new_value := value;
-        new_ts := refilled.new_ts;
         RETURN;
     END IF;
     allowed := CASE WHEN NOT reserve THEN 0 ELSE coalesce(max_reserved, 'Infinity'::float8) END;
     IF rate_limiter._ieee('-', count, available) <= allowed THEN
-        -- A reservation: the work may run once the debt is paid back.
+        -- A reservation: the work may run once the debt is paid back (a
+        -- sliding window: when the same call without reserve would have
+        -- succeeded).
         ok := true;
-        new_value := value;
-        new_ts := refilled.new_ts;
-        retry_after := rate_limiter._earliest(kind, rate, period, capacity, new_value, new_ts, 0, 0, now, true);
+        IF kind = 'sliding window' THEN
+            retry_after := rate_limiter._earliest(kind, rate, period, capacity, base_value, base_ts, base_prev,
+                                                  count, 0, now, true);
+        ELSE
+            retry_after := rate_limiter._earliest(kind, rate, period, capacity, new_value, new_ts, 0, 0, 0, now, true);
+        END IF;
         remaining := value;
         RETURN;
     END IF;
     ok := false;
-    retry_after := rate_limiter._earliest(kind, rate, period, capacity, base_value, base_ts, count, allowed, now, true);
-    remaining := refilled.new_value;
+    new_value := NULL;
+    new_ts := NULL;
+    new_prev := NULL;
+    retry_after := rate_limiter._earliest(kind, rate, period, capacity, base_value, base_ts, base_prev, count, allowed,
+                                          now, true);
+    remaining := tokens;
 END
 $evaluate$;
 

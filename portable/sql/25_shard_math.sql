@@ -40,11 +40,29 @@ BEGIN
 END
 $plan$;
 
+-- Whether the two (free) shards in states (v0, t0, p0) and (v1, t1, p1)
+-- serve count at `at` by _plan, on what each could give then (_tokens).
+CREATE FUNCTION rate_limiter._pair_served(kind rate_limiter.kind, rate float8, period bigint, capacity float8,
+                                          v0 float8, t0 bigint, p0 float8, v1 float8, t1 bigint, p1 float8,
+                                          count float8, allowed float8, at bigint)
+RETURNS boolean
+LANGUAGE plpgsql IMMUTABLE STRICT PARALLEL SAFE
+AS $pair_served$
+DECLARE
+    a record := rate_limiter._refill(kind, rate, period, capacity, v0, t0, p0, at);
+    b record := rate_limiter._refill(kind, rate, period, capacity, v1, t1, p1, at);
+BEGIN
+    RETURN (rate_limiter._plan(rate_limiter._tokens(kind, rate, period, a.new_value, a.new_ts, a.new_prev, at),
+                               rate_limiter._tokens(kind, rate, period, b.new_value, b.new_ts, b.new_prev, at),
+                               true, true, count, allowed)).how <> 'refused';
+END
+$pair_served$;
+
 -- The smallest delay t >= 1 after which the two (free) shards in states
 -- (v0, t0) and (v1, t1) serve count by _plan (shards::pair_retry_after):
 -- a binary search with the very test a later call applies.
 CREATE FUNCTION rate_limiter._pair_retry_after(kind rate_limiter.kind, rate float8, period bigint, capacity float8,
-                                               v0 float8, t0 bigint, v1 float8, t1 bigint,
+                                               v0 float8, t0 bigint, p0 float8, v1 float8, t1 bigint, p1 float8,
                                                count float8, allowed float8, now bigint)
 RETURNS bigint
 LANGUAGE plpgsql IMMUTABLE STRICT PARALLEL SAFE
@@ -53,21 +71,17 @@ DECLARE
     high bigint := 1;
     low bigint := 0;
     middle bigint;
-    a record;
-    b record;
 BEGIN
-    high := greatest(high, rate_limiter._retry_after(kind, rate, period, capacity, v0, t0, capacity, 0, now));
-    high := greatest(high, rate_limiter._retry_after(kind, rate, period, capacity, v1, t1, capacity, 0, now));
-    a := rate_limiter._refill(kind, rate, period, capacity, v0, t0, rate_limiter._add_sat(now, high));
-    b := rate_limiter._refill(kind, rate, period, capacity, v1, t1, rate_limiter._add_sat(now, high));
-    IF (rate_limiter._plan(a.new_value, b.new_value, true, true, count, allowed)).how = 'refused' THEN
+    high := greatest(high, rate_limiter._retry_after(kind, rate, period, capacity, v0, t0, p0, capacity, 0, now));
+    high := greatest(high, rate_limiter._retry_after(kind, rate, period, capacity, v1, t1, p1, capacity, 0, now));
+    IF NOT rate_limiter._pair_served(kind, rate, period, capacity, v0, t0, p0, v1, t1, p1, count, allowed,
+                                     rate_limiter._add_sat(now, high)) THEN
         RAISE EXCEPTION 'two full shards cannot serve this count' USING ERRCODE = '22003';
     END IF;
     WHILE high - low > 1 LOOP
         middle := low + (high - low) / 2;
-        a := rate_limiter._refill(kind, rate, period, capacity, v0, t0, rate_limiter._add_sat(now, middle));
-        b := rate_limiter._refill(kind, rate, period, capacity, v1, t1, rate_limiter._add_sat(now, middle));
-        IF (rate_limiter._plan(a.new_value, b.new_value, true, true, count, allowed)).how <> 'refused' THEN
+        IF rate_limiter._pair_served(kind, rate, period, capacity, v0, t0, p0, v1, t1, p1, count, allowed,
+                                     rate_limiter._add_sat(now, middle)) THEN
             high := middle;
         ELSE
             low := middle;
@@ -86,12 +100,12 @@ $pair_retry_after$;
 CREATE FUNCTION rate_limiter._evaluate_pair(kind rate_limiter.kind, config_rate float8, period bigint,
                                             config_capacity float8, config_max_reserved float8, shards int,
                                             start bigint, name text, key text,
-                                            value0 float8, ts0 bigint, writable0 boolean,
-                                            value1 float8, ts1 bigint, writable1 boolean,
+                                            value0 float8, ts0 bigint, prev0 float8, writable0 boolean,
+                                            value1 float8, ts1 bigint, prev1 float8, writable1 boolean,
                                             now bigint, count float8, reserve boolean,
                                             OUT ok boolean, OUT retry_after bigint, OUT remaining float8,
-                                            OUT new_value0 float8, OUT new_ts0 bigint,
-                                            OUT new_value1 float8, OUT new_ts1 bigint)
+                                            OUT new_value0 float8, OUT new_ts0 bigint, OUT new_prev0 float8,
+                                            OUT new_value1 float8, OUT new_ts1 bigint, OUT new_prev1 float8)
 LANGUAGE plpgsql IMMUTABLE PARALLEL SAFE
 AS $evaluate_pair$
 DECLARE
@@ -103,26 +117,33 @@ DECLARE
     a record;
     b record;
     chosen record;
+    tokens0 float8;
+    tokens1 float8;
     after0 float8;
     after1 float8;
     wait bigint;
+    sliding boolean := kind = 'sliding window';
 BEGIN
+    prev0 := coalesce(prev0, 0);
+    prev1 := coalesce(prev1, 0);
     IF value0 IS NULL THEN
         initial := rate_limiter._initial(kind, capacity, period, start, name, key, now);
-        value0 := initial.value; ts0 := initial.ts;
+        value0 := initial.value; ts0 := initial.ts; prev0 := initial.prev;
     END IF;
     IF value1 IS NULL THEN
         initial := rate_limiter._initial(kind, capacity, period, start, name, key, now);
-        value1 := initial.value; ts1 := initial.ts;
+        value1 := initial.value; ts1 := initial.ts; prev1 := initial.prev;
     END IF;
-    a := rate_limiter._refill(kind, rate, period, capacity, value0, ts0, now);
-    b := rate_limiter._refill(kind, rate, period, capacity, value1, ts1, now);
-    chosen := rate_limiter._plan(a.new_value, b.new_value, writable0, writable1, count, allowed);
+    a := rate_limiter._refill(kind, rate, period, capacity, value0, ts0, prev0, now);
+    b := rate_limiter._refill(kind, rate, period, capacity, value1, ts1, prev1, now);
+    tokens0 := rate_limiter._tokens(kind, rate, period, a.new_value, a.new_ts, a.new_prev, now);
+    tokens1 := rate_limiter._tokens(kind, rate, period, b.new_value, b.new_ts, b.new_prev, now);
+    chosen := rate_limiter._plan(tokens0, tokens1, writable0, writable1, count, allowed);
     IF chosen.how = 'refused' THEN
         ok := false;
-        retry_after := rate_limiter._pair_retry_after(kind, rate, period, capacity, value0, ts0, value1, ts1,
-                                                      count, allowed, now);
-        remaining := rate_limiter._mul(rate_limiter._div(rate_limiter._add(a.new_value, b.new_value), 2.0::float8),
+        retry_after := rate_limiter._pair_retry_after(kind, rate, period, capacity, value0, ts0, prev0,
+                                                      value1, ts1, prev1, count, allowed, now);
+        remaining := rate_limiter._mul(rate_limiter._div(rate_limiter._add(tokens0, tokens1), 2.0::float8),
                                        shards::float8);
         RETURN;
     END IF;
@@ -130,23 +151,33 @@ BEGIN
         RAISE EXCEPTION 'the limit''s value would be out of range (%)', rate_limiter._show(chosen.value) USING ERRCODE = '22003';
     END IF;
     ok := true;
+    -- The states after taking (decision::take, decision::settle): a
+    -- sliding window counts what each shard gave in its window.
     IF chosen.how = 'single 0' THEN
-        new_value0 := chosen.value; new_ts0 := a.new_ts;
+        new_value0 := CASE WHEN sliding THEN rate_limiter._ieee('+', a.new_value, count) ELSE chosen.value END;
+        new_ts0 := a.new_ts; new_prev0 := a.new_prev;
     ELSIF chosen.how = 'single 1' THEN
-        new_value1 := chosen.value; new_ts1 := b.new_ts;
+        new_value1 := CASE WHEN sliding THEN rate_limiter._ieee('+', b.new_value, count) ELSE chosen.value END;
+        new_ts1 := b.new_ts; new_prev1 := b.new_prev;
     ELSE
         -- least: float rounding must never add tokens to a shard.
-        new_value0 := least(chosen.value, a.new_value); new_ts0 := a.new_ts;
-        new_value1 := least(chosen.value, b.new_value); new_ts1 := b.new_ts;
+        new_value0 := least(chosen.value, tokens0); new_ts0 := a.new_ts; new_prev0 := a.new_prev;
+        new_value1 := least(chosen.value, tokens1); new_ts1 := b.new_ts; new_prev1 := b.new_prev;
+        IF sliding THEN
+            new_value0 := rate_limiter._ieee('+', a.new_value, greatest(rate_limiter._ieee('-', tokens0, new_value0), 0));
+            new_value1 := rate_limiter._ieee('+', b.new_value, greatest(rate_limiter._ieee('-', tokens1, new_value1), 0));
+        END IF;
     END IF;
-    after0 := coalesce(new_value0, a.new_value);
-    after1 := coalesce(new_value1, b.new_value);
-    IF new_value0 < 0 THEN
-        wait := rate_limiter._retry_after(kind, rate, period, capacity, new_value0, new_ts0, 0, 0, now);
+    after0 := CASE WHEN new_value0 IS NULL THEN tokens0
+                   ELSE rate_limiter._tokens(kind, rate, period, new_value0, new_ts0, new_prev0, now) END;
+    after1 := CASE WHEN new_value1 IS NULL THEN tokens1
+                   ELSE rate_limiter._tokens(kind, rate, period, new_value1, new_ts1, new_prev1, now) END;
+    IF new_value0 IS NOT NULL AND after0 < 0 THEN
+        wait := rate_limiter._retry_after(kind, rate, period, capacity, new_value0, new_ts0, new_prev0, 0, 0, now);
         retry_after := greatest(retry_after, wait);
     END IF;
-    IF new_value1 < 0 THEN
-        wait := rate_limiter._retry_after(kind, rate, period, capacity, new_value1, new_ts1, 0, 0, now);
+    IF new_value1 IS NOT NULL AND after1 < 0 THEN
+        wait := rate_limiter._retry_after(kind, rate, period, capacity, new_value1, new_ts1, new_prev1, 0, 0, now);
         retry_after := greatest(retry_after, wait);
     END IF;
     remaining := rate_limiter._mul(rate_limiter._div(rate_limiter._add(after0, after1), 2.0::float8), shards::float8);
@@ -188,12 +219,12 @@ $sum$;
 CREATE FUNCTION rate_limiter._evaluate_fullest(kind rate_limiter.kind, config_rate float8, period bigint,
                                                config_capacity float8, config_max_reserved float8, shards int,
                                                start bigint, name text, key text,
-                                               stored_values float8[], stored_tss bigint[],
+                                               stored_values float8[], stored_tss bigint[], stored_prevs float8[],
                                                now bigint, count float8, reserve boolean,
                                                OUT ok boolean, OUT retry_after bigint, OUT remaining float8,
                                                OUT best0 int, OUT best1 int,
-                                               OUT new_value0 float8, OUT new_ts0 bigint,
-                                               OUT new_value1 float8, OUT new_ts1 bigint)
+                                               OUT new_value0 float8, OUT new_ts0 bigint, OUT new_prev0 float8,
+                                               OUT new_value1 float8, OUT new_ts1 bigint, OUT new_prev1 float8)
 LANGUAGE plpgsql IMMUTABLE PARALLEL SAFE
 AS $evaluate_fullest$
 DECLARE
@@ -227,16 +258,17 @@ BEGIN
     IF rowless0 IS NOT NULL THEN
         rowless1 := pg_catalog.array_position(stored_values, NULL, rowless0 + 1);
         initial := rate_limiter._initial(kind, capacity, period, start, name, key, now);
-        refilled := rate_limiter._refill(kind, rate, period, capacity, initial.value, initial.ts, now);
-        rowless := refilled.new_value;
+        refilled := rate_limiter._refill(kind, rate, period, capacity, initial.value, initial.ts, initial.prev, now);
+        rowless := rate_limiter._tokens(kind, rate, period, refilled.new_value, refilled.new_ts, refilled.new_prev, now);
         values_now := pg_catalog.array_fill(rowless, ARRAY[shards]);
         largest := pg_catalog.abs(rowless);
     ELSE
         values_now := pg_catalog.array_fill(0::float8, ARRAY[shards]);
     END IF;
     FOR i IN SELECT o.n FROM pg_catalog.unnest(stored_values) WITH ORDINALITY AS o(v, n) WHERE o.v IS NOT NULL LOOP
-        refilled := rate_limiter._refill(kind, rate, period, capacity, stored_values[i], stored_tss[i], now);
-        v := refilled.new_value;
+        refilled := rate_limiter._refill(kind, rate, period, capacity, stored_values[i], stored_tss[i],
+                                         coalesce(stored_prevs[i], 0), now);
+        v := rate_limiter._tokens(kind, rate, period, refilled.new_value, refilled.new_ts, refilled.new_prev, now);
         values_now[i] := v;
         largest := greatest(largest, pg_catalog.abs(v));
         IF row0 IS NULL OR v > row0_value THEN
@@ -253,15 +285,15 @@ BEGIN
     best1 := best[2];
     decision := rate_limiter._evaluate_pair(kind, config_rate, period, config_capacity, config_max_reserved, shards,
         start, name, key,
-        stored_values[best0 + 1], stored_tss[best0 + 1], true,
-        stored_values[best1 + 1], stored_tss[best1 + 1], true,
+        stored_values[best0 + 1], stored_tss[best0 + 1], stored_prevs[best0 + 1], true,
+        stored_values[best1 + 1], stored_tss[best1 + 1], stored_prevs[best1 + 1], true,
         now, count, reserve);
     total := rate_limiter._sum(values_now, '-0'::float8, largest);
     ok := decision.ok;
     retry_after := decision.retry_after;
     remaining := CASE WHEN decision.ok THEN rate_limiter._sub(total, count) ELSE total END;
-    new_value0 := decision.new_value0; new_ts0 := decision.new_ts0;
-    new_value1 := decision.new_value1; new_ts1 := decision.new_ts1;
+    new_value0 := decision.new_value0; new_ts0 := decision.new_ts0; new_prev0 := decision.new_prev0;
+    new_value1 := decision.new_value1; new_ts1 := decision.new_ts1; new_prev1 := decision.new_prev1;
 END
 $evaluate_fullest$;
 
@@ -269,29 +301,38 @@ $evaluate_fullest$;
 -- count shared out, the emptiest shard first (ties: the lower shard),
 -- none above capacity. values and tss: the stored states (no NULLs).
 CREATE FUNCTION rate_limiter._credit(kind rate_limiter.kind, rate float8, period bigint, capacity float8,
-                                     stored_values float8[], stored_tss bigint[], count float8, now bigint,
-                                     OUT new_values float8[], OUT new_tss bigint[])
+                                     stored_values float8[], stored_tss bigint[], stored_prevs float8[],
+                                     count float8, now bigint,
+                                     OUT new_values float8[], OUT new_tss bigint[], OUT new_prevs float8[])
 LANGUAGE plpgsql IMMUTABLE STRICT PARALLEL SAFE
 AS $credit$
 DECLARE
     refilled record;
     left_over float8 := count;
+    tokens_now float8[] := ARRAY[]::float8[];
     room float8;
     taken float8;
     i int;
 BEGIN
     new_values := ARRAY[]::float8[];
     new_tss := ARRAY[]::bigint[];
+    new_prevs := ARRAY[]::float8[];
     FOR n IN 1..pg_catalog.cardinality(stored_values) LOOP
-        refilled := rate_limiter._refill(kind, rate, period, capacity, stored_values[n], stored_tss[n], now);
+        refilled := rate_limiter._refill(kind, rate, period, capacity, stored_values[n], stored_tss[n],
+                                         coalesce(stored_prevs[n], 0), now);
         new_values := new_values || refilled.new_value;
         new_tss := new_tss || refilled.new_ts;
+        new_prevs := new_prevs || refilled.new_prev;
+        tokens_now := tokens_now || rate_limiter._tokens(kind, rate, period, refilled.new_value, refilled.new_ts,
+                                                         refilled.new_prev, now);
     END LOOP;
-    FOR i IN SELECT o.n FROM pg_catalog.unnest(new_values) WITH ORDINALITY AS o(v, n) ORDER BY o.v, o.n LOOP
+    FOR i IN SELECT o.n FROM pg_catalog.unnest(tokens_now) WITH ORDINALITY AS o(v, n) ORDER BY o.v, o.n LOOP
         EXIT WHEN left_over <= 0;
-        room := greatest(capacity - new_values[i], 0);
+        -- A sliding window gives back at most what its current window
+        -- admitted: its previous window's count is history.
+        room := greatest(CASE WHEN kind = 'sliding window' THEN new_values[i] ELSE capacity - new_values[i] END, 0);
         taken := least(room, left_over);
-        new_values[i] := new_values[i] + taken;
+        new_values[i] := CASE WHEN kind = 'sliding window' THEN new_values[i] - taken ELSE new_values[i] + taken END;
         left_over := left_over - taken;
     END LOOP;
 END
@@ -302,7 +343,7 @@ $credit$;
 -- as for _evaluate_fullest (NULL: no row).
 CREATE FUNCTION rate_limiter._status(kind rate_limiter.kind, config_rate float8, period bigint,
                                      config_capacity float8, shards int, start bigint, name text, key text,
-                                     stored_values float8[], stored_tss bigint[], now bigint,
+                                     stored_values float8[], stored_tss bigint[], stored_prevs float8[], now bigint,
                                      OUT value float8, OUT full_at bigint)
 LANGUAGE plpgsql IMMUTABLE PARALLEL SAFE
 AS $status$
@@ -312,6 +353,7 @@ DECLARE
     initial record;
     refilled record;
     values_now float8[];
+    tokens float8;
     i bigint;
     largest float8 := 0;
 BEGIN
@@ -321,23 +363,28 @@ BEGIN
     -- then each stored row's state replaces its element (work per row).
     IF pg_catalog.array_position(stored_values, NULL) IS NOT NULL THEN
         initial := rate_limiter._initial(kind, capacity, period, start, name, key, now);
-        refilled := rate_limiter._refill(kind, rate, period, capacity, initial.value, initial.ts, now);
-        values_now := pg_catalog.array_fill(refilled.new_value, ARRAY[shards]);
-        largest := pg_catalog.abs(refilled.new_value);
-        IF refilled.new_value < capacity THEN
+        refilled := rate_limiter._refill(kind, rate, period, capacity, initial.value, initial.ts, initial.prev, now);
+        tokens := rate_limiter._tokens(kind, rate, period, refilled.new_value, refilled.new_ts, refilled.new_prev, now);
+        values_now := pg_catalog.array_fill(tokens, ARRAY[shards]);
+        largest := pg_catalog.abs(tokens);
+        IF tokens < capacity THEN
             full_at := greatest(full_at, rate_limiter._add_sat(now,
-                rate_limiter._retry_after(kind, rate, period, capacity, initial.value, initial.ts, capacity, 0, now)));
+                rate_limiter._retry_after(kind, rate, period, capacity, initial.value, initial.ts, initial.prev,
+                                          capacity, 0, now)));
         END IF;
     ELSE
         values_now := pg_catalog.array_fill(0::float8, ARRAY[shards]);
     END IF;
     FOR i IN SELECT o.n FROM pg_catalog.unnest(stored_values) WITH ORDINALITY AS o(v, n) WHERE o.v IS NOT NULL LOOP
-        refilled := rate_limiter._refill(kind, rate, period, capacity, stored_values[i], stored_tss[i], now);
-        values_now[i] := refilled.new_value;
-        largest := greatest(largest, pg_catalog.abs(refilled.new_value));
-        IF refilled.new_value < capacity THEN
+        refilled := rate_limiter._refill(kind, rate, period, capacity, stored_values[i], stored_tss[i],
+                                         coalesce(stored_prevs[i], 0), now);
+        tokens := rate_limiter._tokens(kind, rate, period, refilled.new_value, refilled.new_ts, refilled.new_prev, now);
+        values_now[i] := tokens;
+        largest := greatest(largest, pg_catalog.abs(tokens));
+        IF tokens < capacity THEN
             full_at := greatest(full_at, rate_limiter._add_sat(now,
-                rate_limiter._retry_after(kind, rate, period, capacity, stored_values[i], stored_tss[i], capacity, 0, now)));
+                rate_limiter._retry_after(kind, rate, period, capacity, stored_values[i], stored_tss[i],
+                                          coalesce(stored_prevs[i], 0), capacity, 0, now)));
         END IF;
     END LOOP;
     value := rate_limiter._sum(values_now, 0::float8, largest);

@@ -12,22 +12,25 @@
 -- no row or it is of another regime; present: there is a row (of any
 -- regime: a write updates it).
 CREATE FUNCTION rate_limiter._row(name text, key text, shard int2, lock boolean, regime bigint,
-                                  OUT value float8, OUT ts bigint, OUT present boolean)
+                                  OUT value float8, OUT ts bigint, OUT present boolean, OUT prev float8)
 LANGUAGE plpgsql VOLATILE
 AS $row$
 DECLARE
     stored_regime bigint;
 BEGIN
     IF NOT lock AND key IS NULL THEN
-        SELECT r.value, rate_limiter._micros(r.ts), r.regime INTO value, ts, stored_regime FROM rate_limiter.rate_limits AS r
+        SELECT r.value, rate_limiter._micros(r.ts), r.regime, r.prev INTO value, ts, stored_regime, prev
+        FROM rate_limiter.rate_limits AS r
         WHERE r.name = _row.name AND r.key IS NULL AND r.shard = _row.shard;
         present := FOUND;
     ELSIF NOT lock THEN
-        SELECT r.value, rate_limiter._micros(r.ts), r.regime INTO value, ts, stored_regime FROM rate_limiter.rate_limits AS r
+        SELECT r.value, rate_limiter._micros(r.ts), r.regime, r.prev INTO value, ts, stored_regime, prev
+        FROM rate_limiter.rate_limits AS r
         WHERE r.name = _row.name AND r.key = _row.key AND r.shard = _row.shard;
         present := FOUND;
     ELSIF pg_catalog.current_setting('transaction_isolation') = 'read committed' THEN
-        SELECT locked.value, locked.ts, locked.regime, locked.present INTO value, ts, stored_regime, present
+        SELECT locked.value, locked.ts, locked.regime, locked.present, locked.prev
+        INTO value, ts, stored_regime, present, prev
         FROM rate_limiter._locked_row(name, key, shard) AS locked;
     ELSE
         -- Under REPEATABLE READ or SERIALIZABLE a row that another
@@ -38,26 +41,29 @@ BEGIN
         -- (ON CONFLICT meets a row the snapshot cannot see), so the call
         -- never decides on a state it did not read.
         BEGIN
-            SELECT locked.value, locked.ts, locked.regime, locked.present INTO value, ts, stored_regime, present
+            SELECT locked.value, locked.ts, locked.regime, locked.present, locked.prev
+        INTO value, ts, stored_regime, present, prev
             FROM rate_limiter._locked_row(name, key, shard) AS locked;
         EXCEPTION WHEN serialization_failure THEN
             value := NULL;
             ts := NULL;
+            prev := NULL;
             present := false;
         END;
     END IF;
     IF present AND stored_regime IS DISTINCT FROM regime THEN
         value := NULL;
         ts := NULL;
+        prev := NULL;
     END IF;
 END
 $row$;
 
 -- The stored states of the shards of (name, key) under regime: values[i],
--- tss[i] for shard i - 1 (NULL: no row, or one of another regime),
+-- tss[i], prevs[i] for shard i - 1 (NULL: no row, or one of another regime),
 -- without a lock.
 CREATE FUNCTION rate_limiter._states(name text, key text, shards int, regime bigint,
-                                     OUT stored_values float8[], OUT stored_tss bigint[])
+                                     OUT stored_values float8[], OUT stored_tss bigint[], OUT stored_prevs float8[])
 LANGUAGE plpgsql STABLE
 AS $states$
 DECLARE
@@ -65,19 +71,22 @@ DECLARE
 BEGIN
     stored_values := pg_catalog.array_fill(NULL::float8, ARRAY[shards]);
     stored_tss := pg_catalog.array_fill(NULL::bigint, ARRAY[shards]);
+    stored_prevs := pg_catalog.array_fill(NULL::float8, ARRAY[shards]);
     IF key IS NULL THEN
-        FOR found_row IN SELECT r.shard, r.value, r.ts FROM rate_limiter.rate_limits AS r
+        FOR found_row IN SELECT r.shard, r.value, r.ts, r.prev FROM rate_limiter.rate_limits AS r
                          WHERE r.name = _states.name AND r.key IS NULL AND r.shard < shards
                            AND r.regime IS NOT DISTINCT FROM _states.regime LOOP
             stored_values[found_row.shard + 1] := found_row.value;
             stored_tss[found_row.shard + 1] := rate_limiter._micros(found_row.ts);
+            stored_prevs[found_row.shard + 1] := found_row.prev;
         END LOOP;
     ELSE
-        FOR found_row IN SELECT r.shard, r.value, r.ts FROM rate_limiter.rate_limits AS r
+        FOR found_row IN SELECT r.shard, r.value, r.ts, r.prev FROM rate_limiter.rate_limits AS r
                          WHERE r.name = _states.name AND r.key = _states.key AND r.shard < shards
                            AND r.regime IS NOT DISTINCT FROM _states.regime LOOP
             stored_values[found_row.shard + 1] := found_row.value;
             stored_tss[found_row.shard + 1] := rate_limiter._micros(found_row.ts);
+            stored_prevs[found_row.shard + 1] := found_row.prev;
         END LOOP;
     END IF;
 END
@@ -87,15 +96,18 @@ $states$;
 -- holder): its state and regime, and present; NULLs and false when there
 -- is no row.
 CREATE FUNCTION rate_limiter._locked_row(name text, key text, shard int2,
-                                         OUT value float8, OUT ts bigint, OUT regime bigint, OUT present boolean)
+                                         OUT value float8, OUT ts bigint, OUT regime bigint, OUT present boolean,
+                                         OUT prev float8)
 LANGUAGE plpgsql VOLATILE
 AS $locked_row$
 BEGIN
     IF key IS NULL THEN
-        SELECT r.value, rate_limiter._micros(r.ts), r.regime INTO value, ts, regime FROM rate_limiter.rate_limits AS r
+        SELECT r.value, rate_limiter._micros(r.ts), r.regime, r.prev INTO value, ts, regime, prev
+        FROM rate_limiter.rate_limits AS r
         WHERE r.name = _locked_row.name AND r.key IS NULL AND r.shard = _locked_row.shard FOR UPDATE;
     ELSE
-        SELECT r.value, rate_limiter._micros(r.ts), r.regime INTO value, ts, regime FROM rate_limiter.rate_limits AS r
+        SELECT r.value, rate_limiter._micros(r.ts), r.regime, r.prev INTO value, ts, regime, prev
+        FROM rate_limiter.rate_limits AS r
         WHERE r.name = _locked_row.name AND r.key = _locked_row.key AND r.shard = _locked_row.shard FOR UPDATE;
     END IF;
     present := FOUND;
@@ -107,25 +119,27 @@ $locked_row$;
 -- inserts it; false when another transaction inserted it first (the call
 -- then starts again).
 CREATE FUNCTION rate_limiter._write(name text, key text, shard int2, existed boolean, value float8, ts bigint,
-                                    regime bigint)
+                                    regime bigint, prev float8)
 RETURNS boolean
 LANGUAGE plpgsql VOLATILE
 AS $write$
 DECLARE
     at timestamptz := rate_limiter._timestamp(ts);
+    -- prev is stored NULL when 0 (the native storage::layout does the same).
+    stored_prev float8 := CASE WHEN prev = 0 THEN NULL ELSE prev END;
 BEGIN
     IF existed THEN
         IF key IS NULL THEN
-            UPDATE rate_limiter.rate_limits AS r SET value = _write.value, ts = at, regime = _write.regime
+            UPDATE rate_limiter.rate_limits AS r SET value = _write.value, ts = at, regime = _write.regime, prev = stored_prev
             WHERE r.name = _write.name AND r.key IS NULL AND r.shard = _write.shard;
         ELSE
-            UPDATE rate_limiter.rate_limits AS r SET value = _write.value, ts = at, regime = _write.regime
+            UPDATE rate_limiter.rate_limits AS r SET value = _write.value, ts = at, regime = _write.regime, prev = stored_prev
             WHERE r.name = _write.name AND r.key = _write.key AND r.shard = _write.shard;
         END IF;
         RETURN true;
     END IF;
-    INSERT INTO rate_limiter.rate_limits AS r (name, key, shard, value, ts, regime)
-    VALUES (_write.name, _write.key, _write.shard, _write.value, at, _write.regime)
+    INSERT INTO rate_limiter.rate_limits AS r (name, key, shard, value, ts, regime, prev)
+    VALUES (_write.name, _write.key, _write.shard, _write.value, at, _write.regime, stored_prev)
     ON CONFLICT ON CONSTRAINT rate_limits_name_key_shard_key DO NOTHING;
     RETURN FOUND;
 END

@@ -145,11 +145,11 @@ BEGIN
             END IF;
             capacity := coalesce(config.capacity, config.rate);
             decision := rate_limiter._evaluate(config.kind, config.rate, limit_.period, capacity, config.max_reserved,
-                                               limit_.start, name, key, stored.value, stored.ts, rate_limiter._now(),
-                                               count, reserve);
+                                               limit_.start, name, key, stored.value, stored.ts, stored.prev,
+                                               rate_limiter._now(), count, reserve);
             IF decision.new_value IS NOT NULL
                AND NOT rate_limiter._write(name, key, 0::int2, stored.present, decision.new_value, decision.new_ts,
-                                           limit_.regime) THEN
+                                           limit_.regime, decision.new_prev) THEN
                 -- Another transaction created the row first: take it.
                 CONTINUE;
             END IF;
@@ -194,7 +194,7 @@ BEGIN
         stored := rate_limiter._states(name, key, config.shards, regime);
         decision := rate_limiter._evaluate_fullest(config.kind, config.rate, period,
             coalesce(config.capacity, config.rate), config.max_reserved, config.shards, start, name, key,
-            stored.stored_values, stored.stored_tss, rate_limiter._now(), count, reserve);
+            stored.stored_values, stored.stored_tss, stored.stored_prevs, rate_limiter._now(), count, reserve);
         IF decision.new_value0 IS NOT NULL THEN
             new_ts0 := decision.new_ts0;
         END IF;
@@ -205,7 +205,7 @@ BEGIN
         stored := rate_limiter._row(name, key, 0::int2, false, regime);
         decision := rate_limiter._evaluate(config.kind, config.rate, period, coalesce(config.capacity, config.rate),
                                            config.max_reserved, start, name, key, stored.value, stored.ts,
-                                           rate_limiter._now(), count, reserve);
+                                           stored.prev, rate_limiter._now(), count, reserve);
         IF decision.new_value IS NOT NULL THEN
             new_ts := decision.new_ts;
         END IF;
@@ -338,7 +338,7 @@ BEGIN
     -- or a row of another regime
     -- (42_overrides.sql), a refusal, a
     -- reservation, numbers near the ends of float8, a fixed window without
-    -- a start, a lost race to insert, read-only or stricter isolation,
+    -- a start, a sliding window, a lost race to insert, read-only or stricter isolation,
     -- lock-free refusals turned off) takes the general path, which then
     -- holds the lock taken here, if any. (An override() rewrites the
     -- definition's row: the insert below, guarded by the version read,
@@ -364,7 +364,8 @@ BEGIN
         IF limit_period_us >= 1 AND limit_period_us <= 9223372036854775807 AND NOT overridden
            AND limit_block_for IS NULL
            AND limit_rate >= 1e-280 AND limit_rate <= 1e280 AND limit_capacity <= 1e280
-           AND count <= limit_capacity AND (limit_kind = 'token bucket' OR limit_start IS NOT NULL)
+           AND count <= limit_capacity
+           AND (limit_kind = 'token bucket' OR (limit_kind = 'fixed window' AND limit_start IS NOT NULL))
            AND (lock_free = 'on' OR lock_free IS NULL OR lock_free = '' OR rate_limiter._lock_free()) THEN
             limit_period := limit_period_us::bigint;
             override := pg_catalog.current_setting('rate_limiter.now_override', true);

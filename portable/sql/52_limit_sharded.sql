@@ -64,7 +64,8 @@ $new_row_busy$;
 -- row of another regime than regime has no state (NULLs: full); present:
 -- there is a row.
 CREATE FUNCTION rate_limiter._peek_shard(name text, key text, shard int2, regime bigint,
-                                         OUT how text, OUT value float8, OUT ts bigint, OUT present boolean)
+                                         OUT how text, OUT value float8, OUT ts bigint, OUT present boolean,
+                                         OUT prev float8)
 LANGUAGE plpgsql VOLATILE
 AS $peek_shard$
 DECLARE
@@ -76,11 +77,11 @@ DECLARE
     own xid8;
 BEGIN
     IF key IS NULL THEN
-        SELECT r.value, rate_limiter._micros(r.ts), r.xmax, r.regime INTO value, ts, held_by, stored_regime
+        SELECT r.value, rate_limiter._micros(r.ts), r.xmax, r.regime, r.prev INTO value, ts, held_by, stored_regime, prev
         FROM rate_limiter.rate_limits AS r
         WHERE r.name = _peek_shard.name AND r.key IS NULL AND r.shard = _peek_shard.shard;
     ELSE
-        SELECT r.value, rate_limiter._micros(r.ts), r.xmax, r.regime INTO value, ts, held_by, stored_regime
+        SELECT r.value, rate_limiter._micros(r.ts), r.xmax, r.regime, r.prev INTO value, ts, held_by, stored_regime, prev
         FROM rate_limiter.rate_limits AS r
         WHERE r.name = _peek_shard.name AND r.key = _peek_shard.key AND r.shard = _peek_shard.shard;
     END IF;
@@ -92,6 +93,7 @@ BEGIN
     IF stored_regime IS DISTINCT FROM regime THEN
         value := NULL;
         ts := NULL;
+        prev := NULL;
     END IF;
     how := 'row';
     IF held_by::text = '0' THEN
@@ -122,17 +124,19 @@ $peek_shard$;
 -- locked; NULLs and false when another transaction holds it (or it is
 -- gone).
 CREATE FUNCTION rate_limiter._lock_shard(name text, key text, shard int2, regime bigint,
-                                         OUT value float8, OUT ts bigint, OUT locked boolean)
+                                         OUT value float8, OUT ts bigint, OUT locked boolean, OUT prev float8)
 LANGUAGE plpgsql VOLATILE
 AS $lock_shard$
 DECLARE
     stored_regime bigint;
 BEGIN
     IF key IS NULL THEN
-        SELECT r.value, rate_limiter._micros(r.ts), r.regime INTO value, ts, stored_regime FROM rate_limiter.rate_limits AS r
+        SELECT r.value, rate_limiter._micros(r.ts), r.regime, r.prev INTO value, ts, stored_regime, prev
+        FROM rate_limiter.rate_limits AS r
         WHERE r.name = _lock_shard.name AND r.key IS NULL AND r.shard = _lock_shard.shard FOR UPDATE SKIP LOCKED;
     ELSE
-        SELECT r.value, rate_limiter._micros(r.ts), r.regime INTO value, ts, stored_regime FROM rate_limiter.rate_limits AS r
+        SELECT r.value, rate_limiter._micros(r.ts), r.regime, r.prev INTO value, ts, stored_regime, prev
+        FROM rate_limiter.rate_limits AS r
         WHERE r.name = _lock_shard.name AND r.key = _lock_shard.key AND r.shard = _lock_shard.shard
         FOR UPDATE SKIP LOCKED;
     END IF;
@@ -140,6 +144,7 @@ BEGIN
     IF locked AND stored_regime IS DISTINCT FROM regime THEN
         value := NULL;
         ts := NULL;
+        prev := NULL;
     END IF;
 END
 $lock_shard$;
@@ -181,10 +186,12 @@ DECLARE
     free_locked boolean[] := ARRAY[]::boolean[];
     free_value float8[] := ARRAY[]::float8[];
     free_ts bigint[] := ARRAY[]::bigint[];
+    free_prev float8[] := ARRAY[]::float8[];
     busy_shard int[] := ARRAY[]::int[];
     busy_present boolean[] := ARRAY[]::boolean[];
     busy_value float8[] := ARRAY[]::float8[];
     busy_ts bigint[] := ARRAY[]::bigint[];
+    busy_prev float8[] := ARRAY[]::float8[];
     held int := -1;
     looked record;
     capacity float8 := coalesce(config.capacity, config.rate);
@@ -195,6 +202,7 @@ DECLARE
     partner_busy boolean;
     p_value float8;
     p_ts bigint;
+    p_prev float8;
     index_ int;
     lost int;
     locked_now boolean;
@@ -212,12 +220,14 @@ BEGIN
                 busy_present := busy_present || looked.present;
                 busy_value := busy_value || looked.value;
                 busy_ts := busy_ts || looked.ts;
+                busy_prev := busy_prev || looked.prev;
             ELSE
                 free_shard := free_shard || order_[next_];
                 free_exists := free_exists || (looked.how = 'row');
                 free_locked := free_locked || false;
                 free_value := free_value || looked.value;
                 free_ts := free_ts || looked.ts;
+                free_prev := free_prev || looked.prev;
             END IF;
             next_ := next_ + 1;
         END LOOP;
@@ -234,7 +244,8 @@ BEGIN
             IF waiting IS NULL THEN
                 -- Waiting could deadlock: answer for the first two drawn.
                 decision := rate_limiter._evaluate_pair(config.kind, config.rate, period, capacity, config.max_reserved,
-                    config.shards, start, name, key, busy_value[1], busy_ts[1], false, busy_value[2], busy_ts[2], false,
+                    config.shards, start, name, key, busy_value[1], busy_ts[1], busy_prev[1], false,
+                    busy_value[2], busy_ts[2], busy_prev[2], false,
                     rate_limiter._now(), count, reserve);
                 ok := decision.ok; retry_after := decision.retry_after; remaining := decision.remaining;
                 RETURN;
@@ -261,6 +272,7 @@ BEGIN
             free_locked := ARRAY[looked.present];
             free_value := ARRAY[looked.value];
             free_ts := ARRAY[looked.ts];
+            free_prev := ARRAY[looked.prev];
             IF looked.present THEN
                 held := greatest(held, busy_shard[waiting]);
             END IF;
@@ -268,6 +280,7 @@ BEGIN
             busy_present := busy_present[1:waiting - 1] || busy_present[waiting + 1:];
             busy_value := busy_value[1:waiting - 1] || busy_value[waiting + 1:];
             busy_ts := busy_ts[1:waiting - 1] || busy_ts[waiting + 1:];
+            busy_prev := busy_prev[1:waiting - 1] || busy_prev[waiting + 1:];
             CONTINUE;
         END IF;
         IF NOT inline_given AND NOT rate_limiter._still_applies(name, key, config, enforce, regime, NULL) THEN
@@ -277,19 +290,19 @@ BEGIN
         -- The pair: a second free shard, else the first busy one, read-only.
         partner_busy := pg_catalog.cardinality(free_shard) = 1;
         IF partner_busy THEN
-            p_value := busy_value[1]; p_ts := busy_ts[1];
+            p_value := busy_value[1]; p_ts := busy_ts[1]; p_prev := busy_prev[1];
         ELSE
-            p_value := free_value[2]; p_ts := free_ts[2];
+            p_value := free_value[2]; p_ts := free_ts[2]; p_prev := free_prev[2];
         END IF;
         decision := rate_limiter._evaluate_pair(config.kind, config.rate, period, capacity, config.max_reserved,
-            config.shards, start, name, key, free_value[1], free_ts[1], true,
-            p_value, p_ts, NOT partner_busy, rate_limiter._now(), count, reserve);
+            config.shards, start, name, key, free_value[1], free_ts[1], free_prev[1], true,
+            p_value, p_ts, p_prev, NOT partner_busy, rate_limiter._now(), count, reserve);
         IF NOT decision.ok AND partner_busy AND held < busy_shard[1] THEN
             -- Refused with a busy partner: if the partner is what stands in
             -- the way, wait for it and decide again.
             trial := rate_limiter._evaluate_pair(config.kind, config.rate, period, capacity, config.max_reserved,
-                config.shards, start, name, key, free_value[1], free_ts[1], true,
-                p_value, p_ts, true, rate_limiter._now(), count, reserve);
+                config.shards, start, name, key, free_value[1], free_ts[1], free_prev[1], true,
+                p_value, p_ts, p_prev, true, rate_limiter._now(), count, reserve);
             IF trial.ok THEN
                 IF rate_limiter._lock_free() THEN
                     committed := rate_limiter._committed(name, key, count, reserve, config, period, start, regime);
@@ -304,6 +317,7 @@ BEGIN
                 free_locked := free_locked || looked.present;
                 free_value := free_value || looked.value;
                 free_ts := free_ts || looked.ts;
+                free_prev := free_prev || looked.prev;
                 IF looked.present THEN
                     held := greatest(held, busy_shard[1]);
                 END IF;
@@ -311,6 +325,7 @@ BEGIN
                 busy_present := busy_present[2:];
                 busy_value := busy_value[2:];
                 busy_ts := busy_ts[2:];
+                busy_prev := busy_prev[2:];
                 CONTINUE;
             END IF;
         END IF;
@@ -336,6 +351,7 @@ BEGIN
                 free_locked[i] := true;
                 free_value[i] := looked.value;
                 free_ts[i] := looked.ts;
+                free_prev[i] := looked.prev;
                 held := greatest(held, free_shard[i]);
                 locked_now := true;
             END IF;
@@ -348,16 +364,19 @@ BEGIN
                 free_exists[lost] := false;
                 free_value[lost] := NULL;
                 free_ts[lost] := NULL;
+                free_prev[lost] := NULL;
             ELSE
                 busy_shard := free_shard[lost] || busy_shard;
                 busy_present := looked.present || busy_present;
                 busy_value := looked.value || busy_value;
                 busy_ts := looked.ts || busy_ts;
+                busy_prev := looked.prev || busy_prev;
                 free_shard := free_shard[1:lost - 1] || free_shard[lost + 1:];
                 free_exists := free_exists[1:lost - 1] || free_exists[lost + 1:];
                 free_locked := free_locked[1:lost - 1] || free_locked[lost + 1:];
                 free_value := free_value[1:lost - 1] || free_value[lost + 1:];
                 free_ts := free_ts[1:lost - 1] || free_ts[lost + 1:];
+                free_prev := free_prev[1:lost - 1] || free_prev[lost + 1:];
             END IF;
             CONTINUE;
         END IF;
@@ -371,7 +390,8 @@ BEGIN
             IF NOT free_exists[i] AND new_value IS NOT NULL THEN
                 lock := rate_limiter._new_row_lock(name, key, free_shard[i]::int2);
                 IF pg_catalog.pg_try_advisory_xact_lock(lock.k1, lock.k2)
-                   AND rate_limiter._write(name, key, free_shard[i]::int2, false, new_value, new_ts, regime) THEN
+                   AND rate_limiter._write(name, key, free_shard[i]::int2, false, new_value, new_ts, regime,
+                                           CASE WHEN i = 1 THEN decision.new_prev0 ELSE decision.new_prev1 END) THEN
                     inserted := inserted || free_shard[i];
                 ELSE
                     -- Another transaction inserted it first, or is
@@ -395,7 +415,8 @@ BEGIN
             new_value := CASE WHEN i = 1 THEN decision.new_value0 ELSE decision.new_value1 END;
             IF free_exists[i] AND new_value IS NOT NULL THEN
                 PERFORM rate_limiter._write(name, key, free_shard[i]::int2, true, new_value,
-                    CASE WHEN i = 1 THEN decision.new_ts0 ELSE decision.new_ts1 END, regime);
+                    CASE WHEN i = 1 THEN decision.new_ts0 ELSE decision.new_ts1 END, regime,
+                    CASE WHEN i = 1 THEN decision.new_prev0 ELSE decision.new_prev1 END);
             END IF;
         END LOOP;
         ok := decision.ok;

@@ -82,8 +82,10 @@ DECLARE
     held text[] := ARRAY[]::text[];
     stored_values float8[] := ARRAY[]::float8[];
     stored_tss bigint[] := ARRAY[]::bigint[];
+    stored_prevs float8[] := ARRAY[]::float8[];
     current_values float8[];
     current_tss bigint[];
+    current_prevs float8[];
     changed boolean[];
     placeholders int := 0;
     looked record;
@@ -156,6 +158,7 @@ BEGIN
         held := ARRAY[]::text[];
         stored_values := ARRAY[]::float8[];
         stored_tss := ARRAY[]::bigint[];
+        stored_prevs := ARRAY[]::float8[];
         all_ok := true;
         placeholders := 0;
         first_row := pg_catalog.array_fill(0, ARRAY[coalesce(pg_catalog.cardinality(first_request), 0)]);
@@ -197,6 +200,7 @@ BEGIN
             END LOOP;
             stored_values := stored_values || looked.value;
             stored_tss := stored_tss || looked.ts;
+            stored_prevs := stored_prevs || looked.prev;
         END LOOP;
         -- Every definition used is still the one in force.
         FOR i IN 1..n LOOP
@@ -212,6 +216,7 @@ BEGIN
         now_ := rate_limiter._now();
         current_values := stored_values;
         current_tss := stored_tss;
+        current_prevs := stored_prevs;
         changed := pg_catalog.array_fill(false, ARRAY[coalesce(pg_catalog.cardinality(held), 0)]);
         oks := ARRAY[]::boolean[]; retry_afters := ARRAY[]::bigint[]; remainings := ARRAY[]::float8[];
         used_up := ARRAY[]::boolean[];
@@ -227,25 +232,29 @@ BEGIN
             ELSIF c.shards > 1 THEN
                 decision := rate_limiter._evaluate_fullest(c.kind, c.rate, periods[i], capacity, c.max_reserved, c.shards,
                     starts[i], names[i], keys[i], current_values[base:base + c.shards - 1], current_tss[base:base + c.shards - 1],
-                    now_, counts[i], reserve);
+                    current_prevs[base:base + c.shards - 1], now_, counts[i], reserve);
                 IF decision.ok THEN
                     IF decision.new_value0 IS NOT NULL THEN
                         current_values[base + decision.best0] := decision.new_value0;
                         current_tss[base + decision.best0] := decision.new_ts0;
+                        current_prevs[base + decision.best0] := decision.new_prev0;
                         changed[base + decision.best0] := true;
                     END IF;
                     IF decision.new_value1 IS NOT NULL THEN
                         current_values[base + decision.best1] := decision.new_value1;
                         current_tss[base + decision.best1] := decision.new_ts1;
+                        current_prevs[base + decision.best1] := decision.new_prev1;
                         changed[base + decision.best1] := true;
                     END IF;
                 END IF;
             ELSE
                 decision := rate_limiter._evaluate(c.kind, c.rate, periods[i], capacity, c.max_reserved, starts[i],
-                    names[i], keys[i], current_values[base], current_tss[base], now_, counts[i], reserve);
+                    names[i], keys[i], current_values[base], current_tss[base], current_prevs[base], now_, counts[i],
+                    reserve);
                 IF decision.ok AND decision.new_value IS NOT NULL THEN
                     current_values[base] := decision.new_value;
                     current_tss[base] := decision.new_ts;
+                    current_prevs[base] := decision.new_prev;
                     changed[base] := true;
                 END IF;
             END IF;
@@ -274,10 +283,11 @@ BEGIN
     PERFORM rate_limiter._delete_rows(names, keys, first_request, row_limit, row_shard, held, 'withdrawn');
     FOR r IN 1..coalesce(pg_catalog.cardinality(held), 0) LOOP
         IF changed[r] AND (held[r] = 'placeholder'
-                           OR (current_values[r], current_tss[r]) IS DISTINCT FROM (stored_values[r], stored_tss[r])) THEN
+                           OR (current_values[r], current_tss[r], current_prevs[r])
+                              IS DISTINCT FROM (stored_values[r], stored_tss[r], stored_prevs[r])) THEN
             PERFORM rate_limiter._write(names[first_request[row_limit[r]]], keys[first_request[row_limit[r]]],
                                         row_shard[r]::int2, true, current_values[r], current_tss[r],
-                                        regimes[first_request[row_limit[r]]]);
+                                        regimes[first_request[row_limit[r]]], coalesce(current_prevs[r], 0));
         END IF;
     END LOOP;
     -- Each limit with automatic blocks that its last request used up

@@ -18,7 +18,8 @@ DECLARE
 BEGIN
     now_ := rate_limiter._now();
     decided := rate_limiter._status(config.kind, config.rate, period, coalesce(config.capacity, config.rate),
-                                    config.shards, start, name, key, stored.stored_values, stored.stored_tss, now_);
+                                    config.shards, start, name, key, stored.stored_values, stored.stored_tss,
+                                    stored.stored_prevs, now_);
     value := decided.value;
     full_at := decided.full_at;
     IF blocked_until > now_ THEN

@@ -22,8 +22,11 @@ DECLARE
     held int[];
     held_values float8[];
     held_tss bigint[];
+    held_prevs float8[];
     credited record;
     value_after float8;
+    now_ bigint;
+    i int;
 BEGIN
     IF name IS NULL THEN
         RAISE EXCEPTION 'name must not be NULL' USING ERRCODE = '22004';
@@ -47,12 +50,14 @@ BEGIN
         held := ARRAY[]::int[];
         held_values := ARRAY[]::float8[];
         held_tss := ARRAY[]::bigint[];
+        held_prevs := ARRAY[]::float8[];
         FOR shard IN 0..greatest(c.shards, 1) - 1 LOOP
             looked := rate_limiter._row(name, key, shard::int2, true, resolved.regime);
             IF looked.value IS NOT NULL THEN
                 held := held || shard;
                 held_values := held_values || looked.value;
                 held_tss := held_tss || looked.ts;
+                held_prevs := held_prevs || looked.prev;
             END IF;
         END LOOP;
         IF NOT given AND NOT rate_limiter._still_applies(name, key, c, resolved.enforce, resolved.regime, resolved.blocked_until) THEN
@@ -60,19 +65,25 @@ BEGIN
         END IF;
         shard_rate := c.rate / greatest(c.shards, 1)::float8;
         shard_capacity := coalesce(c.capacity, c.rate) / greatest(c.shards, 1)::float8;
+        now_ := rate_limiter._now();
         credited := rate_limiter._credit(c.kind, shard_rate, resolved.period, shard_capacity,
-                                         held_values, held_tss, count, rate_limiter._now());
+                                         held_values, held_tss, held_prevs, count, now_);
         FOR i IN 1..pg_catalog.cardinality(held) LOOP
-            IF (credited.new_values[i], credited.new_tss[i]) IS DISTINCT FROM (held_values[i], held_tss[i]) THEN
+            IF (credited.new_values[i], credited.new_tss[i], credited.new_prevs[i])
+               IS DISTINCT FROM (held_values[i], held_tss[i], coalesce(held_prevs[i], 0)) THEN
                 PERFORM rate_limiter._write(name, key, held[i]::int2, true, credited.new_values[i], credited.new_tss[i],
-                                            resolved.regime);
+                                            resolved.regime, credited.new_prevs[i]);
             END IF;
         END LOOP;
-        -- The value afterwards, summed over the shards in order (a missing
-        -- shard is full).
+        -- The value afterwards (tokens), summed over the shards in order
+        -- (a missing shard is full).
         value_after := 0;
         FOR shard IN 0..greatest(c.shards, 1) - 1 LOOP
-            value_after := value_after + coalesce(credited.new_values[pg_catalog.array_position(held, shard)], shard_capacity);
+            i := pg_catalog.array_position(held, shard);
+            value_after := value_after
+                + CASE WHEN i IS NULL THEN shard_capacity
+                       ELSE rate_limiter._tokens(c.kind, shard_rate, resolved.period, credited.new_values[i],
+                                                 credited.new_tss[i], credited.new_prevs[i], now_) END;
         END LOOP;
         RETURN rate_limiter._shown(value_after);
     END LOOP;

@@ -12,7 +12,8 @@
 -- one (it reads as missing); a shard of a defined limit when a missing
 -- row would answer exactly as it does (prune::prunable); any other row
 -- when older_than is given and its ts is older than now - older_than.
-CREATE FUNCTION rate_limiter._doomed(name text, key text, shard int2, value float8, ts bigint, regime bigint,
+CREATE FUNCTION rate_limiter._doomed(name text, key text, shard int2, value float8, ts bigint, prev float8,
+                                     regime bigint,
                                      defined rate_limiter.definitions, overridden boolean,
                                      now bigint, older_than bigint)
 RETURNS boolean
@@ -44,9 +45,11 @@ BEGIN
         IF shard < greatest(c.shards, 1) THEN
             shards := greatest(c.shards, 1)::float8;
             shard_capacity := coalesce(c.capacity, c.rate) / shards;
-            refilled := rate_limiter._refill(c.kind, c.rate / shards, applies.period, shard_capacity, value, ts, now);
+            refilled := rate_limiter._refill(c.kind, c.rate / shards, applies.period, shard_capacity, value, ts,
+                                             coalesce(prev, 0), now);
             initial := rate_limiter._initial(c.kind, shard_capacity, applies.period, applies.start, name, key, now);
-            RETURN refilled.new_value = initial.value AND refilled.new_ts = initial.ts;
+            RETURN refilled.new_value = initial.value AND refilled.new_ts = initial.ts
+                   AND refilled.new_prev = initial.prev;
         END IF;
     END IF;
     RETURN older_than IS NOT NULL AND ts < rate_limiter._sub_sat(now, older_than);
@@ -86,7 +89,7 @@ BEGIN
     IF pg_catalog.current_setting('transaction_read_only')::boolean THEN
         RAISE EXCEPTION 'cannot execute prune() in a read-only transaction' USING ERRCODE = '25006';
     END IF;
-    FOR stored IN SELECT r.ctid, r.name, r.key, r.shard, r.value, rate_limiter._micros(r.ts) AS ts, r.regime,
+    FOR stored IN SELECT r.ctid, r.name, r.key, r.shard, r.value, rate_limiter._micros(r.ts) AS ts, r.prev, r.regime,
                          d AS defined,
                          EXISTS (SELECT FROM rate_limiter.overrides AS o
                                  WHERE o.name = r.name AND o.key = r.key) AS overridden
@@ -94,7 +97,8 @@ BEGIN
                   LEFT JOIN rate_limiter.definitions AS d ON d.name = r.name LOOP
         seen := seen + 1;
         now_ := rate_limiter._now();
-        IF rate_limiter._doomed(stored.name, stored.key, stored.shard, stored.value, stored.ts, stored.regime,
+        IF rate_limiter._doomed(stored.name, stored.key, stored.shard, stored.value, stored.ts, stored.prev,
+                                stored.regime,
                                 stored.defined, stored.overridden, now_, older) THEN
             batch := batch || stored.ctid;
         END IF;
@@ -137,11 +141,12 @@ BEGIN
     IF pg_catalog.cardinality(candidates) = 0 THEN
         RETURN 0;
     END IF;
-    FOR locked IN SELECT r.ctid, r.name, r.key, r.shard, r.value, rate_limiter._micros(r.ts) AS ts, r.regime
+    FOR locked IN SELECT r.ctid, r.name, r.key, r.shard, r.value, rate_limiter._micros(r.ts) AS ts, r.prev, r.regime
                   FROM rate_limiter.rate_limits AS r
                   WHERE r.ctid = ANY (candidates)
                   FOR UPDATE OF r SKIP LOCKED LOOP
-        IF rate_limiter._doomed(locked.name, locked.key, locked.shard, locked.value, locked.ts, locked.regime,
+        IF rate_limiter._doomed(locked.name, locked.key, locked.shard, locked.value, locked.ts, locked.prev,
+                                locked.regime,
                                 (SELECT d FROM rate_limiter.definitions AS d WHERE d.name = locked.name),
                                 EXISTS (SELECT FROM rate_limiter.overrides AS o
                                         WHERE o.name = locked.name AND o.key = locked.key),

@@ -60,6 +60,32 @@ BEGIN
 END
 $fixed_window$;
 
+CREATE FUNCTION rate_limiter.sliding_window(
+    rate         float8,
+    period       interval,
+    max_reserved float8      DEFAULT NULL,
+    shards       int4        DEFAULT 1,
+    start        timestamptz DEFAULT NULL)
+RETURNS rate_limiter.config
+LANGUAGE plpgsql IMMUTABLE PARALLEL SAFE SECURITY DEFINER
+SET search_path = pg_catalog, pg_temp
+AS $sliding_window$
+DECLARE
+    made rate_limiter.config := ROW('sliding window', rate, period, NULL, max_reserved, shards, start,
+                                      NULL, NULL, NULL)::rate_limiter.config;
+BEGIN
+    IF rate IS NULL THEN
+        RAISE EXCEPTION 'rate must not be NULL' USING ERRCODE = '22004';
+    ELSIF period IS NULL THEN
+        RAISE EXCEPTION 'period must not be NULL' USING ERRCODE = '22004';
+    ELSIF shards IS NULL THEN
+        RAISE EXCEPTION 'shards must not be NULL' USING ERRCODE = '22004';
+    END IF;
+    PERFORM rate_limiter._config(made);
+    RETURN made;
+END
+$sliding_window$;
+
 CREATE FUNCTION rate_limiter.with_block(
     config       rate_limiter.config,
     block_for    interval,

@@ -93,6 +93,7 @@ pub(super) fn read_elsewhere(
                     *slot = Some(State {
                         value,
                         ts: ts.into_inner(),
+                        previous: 0.0,
                     });
                 }
             }

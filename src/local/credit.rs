@@ -31,6 +31,9 @@ pub fn credit(
         }
         let shard = config.shard();
         let shards = config.shards as i16;
+        // The instant of the credit, once every row is held: what the
+        // value afterwards is read at too.
+        let mut now = clock::now();
         let after = storage::credit(
             name,
             key,
@@ -39,12 +42,8 @@ pub fn credit(
             places.clone(),
             |stored| {
                 definitions::recheck(name, key, inline, &definition, true)?;
-                Ok(rate_limiter_algorithm::credit(
-                    &shard,
-                    stored,
-                    count,
-                    clock::now(),
-                ))
+                now = clock::now();
+                Ok(rate_limiter_algorithm::credit(&shard, stored, count, now))
             },
         )?;
         let value = |number: usize| {
@@ -52,7 +51,9 @@ pub fn credit(
                 .get(number)
                 .copied()
                 .flatten()
-                .map_or(shard.capacity(), |state| state.value)
+                .map_or(shard.capacity(), |state| {
+                    rate_limiter_algorithm::tokens_at(&shard, state, now)
+                })
         };
         Ok(match &places {
             ShardPlaces::Listed { shards, .. } => shards

@@ -49,11 +49,12 @@ struct Statements {
 
 impl Statements {
     fn of(table: &str) -> Self {
-        // Tables before 0.6.0 have no regime: every row is a definition's.
+        // Tables before 0.6.0 have no regime (every row is a definition's)
+        // and no prev (no sliding windows).
         let regime = if crate::catalog::objects().regime_column {
-            "regime"
+            "regime, prev"
         } else {
-            "NULL::pg_catalog.int8"
+            "NULL::pg_catalog.int8, NULL::pg_catalog.float8"
         };
         Statements {
             select: format!("SELECT ctid, name, key, shard, value, ts, {regime} FROM {table}"),
@@ -149,6 +150,7 @@ fn read_rows(mut table: SpiTupleTable<'_>) -> Result<Vec<Row>, CallError> {
             state: State {
                 value,
                 ts: ts.into_inner(),
+                previous: table.get::<f64>(8)?.unwrap_or(0.0),
             },
             regime: table.get::<i64>(7)?,
         });

@@ -58,7 +58,11 @@ use rate_limiter_algorithm::State;
 
 /// The state a placeholder is inserted with (see the module documentation:
 /// it is updated or deleted before anyone else can see it).
-const PLACEHOLDER: State = State { value: 0.0, ts: 0 };
+const PLACEHOLDER: State = State {
+    value: 0.0,
+    ts: 0,
+    previous: 0.0,
+};
 
 /// A row this call holds (or, when missing and not needed, only looked at).
 enum Held {
@@ -253,7 +257,11 @@ unsafe fn hold(
             return Ok(Held::Skipped);
         }
         let mut datums = Datums::of(row, relations.extra());
-        datums.set_state(PLACEHOLDER.value, timestamp(PLACEHOLDER.ts)?);
+        datums.set_state(
+            PLACEHOLDER.value,
+            timestamp(PLACEHOLDER.ts)?,
+            PLACEHOLDER.previous,
+        );
         if let Some(tid) = insert_one(relations, &mut datums, command) {
             return Ok(Held::Placeholder { tid, datums });
         }

@@ -215,7 +215,7 @@ unsafe fn insert(
         )));
     };
     let mut datums = Datums::of(row, relations.extra());
-    datums.set_state(state.value, timestamp(state.ts)?);
+    datums.set_state(state.value, timestamp(state.ts)?, state.previous);
     Ok(insert_new(relations, &mut [datums], command).then_some(decision))
 }
 

@@ -61,13 +61,29 @@ pub(super) const EXTRA: usize = 5;
 /// The column `regime` (0.6.0 and later): which configuration the row was
 /// written under ([`RowId::regime`]).
 pub(super) const REGIME: usize = 6;
+/// The column `prev` (0.6.0 and later): a sliding window's count of its
+/// previous window ([`rate_limiter_algorithm::State::previous`]), NULL
+/// when 0 (always, for the other kinds: a NULL costs no row bytes).
+pub(super) const PREVIOUS: usize = 7;
 /// Columns of the current version's table; before 0.6.0 the table has
-/// the first `COLUMNS - 1` (no regime), before 0.5.0 the first
-/// `COLUMNS - 2` (no extra column either).
-pub(super) const COLUMNS: usize = 7;
+/// the first `COLUMNS - 2` (no regime, no prev), before 0.5.0 the first
+/// `COLUMNS - 3` (no extra column either).
+pub(super) const COLUMNS: usize = 8;
 /// The unique index's columns searched: the first three (a stand-in's
 /// index has the extra column as a fourth, a function of these three).
 pub(super) const KEY_COLUMNS: usize = 3;
+
+/// A stored tuple's prev, deformed into `values` / `nulls` of a table of
+/// `columns` columns: 0 when NULL or when the table has no such column.
+pub(super) fn previous(values: &[pg_sys::Datum], nulls: &[bool], columns: usize) -> f64 {
+    if columns > PREVIOUS && !nulls[PREVIOUS] {
+        // SAFETY: the column is float8 (checked when the table is opened,
+        // storage::shape), passed by value.
+        unsafe { f64::from_datum(values[PREVIOUS], false) }.unwrap_or(0.0)
+    } else {
+        0.0
+    }
+}
 
 /// Whether a stored tuple's regime, deformed into `values` / `nulls` of a
 /// table of `columns` columns, is `expected`. A table without the column
@@ -114,6 +130,7 @@ impl Datums {
             Some(extra) => values[EXTRA] = extra,
             None => nulls[EXTRA] = true,
         }
+        nulls[PREVIOUS] = true;
         let mut datums = Datums { values, nulls };
         datums.set_regime(row.regime);
         datums
@@ -131,11 +148,16 @@ impl Datums {
         self.nulls[REGIME] = regime.is_none();
     }
 
-    pub(super) fn set_state(&mut self, value: f64, ts: TimestampWithTimeZone) {
+    /// Sets value, ts and prev (NULL when `previous` is 0; a table of a
+    /// version before 0.6.0 has no such column, and its heap_form_tuple
+    /// reads only its own columns).
+    pub(super) fn set_state(&mut self, value: f64, ts: TimestampWithTimeZone, previous: f64) {
         self.values[VALUE] = value.into_datum().unwrap_or(pg_sys::Datum::from(0));
         self.values[TS] = ts.into_datum().unwrap_or(pg_sys::Datum::from(0));
         self.nulls[VALUE] = false;
         self.nulls[TS] = false;
+        self.values[PREVIOUS] = previous.into_datum().unwrap_or(pg_sys::Datum::from(0));
+        self.nulls[PREVIOUS] = previous == 0.0;
     }
 }
 

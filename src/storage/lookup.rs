@@ -2,7 +2,7 @@
 //! row, every version of a row a snapshot sees, or every shard of a key;
 //! and a stored tuple's `(value, ts)`.
 
-use super::layout::{regime_is, Datums, KEY_COLUMNS, REGIME, SHARD, TS, VALUE};
+use super::layout::{previous, regime_is, Datums, KEY_COLUMNS, PREVIOUS, REGIME, SHARD, TS, VALUE};
 use super::relations::Relations;
 use super::scan_keys::scan_keys;
 use crate::compat;
@@ -142,9 +142,13 @@ pub(super) unsafe fn slot_state(
     slot: *mut pg_sys::TupleTableSlot,
     expected: Option<i64>,
 ) -> Option<State> {
-    const _: () = assert!(VALUE < TS && TS < REGIME);
+    const _: () = assert!(VALUE < TS && TS < REGIME && REGIME < PREVIOUS);
     let columns = (*(*slot).tts_tupleDescriptor).natts as usize;
-    let read = if columns > REGIME { REGIME + 1 } else { TS + 1 };
+    let read = if columns > PREVIOUS {
+        PREVIOUS + 1
+    } else {
+        TS + 1
+    };
     if ((*slot).tts_nvalid as usize) < read {
         pg_sys::slot_getsomeattrs_int(slot, read as i32);
     }
@@ -156,5 +160,6 @@ pub(super) unsafe fn slot_state(
     Some(State {
         value: f64::from_datum(values[VALUE], nulls[VALUE])?,
         ts: i64::from_datum(values[TS], nulls[TS])?,
+        previous: previous(values, nulls, columns),
     })
 }

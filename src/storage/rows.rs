@@ -10,7 +10,7 @@
 //! `shards.rs`, `credit.rs` and `all_or_nothing.rs` compose them.
 
 use super::committed::{serialization_failure, uses_transaction_snapshot};
-use super::layout::{regime_is, timestamp, Datums, RowId, TS, VALUE};
+use super::layout::{previous, regime_is, timestamp, Datums, RowId, TS, VALUE};
 use super::relations::Relations;
 use crate::compat::{self, IndexUpdates};
 use crate::errors::CallError;
@@ -340,9 +340,12 @@ pub(super) unsafe fn lock(
         f64::from_datum(datums.values[VALUE], datums.nulls[VALUE]),
         i64::from_datum(datums.values[TS], datums.nulls[TS]),
     ) {
-        (Some(value), Some(ts)) => {
-            regime_is(&datums.values, &datums.nulls, columns, regime).then_some(State { value, ts })
-        }
+        (Some(value), Some(ts)) => regime_is(&datums.values, &datums.nulls, columns, regime)
+            .then_some(State {
+                value,
+                ts,
+                previous: previous(&datums.values, &datums.nulls, columns),
+            }),
         _ => {
             error!("rate_limiter: a state row has a NULL value or ts");
         }
@@ -372,7 +375,7 @@ pub(super) unsafe fn write_locked(
     let ts = timestamp(state.ts)?;
     // name, key and shard are the stored datums (they point into the
     // row's copy; heap_form_tuple copies them).
-    locked.datums.set_state(state.value, ts);
+    locked.datums.set_state(state.value, ts, state.previous);
     let descriptor = (*relations.table).rd_att;
     pg_sys::CheckCmdReplicaIdentity(relations.table, pg_sys::CmdType::CMD_UPDATE);
     let new = pg_sys::heap_form_tuple(

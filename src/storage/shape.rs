@@ -5,7 +5,7 @@
 //! check a constraint or maintain an expression index where they cannot.
 //! Each check raises 55000 naming what changed ([`altered`]).
 
-use super::layout::{COLUMNS, EXTRA, KEY, KEY_COLUMNS, NAME, REGIME, SHARD};
+use super::layout::{COLUMNS, EXTRA, KEY, KEY_COLUMNS, NAME, PREVIOUS, REGIME, SHARD};
 use super::target::Target;
 use crate::compat;
 use pgrx::pg_sys;
@@ -23,6 +23,7 @@ const COLUMN_TYPES: [u32; COLUMNS] = [
     pg_sys::TIMESTAMPTZOID.to_u32(),
     pg_sys::TEXTOID.to_u32(),
     pg_sys::INT8OID.to_u32(),
+    pg_sys::FLOAT8OID.to_u32(),
 ];
 
 /// Fails closed (55000): the table no longer has the shape the direct
@@ -32,7 +33,7 @@ pub(super) fn altered(what: &str) -> ! {
         PgLogLevel::ERROR,
         PgSqlErrorCode::ERRCODE_OBJECT_NOT_IN_PREREQUISITE_STATE,
         format!("rate_limiter.rate_limits has been altered: {what}"),
-        "rate_limit() writes the table directly, as INSERT ... ON CONFLICT (name, key, shard) DO UPDATE would, but without firing triggers or rules, checking constraints or applying row-level security; it needs the columns (name text, key text, shard smallint, value float8, ts timestamptz, dkey text, bigint or uuid, regime bigint), its unique index on (name, key, shard), and nothing else that a write would have to do."
+        "rate_limit() writes the table directly, as INSERT ... ON CONFLICT (name, key, shard) DO UPDATE would, but without firing triggers or rules, checking constraints or applying row-level security; it needs the columns (name text, key text, shard smallint, value float8, ts timestamptz, dkey text, bigint or uuid, regime bigint, prev float8), its unique index on (name, key, shard), and nothing else that a write would have to do."
     );
     unreachable!("an ERROR report does not return")
 }
@@ -103,7 +104,7 @@ pub(super) unsafe fn has_bytewise_equality(index: pg_sys::Relation) -> bool {
 }
 
 /// Checks the table of a write: the expected columns (the extra column
-/// NULL-able in the state table itself, regime NULL-able), no trigger (foreign keys and
+/// NULL-able in the state table itself, regime and prev NULL-able), no trigger (foreign keys and
 /// constraint triggers included), no rule, no CHECK constraint, no NOT
 /// NULL on `key`, no row-level security, the `heap` table access method
 /// (the writes are heap page writes), not a partition (its partition
@@ -114,8 +115,9 @@ pub(super) unsafe fn has_bytewise_equality(index: pg_sys::Relation) -> bool {
 pub(super) unsafe fn check_table(table: pg_sys::Relation, target: Target) {
     let descriptor = (*table).rd_att;
     let columns = (*descriptor).natts as usize;
-    if !(COLUMNS - 2..=COLUMNS).contains(&columns) {
-        altered("it does not have 7 columns (6 before version 0.6.0, 5 before 0.5.0)");
+    // 0.6.0 added regime and prev together.
+    if ![COLUMNS - 3, COLUMNS - 2, COLUMNS].contains(&columns) {
+        altered("it does not have 8 columns (6 before version 0.6.0, 5 before 0.5.0)");
     }
     for (column, expected) in COLUMN_TYPES.iter().take(columns).enumerate() {
         let attribute = compat::attribute(descriptor, column);
@@ -141,6 +143,11 @@ pub(super) unsafe fn check_table(table: pg_sys::Relation, target: Target) {
     }
     if columns > REGIME && (*compat::attribute(descriptor, REGIME)).attnotnull {
         altered("regime is NOT NULL, but it is NULL in the rows of a limit's definition");
+    }
+    if columns > PREVIOUS && (*compat::attribute(descriptor, PREVIOUS)).attnotnull {
+        altered(
+            "prev is NOT NULL, but it is NULL in every row whose previous window admitted nothing",
+        );
     }
     if !(*table).trigdesc.is_null() {
         altered("it has triggers (or foreign keys), which rate_limit() would not fire");

@@ -445,7 +445,7 @@ unsafe fn write_pair(
             let mut datums = places.at(shard.number, |relations| {
                 Datums::of(limit.row(shard.number), relations.extra())
             });
-            datums.set_state(state.value, timestamp(state.ts)?);
+            datums.set_state(state.value, timestamp(state.ts)?, state.previous);
             new_rows.push((shard.number, datums));
         }
     }

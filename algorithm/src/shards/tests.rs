@@ -26,7 +26,11 @@ fn config(shards: i32, max_reserved: Option<f64>) -> Config {
 
 fn free(value: f64) -> Candidate {
     Candidate {
-        stored: Some(State { value, ts: 0 }),
+        stored: Some(State {
+            value,
+            ts: 0,
+            previous: 0.0,
+        }),
         writable: true,
     }
 }
@@ -45,7 +49,17 @@ fn one_usable_shard_is_a_limit_of_its_own() {
     let config = config(4, None);
     let served = single(&config, free(2.5), 2.0);
     assert!(served.ok);
-    assert_eq!(served.new_states, [Some(State { value: 0.5, ts: 0 }), None]);
+    assert_eq!(
+        served.new_states,
+        [
+            Some(State {
+                value: 0.5,
+                ts: 0,
+                previous: 0.0
+            }),
+            None
+        ]
+    );
     assert_eq!(served.remaining, 0.5 * 4.0);
     assert_eq!(served.retry_after, None);
     // A new row is a full shard.
@@ -83,7 +97,11 @@ fn one_usable_shard_refuses_what_only_two_could_serve_without_retry_after() {
 fn one_busy_shard_is_never_consumed_from() {
     let config = config(4, None);
     let busy = Candidate {
-        stored: Some(State { value: 2.5, ts: 0 }),
+        stored: Some(State {
+            value: 2.5,
+            ts: 0,
+            previous: 0.0,
+        }),
         writable: false,
     };
     let refused = single(&config, busy, 1.0);
@@ -91,7 +109,11 @@ fn one_busy_shard_is_never_consumed_from() {
     assert_eq!(refused.retry_after, Some(1));
     assert_eq!(refused.new_states, [None, None]);
     let empty = Candidate {
-        stored: Some(State { value: 0.0, ts: 0 }),
+        stored: Some(State {
+            value: 0.0,
+            ts: 0,
+            previous: 0.0,
+        }),
         writable: false,
     };
     assert_eq!(single(&config, empty, 1.0).retry_after, Some(400_000));
@@ -163,7 +185,13 @@ fn the_two_fullest_shards_are_chosen_ties_to_the_lower_number() {
         ([4.0, 3.0, 4.0], [0, 2]),
         ([5.0, 3.0, 3.0], [0, 1]),
     ] {
-        let stored = values.map(|value| Some(State { value, ts: 0 }));
+        let stored = values.map(|value| {
+            Some(State {
+                value,
+                ts: 0,
+                previous: 0.0,
+            })
+        });
         let (decision, best) = evaluate_fullest(&config, ID, &stored, 0, request).unwrap();
         assert_eq!(best, expected, "{values:?}");
         // The fullest (the first of the pair) gives the token.
@@ -172,7 +200,8 @@ fn the_two_fullest_shards_are_chosen_ties_to_the_lower_number() {
             decision.new_states[0],
             Some(State {
                 value: fullest - 1.0,
-                ts: 0
+                ts: 0,
+                previous: 0.0
             }),
             "{values:?}"
         );
@@ -187,7 +216,14 @@ fn a_reservation_goes_into_debt_on_the_fuller_shard_alone() {
     let config = config(4, Some(20.0));
     let decision = call(&config, [free(1.0), free(0.5)], 3.0, true);
     assert!(decision.ok);
-    assert_eq!(decision.new_states[0], Some(State { value: -2.0, ts: 0 }));
+    assert_eq!(
+        decision.new_states[0],
+        Some(State {
+            value: -2.0,
+            ts: 0,
+            previous: 0.0
+        })
+    );
     assert_eq!(decision.new_states[1], None);
     assert!(decision.retry_after.is_some());
 }
@@ -196,7 +232,14 @@ fn a_reservation_goes_into_debt_on_the_fuller_shard_alone() {
 fn a_shard_left_at_exactly_zero_is_not_in_debt() {
     let decision = call(&config(4, None), [free(1.0), free(1.0)], 1.0, false);
     assert!(decision.ok);
-    assert_eq!(decision.new_states[0], Some(State { value: 0.0, ts: 0 }));
+    assert_eq!(
+        decision.new_states[0],
+        Some(State {
+            value: 0.0,
+            ts: 0,
+            previous: 0.0
+        })
+    );
     assert_eq!(decision.retry_after, None);
 }
 
@@ -236,14 +279,31 @@ fn one_shard_serves_when_it_can_the_fuller_one() {
     assert!(decision.ok);
     assert_eq!(
         decision.new_states,
-        [None, Some(State { value: 3.0, ts: 0 })]
+        [
+            None,
+            Some(State {
+                value: 3.0,
+                ts: 0,
+                previous: 0.0
+            })
+        ]
     );
     assert_eq!(decision.retry_after, None);
     // mean of (2, 3) times 2 shards
     assert_eq!(decision.remaining, 5.0);
     // A tie goes to the first of the pair.
     let tie = call(&config, [free(3.0), free(3.0)], 1.0, false);
-    assert_eq!(tie.new_states, [Some(State { value: 2.0, ts: 0 }), None]);
+    assert_eq!(
+        tie.new_states,
+        [
+            Some(State {
+                value: 2.0,
+                ts: 0,
+                previous: 0.0
+            }),
+            None
+        ]
+    );
 }
 
 #[test]
@@ -259,7 +319,14 @@ fn a_read_only_shard_is_never_consumed() {
     let decision = call(&config, busy_fuller, 1.0, false);
     assert_eq!(
         decision.new_states,
-        [Some(State { value: 1.0, ts: 0 }), None]
+        [
+            Some(State {
+                value: 1.0,
+                ts: 0,
+                previous: 0.0
+            }),
+            None
+        ]
     );
     // Combining needs both: refused, but retry_after says "both free
     // would serve it now" (1 microsecond).
@@ -277,8 +344,16 @@ fn two_shards_combine_when_neither_can_alone() {
     assert_eq!(
         decision.new_states,
         [
-            Some(State { value: 0.25, ts: 0 }),
-            Some(State { value: 0.25, ts: 0 })
+            Some(State {
+                value: 0.25,
+                ts: 0,
+                previous: 0.0
+            }),
+            Some(State {
+                value: 0.25,
+                ts: 0,
+                previous: 0.0
+            })
         ]
     );
     assert_eq!(decision.remaining, 1.0);
@@ -302,8 +377,16 @@ fn a_new_limit_serves_more_than_one_shard_holds() {
     assert_eq!(
         decision.new_states,
         [
-            Some(State { value: 0.5, ts: 0 }),
-            Some(State { value: 0.5, ts: 0 })
+            Some(State {
+                value: 0.5,
+                ts: 0,
+                previous: 0.0
+            }),
+            Some(State {
+                value: 0.5,
+                ts: 0,
+                previous: 0.0
+            })
         ]
     );
 }
@@ -366,8 +449,16 @@ fn reservations_spread_the_debt_and_wait_for_both_shards() {
     assert_eq!(
         decision.new_states,
         [
-            Some(State { value: -1.0, ts: 0 }),
-            Some(State { value: -1.0, ts: 0 })
+            Some(State {
+                value: -1.0,
+                ts: 0,
+                previous: 0.0
+            }),
+            Some(State {
+                value: -1.0,
+                ts: 0,
+                previous: 0.0
+            })
         ]
     );
     // Each shard refills 5 per second: 1 token of debt takes 0.2 s.
@@ -383,10 +474,22 @@ fn reservations_spread_the_debt_and_wait_for_both_shards() {
 fn check_answers_for_the_two_fullest_and_sums_every_shard() {
     let config = config(4, None);
     let stored = [
-        Some(State { value: 0.0, ts: 0 }),
-        Some(State { value: 1.0, ts: 0 }),
+        Some(State {
+            value: 0.0,
+            ts: 0,
+            previous: 0.0,
+        }),
+        Some(State {
+            value: 1.0,
+            ts: 0,
+            previous: 0.0,
+        }),
         None, // full: 2.5
-        Some(State { value: 2.0, ts: 0 }),
+        Some(State {
+            value: 2.0,
+            ts: 0,
+            previous: 0.0,
+        }),
     ];
     let request = Request {
         count: 4.0,

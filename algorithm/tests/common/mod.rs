@@ -43,6 +43,8 @@ pub fn bound(
             let first_window = fixed_window::window_start(anchor, config.period, first);
             config.rate * ((latest - first_window) / config.period) as f64
         }
+        // (Not drawn by kind(): sliding_window_properties.rs checks its bound.)
+        Kind::SlidingWindow => f64::INFINITY,
     };
     config.capacity() + debt + granted
 }
