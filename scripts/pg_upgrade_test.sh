@@ -1,7 +1,8 @@
 #!/usr/bin/env bash
 # pg_upgrade from PostgreSQL 15 to 18 of a database holding limits (issue
 # 18, item 4): a 15 cluster writes state under real calls
-# (scripts/upgrade_workload.sql), `pg_upgrade` moves it into an 18 cluster,
+# (scripts/upgrade_workload.sql, and the limit shapes of this version:
+# scripts/upgrade_workload_shapes.sql), `pg_upgrade` moves it into an 18 cluster,
 # and every limit must answer exactly as before (scripts/upgrade_answers.sql),
 # the rows must all be there, amcheck must find nothing, and the limits must
 # keep consuming from where they were.
@@ -70,7 +71,7 @@ done
 echo "== PostgreSQL $("$old_bin/postgres" --version | awk '{print $3}') writes the state"
 server "$old_bin" "$work/old" start
 as_postgres "$old_bin/createdb" -h "$work" -p "$port" upgrade
-psql_at -c "CREATE EXTENSION rate_limiter" -f scripts/upgrade_workload.sql >/dev/null
+psql_at -c "CREATE EXTENSION rate_limiter" -f scripts/upgrade_workload.sql -f scripts/upgrade_workload_shapes.sql >/dev/null
 answers=$(grep -v '^--' scripts/upgrade_answers.sql)
 psql_at -c "$answers" >"$work/before.txt"
 psql_at -c "SELECT count(*) FROM rate_limiter.rate_limits" >"$work/rows-before.txt"

@@ -91,7 +91,8 @@ LANGUAGE c VOLATILE
 AS 'MODULE_PATHNAME', '_rate_state_at_wrapper';
 
 COMMENT ON FUNCTION rate_limiter._rate_state_at(text, text, text, int2) IS
-'Internal (Citus): the stored state rows of (name, key), shards 0 to shards - 1, read without locking on the node that holds them, which Citus delegates the call to (status and http_headers). '
+'Internal (Citus): the stored state rows of (name, key), shards 0 to shards - 1, read without locking on the node that holds them, which Citus delegates the call to (status and http_headers); '
+'a sliding window''s row whose previous window admitted something comes with a second row, shard -1 - shard, whose value is that count. '
 'Errors: 55000 when the rows are not on this node.';
 
 CREATE FUNCTION rate_limiter._rate_state_at(

@@ -464,6 +464,13 @@ $revoke_shapes$;
 
 GRANT EXECUTE ON FUNCTION rate_limiter.sliding_window(float8, interval, float8, int4, timestamptz) TO @extowner@ WITH GRANT OPTION;
 
+-- On Citus, _rate_state_at also returns a sliding window's previous-window
+-- count (its result type is the released one's).
+COMMENT ON FUNCTION rate_limiter._rate_state_at(text, text, text, int2) IS
+'Internal (Citus): the stored state rows of (name, key), shards 0 to shards - 1, read without locking on the node that holds them, which Citus delegates the call to (status and http_headers); '
+'a sliding window''s row whose previous window admitted something comes with a second row, shard -1 - shard, whose value is that count. '
+'Errors: 55000 when the rows are not on this node.';
+
 -- ==== Citus (generated from sql/citus_distribute.sql and sql/citus_internal_functions.sql) ====
 -- Citus, day two (docs/guarantees.md, "Citus"): distribute() marks the workers' own
 -- tables and colocates with integer columns too, undistribute() unmarks

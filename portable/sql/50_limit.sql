@@ -317,6 +317,12 @@ DECLARE
     new_value float8;
     new_ts timestamptz;
     windows bigint;
+    -- A sliding window's (21_sliding_window.sql): its previous window's
+    -- count as stored and to store (NULL: 0), and what the call leaves
+    -- (the other kinds store that as their value).
+    row_prev float8;
+    new_prev float8;
+    left_after float8;
 BEGIN
     -- The fast path: a call of a defined, unsharded token bucket (or fixed
     -- window with a start) with a key and a count in the usual range, under
@@ -337,8 +343,8 @@ BEGIN
     -- override (expired or not) or a block (ended or not, 43_blocks.sql)
     -- or a row of another regime
     -- (42_overrides.sql), a refusal, a
-    -- reservation, numbers near the ends of float8, a fixed window without
-    -- a start, a sliding window, a lost race to insert, read-only or stricter isolation,
+    -- reservation, numbers near the ends of float8, a fixed or sliding
+    -- window without a start, a lost race to insert, read-only or stricter isolation,
     -- lock-free refusals turned off) takes the general path, which then
     -- holds the lock taken here, if any. (An override() rewrites the
     -- definition's row: the insert below, guarded by the version read,
@@ -365,7 +371,7 @@ BEGIN
            AND limit_block_for IS NULL
            AND limit_rate >= 1e-280 AND limit_rate <= 1e280 AND limit_capacity <= 1e280
            AND count <= limit_capacity
-           AND (limit_kind = 'token bucket' OR (limit_kind = 'fixed window' AND limit_start IS NOT NULL))
+           AND (limit_kind = 'token bucket' OR limit_start IS NOT NULL)
            AND (lock_free = 'on' OR lock_free IS NULL OR lock_free = '' OR rate_limiter._lock_free()) THEN
             limit_period := limit_period_us::bigint;
             override := pg_catalog.current_setting('rate_limiter.now_override', true);
@@ -377,7 +383,7 @@ BEGIN
             -- reused once the version is gone) and decide again under the
             -- lock. A version changed or deleted meanwhile is not found:
             -- general path.
-            SELECT r.ctid, r.value, r.ts, r.regime INTO row_ctid, row_value, row_ts, row_regime
+            SELECT r.ctid, r.value, r.ts, r.regime, r.prev INTO row_ctid, row_value, row_ts, row_regime, row_prev
             FROM rate_limiter.rate_limits AS r
             WHERE r.name = rate_limit.name AND r.key = rate_limit.key AND r.shard = 0;
             IF row_regime IS NOT NULL THEN
@@ -390,16 +396,21 @@ BEGIN
                 END IF;
                 row_ts_us := rate_limiter._micros(row_ts);
                 IF row_value >= -1e280 AND row_value <= 1e280
+                   AND (row_prev IS NULL OR pg_catalog.abs(row_prev) BETWEEN 1e-200 AND 1e280)
                    AND (CASE WHEN limit_kind = 'token bucket'
                              THEN least(row_value + (greatest(now_us - row_ts_us, 0)::float8 * limit_rate)
                                                     / limit_period::float8, limit_capacity) - count
+                             WHEN limit_kind = 'sliding window'
+                             THEN rate_limiter._sliding_tokens(limit_rate, limit_period, row_value, row_ts_us,
+                                                               row_prev, now_us) - count
                              ELSE least(row_value + (greatest(now_us - row_ts_us, 0) / limit_period)::float8 * limit_rate,
                                         limit_capacity) - count END) >= 0 THEN
-                    SELECT r.value, r.ts INTO row_value, row_ts
+                    SELECT r.value, r.ts, r.prev INTO row_value, row_ts, row_prev
                     FROM rate_limiter.rate_limits AS r
                     WHERE r.ctid = row_ctid AND r.name = rate_limit.name AND r.key = rate_limit.key AND r.shard = 0
                     FOR UPDATE;
-                    fast := FOUND AND row_value >= -1e280 AND row_value <= 1e280;
+                    fast := FOUND AND row_value >= -1e280 AND row_value <= 1e280
+                            AND (row_prev IS NULL OR pg_catalog.abs(row_prev) BETWEEN 1e-200 AND 1e280);
                 END IF;
             ELSE
                 fast := true;
@@ -415,7 +426,8 @@ BEGIN
                 now_ts := rate_limiter._timestamp(now_us);
             END IF;
             IF row_ctid IS NULL THEN
-                new_value := limit_capacity - count;
+                left_after := limit_capacity - count;
+                new_value := CASE WHEN limit_kind = 'sliding window' THEN count ELSE left_after END;
                 new_ts := CASE WHEN limit_kind = 'token bucket' THEN now_ts
                                ELSE rate_limiter._timestamp(rate_limiter._window_start(
                                         rate_limiter._micros(limit_start), limit_period, now_us)) END;
@@ -437,21 +449,31 @@ BEGIN
                     new_ts := CASE WHEN now_us <= row_ts_us THEN row_ts ELSE now_ts END;
                 ELSE
                     windows := greatest(now_us - row_ts_us, 0) / limit_period;
-                    new_value := least(row_value + windows::float8 * limit_rate, limit_capacity) - count;
-                    IF new_value >= 0 THEN
+                    IF limit_kind = 'sliding window' THEN
+                        -- As _refill, _tokens and _evaluate: the counts
+                        -- moved to now's window, this call counted in it.
+                        left_after := rate_limiter._sliding_tokens(limit_rate, limit_period, row_value, row_ts_us,
+                                                                   row_prev, now_us) - count;
+                        new_prev := CASE windows WHEN 0 THEN row_prev WHEN 1 THEN nullif(row_value, 0) END;
+                        new_value := CASE WHEN windows = 0 THEN row_value + count ELSE count END;
+                    ELSE
+                        new_value := least(row_value + windows::float8 * limit_rate, limit_capacity) - count;
+                    END IF;
+                    IF coalesce(left_after, new_value) >= 0 THEN
                         new_ts := rate_limiter._timestamp(row_ts_us + windows * limit_period);
                     END IF;
                 END IF;
-                IF new_value >= 0 THEN
+                left_after := coalesce(left_after, new_value);
+                IF left_after >= 0 THEN
                     -- The version just locked (a TID scan: no second index descent).
-                    UPDATE rate_limiter.rate_limits AS r SET value = new_value, ts = new_ts
+                    UPDATE rate_limiter.rate_limits AS r SET value = new_value, ts = new_ts, prev = new_prev
                     WHERE r.ctid = row_ctid;
                 END IF;
             END IF;
-            IF new_value >= 0 AND FOUND THEN
+            IF left_after >= 0 AND FOUND THEN
                 ok := true;
                 retry_after := NULL;
-                remaining := rate_limiter._shown(new_value);
+                remaining := rate_limiter._shown(left_after);
                 RETURN NEXT;
                 RETURN;
             END IF;

@@ -430,8 +430,10 @@ pub(super) fn state_at(
     .ok_or_else(not_here)
 }
 
-/// The body of both `_rate_state_at` wrappers: one result row per stored
-/// shard.
+/// The body of the `_rate_state_at` wrappers: one result row per stored
+/// shard, and for a sliding window's row whose previous window admitted
+/// something, a second row numbered `-1 - shard` holding that count as
+/// its value.
 ///
 /// # Safety
 /// `fcinfo` holds `_rate_state_at`'s four arguments.
@@ -449,11 +451,22 @@ pub(super) unsafe fn rate_state_at(
         let mut rows = Vec::new();
         for (shard, state) in states.into_iter().enumerate() {
             if let Some(state) = state {
+                let ts = crate::storage::timestamp(state.ts)?;
                 rows.push([
                     Some(pg_sys::Datum::from(shard as i16)),
                     state.value.into_datum(),
-                    crate::storage::timestamp(state.ts)?.into_datum(),
+                    ts.into_datum(),
                 ]);
+                // A sliding window's previous-window count rides in a row
+                // of its own, numbered -1 - shard (the released result
+                // type has no column for it: super::read::read_elsewhere).
+                if state.previous != 0.0 {
+                    rows.push([
+                        Some(pg_sys::Datum::from(-1 - shard as i16)),
+                        state.previous.into_datum(),
+                        ts.into_datum(),
+                    ]);
+                }
             }
         }
         Ok(rows)

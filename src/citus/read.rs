@@ -82,6 +82,9 @@ pub(super) fn read_elsewhere(
 ) -> Result<(), CallError> {
     let [dkey, name, key] = row_arguments(dkey, name, key);
     let arguments = [dkey, name, key, DatumWithOid::from(shards)];
+    // A sliding window's previous-window count comes in a row of shard
+    // -1 - shard (crate::citus::internal_functions::rate_state_at).
+    let mut previous: Vec<(usize, f64)> = Vec::new();
     Spi::connect_mut(|client| {
         for row in client.update(STATE_ELSEWHERE, None, &arguments)? {
             if let (Some(shard), Some(value), Some(ts)) = (
@@ -89,7 +92,9 @@ pub(super) fn read_elsewhere(
                 row.get::<f64>(2)?,
                 row.get::<TimestampWithTimeZone>(3)?,
             ) {
-                if let Some(slot) = states.get_mut(shard.max(0) as usize) {
+                if shard < 0 {
+                    previous.push(((-1 - i32::from(shard)) as usize, value));
+                } else if let Some(slot) = states.get_mut(shard as usize) {
                     *slot = Some(State {
                         value,
                         ts: ts.into_inner(),
@@ -100,6 +105,11 @@ pub(super) fn read_elsewhere(
         }
         Ok::<_, pgrx::spi::SpiError>(())
     })?;
+    for (shard, count) in previous {
+        if let Some(Some(state)) = states.get_mut(shard) {
+            state.previous = count;
+        }
+    }
     Ok(())
 }
 

@@ -62,7 +62,8 @@ pub fn config(rng: &mut StdRng, sharded: bool) -> String {
         _ => float(rate),
     };
     let shards = if sharded { rng.random_range(2..=6) } else { 1 };
-    let made = if rng.random_bool(0.5) {
+    let kind = rng.random_range(0..3);
+    let made = if kind == 0 {
         format!(
             "rate_limiter.token_bucket({}, '{period}', {capacity}, {max_reserved}, {shards})",
             float(rate)
@@ -77,10 +78,24 @@ pub fn config(rng: &mut StdRng, sharded: bool) -> String {
                 rng.random_range(0..1_000_000)
             )
         };
-        format!(
-            "rate_limiter.fixed_window({}, '{period}', {capacity}, {max_reserved}, {shards}, {start})",
-            float(rate)
-        )
+        if kind == 1 {
+            format!(
+                "rate_limiter.fixed_window({}, '{period}', {capacity}, {max_reserved}, {shards}, {start})",
+                float(rate)
+            )
+        } else if rng.random_bool(0.9) {
+            format!(
+                "rate_limiter.sliding_window({}, '{period}', {max_reserved}, {shards}, {start})",
+                float(rate)
+            )
+        } else {
+            // A sliding window with a capacity of its own: 22023 unless it
+            // is the rate (docs/shapes.md).
+            format!(
+                "ROW('sliding window', {}, '{period}', {capacity}, {max_reserved}, {shards}, {start}, NULL, NULL, NULL)::rate_limiter.config",
+                float(rate)
+            )
+        }
     };
     // Sometimes with automatic blocks (docs/blocks.md).
     if rng.random_bool(0.15) {

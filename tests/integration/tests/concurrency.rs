@@ -109,6 +109,36 @@ fn fixed_window_admits_exactly_its_window_at_every_isolation_level() {
     }
 }
 
+/// Sliding window: one window that spans the whole run (it opened an hour
+/// before it), with no previous window: the estimate is this window's
+/// count, so exactly `CAPACITY` admitted, at every isolation level.
+#[test]
+fn sliding_window_admits_exactly_its_rate_at_every_isolation_level() {
+    let mut client = connect();
+    for isolation in [
+        IsolationLevel::ReadCommitted,
+        IsolationLevel::RepeatableRead,
+        IsolationLevel::Serializable,
+    ] {
+        let name = unique_name("hammer_sliding");
+        let opened = server_now(&mut client) - 3600.0;
+        let config = format!(
+            "rate_limiter.sliding_window({CAPACITY}, '{LONG_PERIOD}', start => to_timestamp({opened}))"
+        );
+        let tally = hammer(&name, &config, isolation);
+        println!("sliding window, {isolation:?}: {tally:?}");
+        assert_eq!(tally.admitted, CAPACITY, "{isolation:?}: {tally:?}");
+        let stored: f64 = client
+            .query_one(
+                "SELECT value FROM rate_limiter.rate_limits WHERE name = $1",
+                &[&name],
+            )
+            .unwrap()
+            .get(0);
+        assert_eq!(stored, CAPACITY as f64, "the row counts what was admitted");
+    }
+}
+
 /// Two sessions create the state of the same new key at once, many times:
 /// exactly one of each pair is admitted (capacity 3, 2 each), the other is
 /// refused with the right remaining; no unique violation.

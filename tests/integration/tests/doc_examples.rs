@@ -48,6 +48,16 @@ const EXAMPLES: &[Example] = &[
         statement: None,
     },
     Example {
+        marker: "example-sliding-window",
+        setup: "",
+        statement: None,
+    },
+    Example {
+        marker: "example-sliding-window-refusal",
+        setup: "",
+        statement: None,
+    },
+    Example {
         marker: "example-refusal",
         setup: "SELECT rate_limiter.define('login', rate_limiter.token_bucket(5, '1 minute'));
                 SELECT rate_limiter.rate_limit('login', 'eve', 5);",

@@ -26,6 +26,7 @@ const MAX_RESERVED: f64 = 16.0;
 enum Kind {
     TokenBucket,
     FixedWindow,
+    SlidingWindow,
 }
 
 /// Hammers a new limit of `kind` with `shards` shards and checks the bound.
@@ -42,6 +43,11 @@ fn bound_holds(kind: Kind, shards: i32, reserve: bool, isolation: IsolationLevel
             "rate_limiter.fixed_window({RATE}, '1 second', capacity => {CAPACITY}, \
              max_reserved => {MAX_RESERVED}, shards => {shards}, start => '2000-01-01 00:00:00+00')"
         ),
+        // Capacity is the rate; windows start on whole seconds.
+        Kind::SlidingWindow => format!(
+            "rate_limiter.sliding_window({RATE}, '1 second', max_reserved => {MAX_RESERVED}, shards => {shards}, \
+             start => '2000-01-01 00:00:00+00')"
+        ),
     };
     let sql = format!(
         "SELECT ok FROM rate_limiter.rate_limit($1, count => 1, reserve => {reserve}, config => {config})"
@@ -49,12 +55,14 @@ fn bound_holds(kind: Kind, shards: i32, reserve: bool, isolation: IsolationLevel
     let start = server_now(&mut client);
     let tally = hammer(CONNECTIONS, HAMMER_FOR, &sql, &name, isolation);
     let end = server_now(&mut client);
-    let granted = match kind {
-        Kind::TokenBucket => RATE * (end - start),
-        Kind::FixedWindow => RATE * (end.floor() - start.floor()),
-    };
     let debt = if reserve { MAX_RESERVED } else { 0.0 };
-    let bound = CAPACITY + debt + granted;
+    let bound = match kind {
+        Kind::TokenBucket => CAPACITY + debt + RATE * (end - start),
+        Kind::FixedWindow => CAPACITY + debt + RATE * (end.floor() - start.floor()),
+        // Every window it touched admitted at most the rate, plus the debt
+        // its estimate may run past it (docs/shapes.md).
+        Kind::SlidingWindow => (RATE + debt) * (end.floor() - start.floor() + 1.0),
+    };
     println!(
         "{kind:?}, {shards} shards, reserve {reserve}, {isolation:?}: {tally:?}, bound {bound:.1} over {:.2} s",
         end - start
@@ -74,7 +82,11 @@ fn bound_holds(kind: Kind, shards: i32, reserve: bool, isolation: IsolationLevel
 }
 
 fn every_shard_count(kind: Kind, isolation: IsolationLevel) {
-    for shards in SHARDS {
+    let shard_counts: &[i32] = match kind {
+        Kind::SlidingWindow => &[1, 8],
+        Kind::TokenBucket | Kind::FixedWindow => &SHARDS,
+    };
+    for &shards in shard_counts {
         for reserve in [false, true] {
             let tally = bound_holds(kind, shards, reserve, isolation);
             if matches!(isolation, IsolationLevel::ReadCommitted) {
@@ -107,6 +119,16 @@ fn fixed_window_shards_never_over_admit_under_repeatable_read() {
     every_shard_count(Kind::FixedWindow, IsolationLevel::RepeatableRead);
 }
 
+#[test]
+fn sliding_window_shards_never_over_admit_under_read_committed() {
+    every_shard_count(Kind::SlidingWindow, IsolationLevel::ReadCommitted);
+}
+
+#[test]
+fn sliding_window_shards_never_over_admit_under_repeatable_read() {
+    every_shard_count(Kind::SlidingWindow, IsolationLevel::RepeatableRead);
+}
+
 /// Exactness: 16 connections on a limit of 200 tokens split over 8 shards
 /// (25 each), with no refill during the run (a period of 10 days; the fixed
 /// window opened an hour before the run): admitted equals the capacity
@@ -116,7 +138,7 @@ fn fixed_window_shards_never_over_admit_under_repeatable_read() {
 fn sharded_limits_admit_exactly_their_capacity() {
     const EXACT_CAPACITY: u64 = 200;
     let mut client = connect();
-    for kind in [Kind::TokenBucket, Kind::FixedWindow] {
+    for kind in [Kind::TokenBucket, Kind::FixedWindow, Kind::SlidingWindow] {
         for isolation in [
             IsolationLevel::ReadCommitted,
             IsolationLevel::RepeatableRead,
@@ -130,6 +152,9 @@ fn sharded_limits_admit_exactly_their_capacity() {
                 }
                 Kind::FixedWindow => format!(
                     "rate_limiter.fixed_window({EXACT_CAPACITY}, '10 days', shards => 8, start => to_timestamp({opened}))"
+                ),
+                Kind::SlidingWindow => format!(
+                    "rate_limiter.sliding_window({EXACT_CAPACITY}, '10 days', shards => 8, start => to_timestamp({opened}))"
                 ),
             };
             let sql = format!("SELECT ok FROM rate_limiter.rate_limit($1, config => {config})");
@@ -145,8 +170,9 @@ fn sharded_limits_admit_exactly_their_capacity() {
             let (rows, stored): (i64, f64) = {
                 let row = client
                     .query_one(
-                        "SELECT count(*), coalesce(sum(value), 0) FROM rate_limiter.rate_limits WHERE name = $1",
-                        &[&name],
+                        "SELECT count(*), coalesce(sum(CASE WHEN $2 THEN 25 - value ELSE value END), 0)
+                         FROM rate_limiter.rate_limits WHERE name = $1",
+                        &[&name, &(kind == Kind::SlidingWindow)],
                     )
                     .unwrap();
                 (row.get(0), row.get(1))

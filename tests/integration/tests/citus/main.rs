@@ -64,6 +64,7 @@ mod overrides;
 mod pruning;
 mod rate_limit_all;
 mod routing;
+mod shapes;
 mod shard_moves;
 mod transaction_blocks;
 mod two_phase_recovery;

@@ -1,0 +1,13 @@
+-- The state of the limit shapes of this version (docs/shapes.md), written
+-- after scripts/upgrade_workload.sql by scripts/pg_upgrade_test.sh (not by
+-- real_upgrade.sh, whose first version has none): sliding windows, keyed
+-- and global, sharded, with a previous window's count (the column prev).
+SET rate_limiter.now_override = '2025-12-31 23:59:30+00';
+SELECT rate_limiter.define('rolling', rate_limiter.sliding_window(20, '1 minute', start => '2026-01-01'));
+SELECT rate_limiter.define('rolling_sharded', rate_limiter.sliding_window(40, '1 minute', shards => 4, start => '2026-01-01'));
+SELECT count(*) FROM generate_series(1, 24) AS i, LATERAL rate_limiter.rate_limit('rolling', 'r' || (i % 3), 2) AS r;
+SELECT ok FROM rate_limiter.rate_limit('rolling', NULL, 15);
+SELECT count(*) FROM generate_series(1, 12) AS i, LATERAL rate_limiter.rate_limit('rolling_sharded', 'k', 3) AS r;
+SET rate_limiter.now_override = '2026-01-01 00:00:00+00';
+SELECT count(*) FROM generate_series(1, 6) AS i, LATERAL rate_limiter.rate_limit('rolling', 'r' || (i % 3), 1) AS r;
+SELECT ok FROM rate_limiter.rate_limit('rolling_sharded', 'k', 5);
