@@ -428,9 +428,14 @@ BEGIN
             IF row_ctid IS NULL THEN
                 left_after := limit_capacity - count;
                 new_value := CASE WHEN limit_kind = 'sliding window' THEN count ELSE left_after END;
+                -- A window's start: now less (now - start) modulo the
+                -- period, in bigint (_window_start's numeric is for the ends
+                -- of the range, and for a start after now).
+                row_ts_us := rate_limiter._micros(limit_start);
                 new_ts := CASE WHEN limit_kind = 'token bucket' THEN now_ts
-                               ELSE rate_limiter._timestamp(rate_limiter._window_start(
-                                        rate_limiter._micros(limit_start), limit_period, now_us)) END;
+                               WHEN now_us >= row_ts_us
+                               THEN rate_limiter._timestamp(now_us - (now_us - row_ts_us) % limit_period)
+                               ELSE rate_limiter._timestamp(rate_limiter._window_start(row_ts_us, limit_period, now_us)) END;
                 INSERT INTO rate_limiter.rate_limits AS r (name, key, shard, value, ts)
                 SELECT rate_limit.name, rate_limit.key, 0, new_value, new_ts
                 FROM rate_limiter.definitions AS d

@@ -105,20 +105,20 @@ SELECT * FROM rate_limiter.rate_limit_all(ARRAY[('ten', 'all', 6, NULL), ('bucke
 SELECT name, value, prev FROM rate_limiter.rate_limits WHERE key = 'all' ORDER BY name;
 
 -- Shadow mode: a refusal answers admitted and writes nothing.
-SELECT rate_limiter.define('shadowed', rate_limiter.sliding_window(1, '1 minute', start => '2026-01-01 00:00:00+00'),
+SELECT rate_limiter.define('sliding_shadow', rate_limiter.sliding_window(1, '1 minute', start => '2026-01-01 00:00:00+00'),
                            enforce => false);
-SELECT * FROM rate_limiter.rate_limit('shadowed', 'k');
-SELECT * FROM rate_limiter.rate_limit('shadowed', 'k');
-SELECT value FROM rate_limiter.rate_limits WHERE name = 'shadowed';
+SELECT * FROM rate_limiter.rate_limit('sliding_shadow', 'k');
+SELECT * FROM rate_limiter.rate_limit('sliding_shadow', 'k');
+SELECT value FROM rate_limiter.rate_limits WHERE name = 'sliding_shadow';
 
 -- prune() deletes a row once it changes no answer: two windows after its
 -- last admission.
 SET rate_limiter.now_override = '2026-01-01 00:01:59+00';
 SELECT rate_limiter.prune();
-SELECT count(*) FROM rate_limiter.rate_limits WHERE name = 'shadowed';
+SELECT count(*) FROM rate_limiter.rate_limits WHERE name = 'sliding_shadow';
 SET rate_limiter.now_override = '2026-01-01 00:02:00+00';
 SELECT rate_limiter.prune() > 0 AS pruned;
-SELECT count(*) FROM rate_limiter.rate_limits WHERE name = 'shadowed';
+SELECT count(*) FROM rate_limiter.rate_limits WHERE name = 'sliding_shadow';
 
 -- Redefining with another kind discards the state; with the same kind,
 -- period and shards it carries on.

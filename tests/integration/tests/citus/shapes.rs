@@ -82,22 +82,49 @@ fn a_sliding_window_answers_alike_from_every_node() {
             assert!(ok, "{name}");
         }
     }
-    // 15 s into the next window the previous one weighs 0.75: 6 of 10 is
-    // 4.5, leaving 5.5; a call of 6 fits once 6 · (1 − f) ≤ 4, at f = 1/3
-    // (00:01:20), 5 s from now. Every node reads the same, its own rows or
-    // another node's.
+    // 1 more of each in the next window, so that every row stores the
+    // previous window's count (prev), which a read from another node
+    // must carry.
+    at(&mut clients[0], "2026-01-01 00:01:05+00");
+    for (name, key) in [
+        ("slw", Some(on_worker1.as_str())),
+        ("slw", Some(on_worker2.as_str())),
+        ("slw_sharded", Some(on_worker2.as_str())),
+        ("slw_global", None),
+    ] {
+        let ok: bool = clients[0]
+            .query_one(
+                "SELECT ok FROM rate_limiter.rate_limit($1, $2, 1)",
+                &[&name, &key],
+            )
+            .expect("rate_limit")
+            .get(0);
+        assert!(ok, "{name}");
+    }
+    let prev: Option<f64> = coordinator
+        .query_one(
+            "SELECT prev FROM rate_limiter.rate_limits WHERE name = 'slw' AND key = $1",
+            &[&on_worker2],
+        )
+        .expect("the key's row")
+        .get(0);
+    assert_eq!(prev, Some(6.0));
+    // 15 s into the window the previous one weighs 0.75: 6 · 0.75 + 1 is
+    // 5.5 of 10, leaving 4.5; a call of 6 fits once 6 · (1 − f) + 1 ≤ 4,
+    // at f = 1/2 (00:01:30), 15 s from now. Every node reads the same, its
+    // own rows or another node's.
     for (node, client) in clients.iter_mut().enumerate() {
         at(client, "2026-01-01 00:01:15+00");
         for key in [&on_worker1, &on_worker2] {
             let (value, full_at) = status(client, "slw", Some(key));
-            assert_eq!(value, 5.5, "{}: status of {key}", NODES[node]);
-            // Full once the first window weighs nothing: 00:02:00.
-            assert_eq!(full_at, 1767225720.0, "{}: full_at of {key}", NODES[node]);
+            assert_eq!(value, 4.5, "{}: status of {key}", NODES[node]);
+            // Full once this window's 1 weighs nothing: 00:03:00.
+            assert_eq!(full_at, 1767225780.0, "{}: full_at of {key}", NODES[node]);
             let (ok, retry_after, remaining) = check(client, "slw", Some(key), 6.0);
             assert!(!ok, "{}", NODES[node]);
             assert_eq!(
                 (retry_after, remaining),
-                (5.0, 5.5),
+                (15.0, 4.5),
                 "{}: {key}",
                 NODES[node]
             );
@@ -106,26 +133,27 @@ fn a_sliding_window_answers_alike_from_every_node() {
                 .expect("http_headers")
                 .get(0);
             assert!(
-                headers.contains(r#""slw\";r=5;t=45"#) && headers.contains("q=10;w=60"),
+                headers.contains(r#""slw\";r=4;t=105"#) && headers.contains("q=10;w=60"),
                 "{}: {headers}",
                 NODES[node]
             );
         }
-        // The sharded ones: 24 of 40 a window ago weigh 18, leaving 22.
+        // The sharded ones: 24 of 40 a window ago weigh 18, and 1 now:
+        // 21 left.
         for (name, key) in [
             ("slw_sharded", Some(on_worker2.as_str())),
             ("slw_global", None),
         ] {
             let (value, _) = status(client, name, key);
             assert!(
-                (value - 22.0).abs() < 1e-9,
+                (value - 21.0).abs() < 1e-9,
                 "{}: status of {name}: {value}",
                 NODES[node]
             );
         }
     }
-    // A call from worker 2 of the key on worker 1 at 00:01:20 fits exactly.
-    at(&mut clients[2], "2026-01-01 00:01:20+00");
+    // A call from worker 2 of the key on worker 1 at 00:01:30 fits exactly.
+    at(&mut clients[2], "2026-01-01 00:01:30+00");
     let ok: bool = clients[2]
         .query_one(
             "SELECT ok FROM rate_limiter.rate_limit('slw', $1, 6)",
@@ -145,7 +173,7 @@ fn a_sliding_window_answers_alike_from_every_node() {
     };
     assert_eq!(
         stored,
-        (6.0, Some(6.0)),
+        (7.0, Some(6.0)),
         "this window's count and the last one's"
     );
     forget("slw");
