@@ -17,6 +17,7 @@
 mod all_or_nothing;
 mod block;
 mod block_policy;
+pub mod calendar_window;
 mod config;
 mod credit;
 mod decision;

@@ -283,8 +283,8 @@ BEGIN
     PERFORM rate_limiter._delete_rows(names, keys, first_request, row_limit, row_shard, held, 'withdrawn');
     FOR r IN 1..coalesce(pg_catalog.cardinality(held), 0) LOOP
         IF changed[r] AND (held[r] = 'placeholder'
-                           OR (current_values[r], current_tss[r], current_prevs[r])
-                              IS DISTINCT FROM (stored_values[r], stored_tss[r], stored_prevs[r])) THEN
+                           OR (current_values[r], current_tss[r], coalesce(current_prevs[r], 0))
+                              IS DISTINCT FROM (stored_values[r], stored_tss[r], coalesce(stored_prevs[r], 0))) THEN
             PERFORM rate_limiter._write(names[first_request[row_limit[r]]], keys[first_request[row_limit[r]]],
                                         row_shard[r]::int2, true, current_values[r], current_tss[r],
                                         regimes[first_request[row_limit[r]]], coalesce(current_prevs[r], 0));

@@ -38,6 +38,10 @@ SELECT ok FROM rate_limiter.rate_limit('sliding', 'k', 1);
 -- is 0 again (the end of the next window, when these 19 weigh nothing).
 SELECT * FROM rate_limiter.status('sliding', 'k');
 SELECT rate_limiter.http_headers('sliding', 'k');
+-- A refusal raised (throws): RL429 with the JSON DETAIL; rate_wait with no
+-- time to wait answers at once.
+SELECT * FROM rate_limiter.rate_limit('sliding', 'k', 1, throws => true);
+SELECT * FROM rate_limiter.rate_wait('sliding', 'k', 1, timeout => '0 seconds');
 -- One window on, this window's 19 become prev; two windows on, nothing.
 SET rate_limiter.now_override = '2026-01-01 00:02:30+00';
 SELECT * FROM rate_limiter.rate_check('sliding', 'k', 0);
