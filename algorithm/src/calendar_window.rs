@@ -41,7 +41,13 @@ pub fn initial_state(capacity: f64, calendar: &impl Calendar, now: Micros) -> St
 /// The state at `now`: each window started since `ts` (never a negative
 /// number: a clock that went back changes nothing) adds `rate`, capped at
 /// `capacity`, and `ts` moves to the start of the window containing `now`.
-pub fn refill(rate: f64, capacity: f64, calendar: &impl Calendar, state: State, now: Micros) -> State {
+pub fn refill(
+    rate: f64,
+    capacity: f64,
+    calendar: &impl Calendar,
+    state: State,
+    now: Micros,
+) -> State {
     let start = calendar.window_start(now);
     let windows = calendar.windows_between(state.ts, start);
     if windows <= 0 {
@@ -133,9 +139,15 @@ mod tests {
     fn the_civil_calendar_of_these_tests_is_right() {
         assert_eq!(days_from_civil(2000, 1), 0);
         assert_eq!(days_from_civil(2000, 3), 60); // 2000 is a leap year
-        assert_eq!(UtcMonths.window_start(at(2026, 3, 31) + HOUR), at(2026, 3, 1));
+        assert_eq!(
+            UtcMonths.window_start(at(2026, 3, 31) + HOUR),
+            at(2026, 3, 1)
+        );
         assert_eq!(UtcMonths.nth_start(at(2026, 11, 1), 3), at(2027, 2, 1));
-        assert_eq!(UtcMonths.windows_between(at(2025, 12, 1), at(2026, 2, 1)), 2);
+        assert_eq!(
+            UtcMonths.windows_between(at(2025, 12, 1), at(2026, 2, 1)),
+            2
+        );
     }
 
     #[test]
@@ -178,6 +190,9 @@ mod tests {
             (at(2026, 3, 1) - now) as f64
         );
         // The clock went back: nothing changes.
-        assert_eq!(refill(1000.0, 2500.0, &UtcMonths, state, at(2025, 12, 5)), state);
+        assert_eq!(
+            refill(1000.0, 2500.0, &UtcMonths, state, at(2025, 12, 5)),
+            state
+        );
     }
 }
