@@ -134,7 +134,37 @@ SELECT count(*) FROM rate_limiter.rate_limits WHERE name = 'ten';
 SELECT rate_limiter.define('ten', rate_limiter.token_bucket(20, '1 minute'));
 SELECT count(*) FROM rate_limiter.rate_limits WHERE name = 'ten';
 
+-- A sharded reservation (docs/shapes.md, "Shards"): 2 shards of 5 per
+-- minute, both used up; a reservation of 2 takes both from one shard (7
+-- of its 5), and its retry_after is when every shard it took from is out
+-- of debt: that shard's 7 weigh 5 again 2/7 of the next window into it,
+-- at 00:01:17.142858 (47.142858 s after the call).
+SET rate_limiter.now_override = '2026-01-01 00:00:30+00';
+SELECT rate_limiter.define('sharded_reserve', rate_limiter.sliding_window(10, '1 minute', shards => 2,
+                                                                           start => '2026-01-01 00:00:00+00'));
+SELECT ok, remaining FROM rate_limiter.rate_limit('sharded_reserve', 'k', 5);
+SELECT ok, remaining FROM rate_limiter.rate_limit('sharded_reserve', 'k', 5);
+SELECT * FROM rate_limiter.rate_limit('sharded_reserve', 'k', 2, reserve => true);
+SELECT shard, value, prev FROM rate_limiter.rate_limits WHERE name = 'sharded_reserve' ORDER BY shard;
+
+-- Automatic blocks (docs/blocks.md) on a sliding window: the admitted
+-- call that uses the window up blocks the key for 10 minutes; after the
+-- window has room again the key stays refused until the block ends.
+SET rate_limiter.now_override = '2026-01-01 00:00:00+00';
+SELECT rate_limiter.define('sliding_block',
+    rate_limiter.with_block(rate_limiter.sliding_window(2, '1 minute', start => '2026-01-01 00:00:00+00'),
+                            block_for => '10 minutes'));
+SELECT ok FROM rate_limiter.rate_limit('sliding_block', 'k', 2);
+SELECT ok, retry_after FROM rate_limiter.rate_limit('sliding_block', 'k', 1);
+SELECT * FROM rate_limiter.blocked('sliding_block', 'k');
+SET rate_limiter.now_override = '2026-01-01 00:05:00+00';
+SELECT ok, remaining, retry_after FROM rate_limiter.rate_limit('sliding_block', 'k', 1);
+SET rate_limiter.now_override = '2026-01-01 00:10:00+00';
+SELECT ok, remaining FROM rate_limiter.rate_limit('sliding_block', 'k', 1);
+SELECT rate_limiter.unblock('sliding_block', 'k');
+
 SELECT rate_limiter.undefine(name) FROM rate_limiter.definitions ORDER BY name;
 DELETE FROM rate_limiter.rate_limits;
+DELETE FROM rate_limiter.blocks;
 RESET rate_limiter.now_override;
 RESET rate_limiter.random_seed;
