@@ -170,6 +170,7 @@ mod tests {
                 shards: 1,
                 start: None,
                 block: None,
+                calendar: None,
             },
             stored: vec![value.map(|value| State {
                 value,

@@ -11,12 +11,17 @@
 //! ZONE time_zone) AT TIME ZONE time_zone`), and the tests with a civil
 //! calendar in UTC.
 
+use crate::error::LimitError;
 use crate::state::State;
 use crate::time::Micros;
 
 /// Where a limit's calendar windows start. Instants are microseconds since
 /// 2000-01-01 UTC; a "window start" is a value `window_start` returns.
-pub trait Calendar {
+///
+/// Invariants an implementation keeps: `window_start(at) <= at`, and it
+/// never decreases as `at` grows; `nth_start(s, n) > s` for a window start
+/// `s`; `windows_between(s, nth_start(s, n)) == n`.
+pub trait Calendar: std::fmt::Debug {
     /// The start of the window that contains `at`: at most `at`, and the
     /// latest window start that is.
     fn window_start(&self, at: Micros) -> Micros;
@@ -28,9 +33,27 @@ pub trait Calendar {
     fn nth_start(&self, start: Micros, n: i64) -> Micros;
 }
 
+/// A limit's calendar, as its [`Config`](crate::Config) holds it: a
+/// reference that lives as long as the process (the extension keeps one
+/// per unit and time zone). Two are equal when they are the same calendar.
+#[derive(Clone, Copy)]
+pub struct CalendarRef(pub &'static dyn Calendar);
+
+impl std::fmt::Debug for CalendarRef {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        self.0.fmt(f)
+    }
+}
+
+impl PartialEq for CalendarRef {
+    fn eq(&self, other: &Self) -> bool {
+        std::ptr::addr_eq(self.0, other.0)
+    }
+}
+
 /// The state of a limit without a row: full (`capacity`), at the start of
 /// the window containing `now`.
-pub fn initial_state(capacity: f64, calendar: &impl Calendar, now: Micros) -> State {
+pub fn initial_state(capacity: f64, calendar: &dyn Calendar, now: Micros) -> State {
     State {
         value: capacity,
         ts: calendar.window_start(now),
@@ -44,7 +67,7 @@ pub fn initial_state(capacity: f64, calendar: &impl Calendar, now: Micros) -> St
 pub fn refill(
     rate: f64,
     capacity: f64,
-    calendar: &impl Calendar,
+    calendar: &dyn Calendar,
     state: State,
     now: Micros,
 ) -> State {
@@ -64,7 +87,7 @@ pub fn refill(
 /// the refilled state `refilled`: the start of the `ceil(tokens / rate)`-th
 /// window after `refilled.ts`, less `now` (0 windows: `now`, nothing to
 /// wait for). Infinite when that many windows do not fit an `i64`.
-pub fn wait(rate: f64, calendar: &impl Calendar, refilled: State, tokens: f64, now: Micros) -> f64 {
+pub fn wait(rate: f64, calendar: &dyn Calendar, refilled: State, tokens: f64, now: Micros) -> f64 {
     let windows = (tokens / rate).ceil();
     if !(windows >= 1.0) {
         return 0.0;
@@ -76,6 +99,77 @@ pub fn wait(rate: f64, calendar: &impl Calendar, refilled: State, tokens: f64, n
     (i128::from(start) - i128::from(now)) as f64
 }
 
+/// The end of PostgreSQL's timestamp range, in microseconds since
+/// 2000-01-01 (a window start is never computed within a margin of it).
+const END_OF_TIME: i128 = 9_224_318_016_000_000_000;
+
+/// The earliest delay after `now` at which `admitted` holds, among the
+/// window starts after the refilled state's: from the estimate (the
+/// `ceil(tokens / rate)`-th window start), later by a window (at most
+/// four) while it does not hold, then earlier by as many windows as still
+/// do (galloping, then bisecting: `admitted` is monotone, as refills only
+/// add tokens). `period` is the unit's nominal length (a month 30 days).
+///
+/// Errors: `OutOfRange` when that many windows of the nominal length do
+/// not fit `i64::MAX / 4` microseconds (what [`crate::evaluate`] allows a
+/// `retry_after`), or would reach within twice their length of the end of
+/// PostgreSQL's timestamps.
+pub fn earliest(
+    rate: f64,
+    period: Micros,
+    calendar: &dyn Calendar,
+    refilled: State,
+    tokens: f64,
+    now: Micros,
+    admitted: impl Fn(Micros) -> bool,
+) -> Result<Micros, LimitError> {
+    let limit = i64::MAX / 4;
+    let windows = (tokens / rate).ceil();
+    if !(windows * (period as f64) < limit as f64) {
+        return Err(out_of_range(windows));
+    }
+    let delay = |n: i64| -> Result<Micros, LimitError> {
+        if i128::from(now) + 2 * i128::from(n) * i128::from(period) >= END_OF_TIME {
+            return Err(out_of_range(n as f64));
+        }
+        let delay = i128::from(calendar.nth_start(refilled.ts, n)) - i128::from(now);
+        if delay >= i128::from(limit) {
+            return Err(out_of_range(n as f64));
+        }
+        Ok(delay as Micros)
+    };
+    let mut n = if windows >= 1.0 { windows as i64 } else { 1 };
+    for _ in 0..4 {
+        if admitted(delay(n)?) {
+            break;
+        }
+        n += 1;
+    }
+    let earlier =
+        |back: i64| -> Result<bool, LimitError> { Ok(back < n && admitted(delay(n - back)?)) };
+    let (mut admitted_back, mut refused_back) = (0, 1);
+    while earlier(refused_back)? {
+        admitted_back = refused_back;
+        refused_back = refused_back.saturating_mul(2);
+    }
+    while refused_back - admitted_back > 1 {
+        let middle = admitted_back + (refused_back - admitted_back) / 2;
+        if earlier(middle)? {
+            admitted_back = middle;
+        } else {
+            refused_back = middle;
+        }
+    }
+    delay(n - admitted_back)
+}
+
+fn out_of_range(windows: f64) -> LimitError {
+    LimitError::out_of_range(
+        "retry_after",
+        format!("retry_after would be {windows} calendar windows away, which is out of range"),
+    )
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -85,6 +179,7 @@ mod tests {
 
     /// A calendar of UTC months: the first day of each month, 00:00 UTC,
     /// from the civil date (Howard Hinnant's days_from_civil).
+    #[derive(Debug)]
     struct UtcMonths;
 
     fn days_from_civil(year: i64, month: i64) -> i64 {

@@ -1,6 +1,7 @@
 //! The configuration of a limit and its validation.
 
 use crate::block_policy::BlockPolicy;
+use crate::calendar_window::CalendarRef;
 use crate::error::{show, LimitError};
 use crate::time::Micros;
 
@@ -15,6 +16,9 @@ pub enum Kind {
     /// weighted by how much of it still overlaps the last `period`
     /// ([`crate::sliding_window`]).
     SlidingWindow,
+    /// `rate` tokens at the start of each calendar minute, hour, day, week,
+    /// month, quarter or year in a time zone ([`crate::calendar_window`]).
+    CalendarWindow,
 }
 
 impl Kind {
@@ -24,6 +28,7 @@ impl Kind {
             Kind::TokenBucket => "token bucket",
             Kind::FixedWindow => "fixed window",
             Kind::SlidingWindow => "sliding window",
+            Kind::CalendarWindow => "calendar window",
         }
     }
 
@@ -33,6 +38,7 @@ impl Kind {
             "token bucket" => Some(Kind::TokenBucket),
             "fixed window" => Some(Kind::FixedWindow),
             "sliding window" => Some(Kind::SlidingWindow),
+            "calendar window" => Some(Kind::CalendarWindow),
             _ => None,
         }
     }
@@ -74,6 +80,9 @@ pub struct Config {
     pub start: Option<Micros>,
     /// Automatic blocks (`with_block`, [`BlockPolicy`]); `None`: none.
     pub block: Option<BlockPolicy>,
+    /// Calendar window only: where its windows start (the unit and time
+    /// zone); `None` for every other kind.
+    pub calendar: Option<CalendarRef>,
 }
 
 impl Config {
@@ -151,6 +160,36 @@ impl Config {
                 "start",
                 "start applies only to fixed and sliding windows: a token bucket has no windows"
                     .to_string(),
+            ));
+        }
+        if self.kind == Kind::CalendarWindow {
+            if self.start.is_some() {
+                return Err(LimitError::invalid(
+                    "start",
+                    "a calendar window's windows start where the calendar says: leave start NULL"
+                        .to_string(),
+                ));
+            }
+            if self.shards > 1 {
+                return Err(LimitError::invalid(
+                    "shards",
+                    format!(
+                        "a calendar window is not sharded: shards must be 1, got {}",
+                        self.shards
+                    ),
+                ));
+            }
+            if self.calendar.is_none() {
+                return Err(LimitError::invalid(
+                    "time_zone",
+                    "a calendar window needs a unit and a time_zone (rate_limiter.calendar_window)"
+                        .to_string(),
+                ));
+            }
+        } else if self.calendar.is_some() {
+            return Err(LimitError::invalid(
+                "time_zone",
+                "time_zone applies only to calendar windows".to_string(),
             ));
         }
         if self.shards > MAX_SHARDS {
@@ -258,6 +297,7 @@ mod tests {
             shards: 1,
             start: None,
             block: None,
+            calendar: None,
         }
     }
 

@@ -46,13 +46,15 @@ pub fn credit(shard: &Config, stored: &[State], count: f64, now: Micros) -> Vec<
         // admitted: its previous window's count is history.
         let room = match shard.kind {
             Kind::SlidingWindow => state.value,
-            Kind::TokenBucket | Kind::FixedWindow => shard.capacity() - state.value,
+            Kind::TokenBucket | Kind::FixedWindow | Kind::CalendarWindow => {
+                shard.capacity() - state.value
+            }
         }
         .max(0.0);
         let taken = room.min(left);
         match shard.kind {
             Kind::SlidingWindow => state.value -= taken,
-            Kind::TokenBucket | Kind::FixedWindow => state.value += taken,
+            Kind::TokenBucket | Kind::FixedWindow | Kind::CalendarWindow => state.value += taken,
         }
         left -= taken;
     }
@@ -75,6 +77,7 @@ mod tests {
             shards,
             start: None,
             block: None,
+            calendar: None,
         }
     }
 

@@ -90,6 +90,7 @@ mod tests {
             shards: 1,
             start,
             block: None,
+            calendar: None,
         }
     }
 

@@ -42,6 +42,7 @@ mod tests {
             shards: 1,
             start: Some(0),
             block: None,
+            calendar: None,
         }
     }
 

@@ -72,6 +72,7 @@ mod tests {
             shards,
             start: None,
             block: None,
+            calendar: None,
         }
     }
 

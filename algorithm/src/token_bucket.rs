@@ -53,6 +53,7 @@ mod tests {
             shards: 1,
             start: None,
             block: None,
+            calendar: None,
         }
     }
 

@@ -125,6 +125,7 @@ mod tests {
             shards: 1,
             start: None,
             block: None,
+            calendar: None,
         };
         assert!(!near_limit(&config, 10.0));
         assert!(near_limit(&config, 9.999));

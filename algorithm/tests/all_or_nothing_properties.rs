@@ -28,6 +28,7 @@ prop_compose! {
             shards,
             start: None,
             block: None,
+            calendar: None,
         };
         let shard_capacity = rate / f64::from(shards);
         let stored = fill

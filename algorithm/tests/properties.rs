@@ -204,7 +204,7 @@ proptest! {
         reserve in any::<bool>(),
         start in proptest::option::of(any::<i64>()),
     ) {
-        let config = Config { kind, rate, period, capacity, max_reserved, shards: 1, start, block: None };
+        let config = Config { kind, rate, period, capacity, max_reserved, shards: 1, start, block: None, calendar: None };
         prop_assume!(config.validate().is_ok());
         let request = Request { count, reserve };
         let _ = evaluate(&config, ID, Some(State { value, ts, previous: 0.0 }), now, request);

@@ -90,7 +90,7 @@ fn granted(
             config.rate * windows as f64
         }
         // (Not drawn by common::kind().)
-        Kind::SlidingWindow => f64::INFINITY,
+        Kind::SlidingWindow | Kind::CalendarWindow => f64::INFINITY,
     }
 }
 

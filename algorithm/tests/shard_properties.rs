@@ -35,6 +35,7 @@ prop_compose! {
             shards,
             start: if fixed { start } else { None },
             block: None,
+            calendar: None,
         }
     }
 }

@@ -30,6 +30,7 @@ fn config() -> impl Strategy<Value = Config> {
             shards: 1,
             start: Some(start % period),
             block: None,
+            calendar: None,
         })
 }
 

@@ -22,6 +22,7 @@ fn config(rate: f64, max_reserved: Option<f64>) -> Config {
         shards: 1,
         start: Some(0),
         block: None,
+        calendar: None,
     }
 }
 

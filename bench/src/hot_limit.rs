@@ -205,6 +205,7 @@ fn simulate(shards: i32, capacity: f64, demand: f64, arrivals: usize) -> f64 {
         shards,
         start: None,
         block: None,
+        calendar: None,
     };
     let id = LimitId {
         name: b"simulated",

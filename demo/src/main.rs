@@ -174,6 +174,7 @@ fn main() {
         shards: 1,
         start: None,
         block: None,
+        calendar: None,
     };
     let signup = Config {
         kind: Kind::FixedWindow,
@@ -184,6 +185,7 @@ fn main() {
         shards: 1,
         start: Some(820_540_800 * SECOND),
         block: None,
+        calendar: None,
     };
     let llm = Config {
         kind: Kind::TokenBucket,
@@ -194,6 +196,7 @@ fn main() {
         shards: 1,
         start: None,
         block: None,
+        calendar: None,
     };
     let mut model = Model {
         states: HashMap::new(),

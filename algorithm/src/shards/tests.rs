@@ -21,6 +21,7 @@ fn config(shards: i32, max_reserved: Option<f64>) -> Config {
         shards,
         start: None,
         block: None,
+        calendar: None,
     }
 }
 

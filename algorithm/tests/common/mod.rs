@@ -43,8 +43,9 @@ pub fn bound(
             let first_window = fixed_window::window_start(anchor, config.period, first);
             config.rate * ((latest - first_window) / config.period) as f64
         }
-        // (Not drawn by kind(): sliding_window_properties.rs checks its bound.)
-        Kind::SlidingWindow => f64::INFINITY,
+        // (Not drawn by kind(): sliding_window_properties.rs and
+        // calendar_window_properties.rs check theirs.)
+        Kind::SlidingWindow | Kind::CalendarWindow => f64::INFINITY,
     };
     config.capacity() + debt + granted
 }
@@ -71,6 +72,7 @@ prop_compose! {
             shards: 1,
             start: if kind == Kind::FixedWindow { start } else { None },
             block: None,
+            calendar: None,
         }
     }
 }
