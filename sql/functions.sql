@@ -57,6 +57,22 @@ COMMENT ON FUNCTION rate_limiter.sliding_window(float8, interval, float8, int4, 
 'Windows start at start + k * period (NULL start = a per-key phase); capacity is rate; max_reserved bounds how far a reservation may take the estimate past rate (NULL = unlimited). '
 'Errors as for token_bucket.';
 
+CREATE FUNCTION rate_limiter.calendar_window(
+    rate         float8,
+    unit         text,
+    time_zone    text   DEFAULT 'UTC',
+    capacity     float8 DEFAULT NULL,
+    max_reserved float8 DEFAULT NULL)
+RETURNS rate_limiter.config
+LANGUAGE c IMMUTABLE PARALLEL SAFE
+AS 'MODULE_PATHNAME', 'calendar_window_wrapper';
+
+COMMENT ON FUNCTION rate_limiter.calendar_window(float8, text, text, float8, float8) IS
+'Calendar-window config: rate tokens at the start of each calendar unit (minute, hour, day, week from Monday, month, quarter, year) in time_zone, '
+'so a month is a month and a day around a change of daylight saving time has 23 or 25 hours; tokens not used carry over up to capacity (NULL = rate). '
+'Its period is the unit, its time_zone the zone; not sharded. '
+'Errors: 22004 NULL rate/unit/time_zone; 22023 an unknown unit or time zone (naming it), and as for token_bucket.';
+
 CREATE FUNCTION rate_limiter.with_block(
     config       rate_limiter.config,
     block_for    interval,

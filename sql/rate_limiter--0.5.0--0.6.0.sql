@@ -104,6 +104,7 @@ CREATE TABLE rate_limiter.overrides (
     block_for    interval,
     max_block    interval,
     forget_after interval,
+    time_zone    text,
     CONSTRAINT overrides_pkey PRIMARY KEY (name, key),
     CONSTRAINT overrides_config_or_plan CHECK ((plan IS NULL) = (kind IS NOT NULL))
 );
@@ -416,13 +417,18 @@ GRANT EXECUTE ON FUNCTION rate_limiter.with_block(rate_limiter.config, interval,
 -- install Citus distributes, Citus also sends this ALTER TABLE to every
 -- worker, whose own update adds the column too.)
 ALTER TYPE rate_limiter.kind ADD VALUE IF NOT EXISTS 'sliding window';
+-- Calendar windows (docs/shapes.md): the kind, the config's and the
+-- tables' column time_zone (NULL for every other kind).
+ALTER TYPE rate_limiter.kind ADD VALUE IF NOT EXISTS 'calendar window';
 COMMENT ON TYPE rate_limiter.kind IS
-    'Rate-limit algorithm: ''token bucket'' (continuous refill), ''fixed window'' (rate tokens per window) or ''sliding window'' (the weighted two-window counter)';
+    'Rate-limit algorithm: ''token bucket'' (continuous refill), ''fixed window'' (rate tokens per window), ''sliding window'' (the weighted two-window counter) or ''calendar window'' (rate tokens per calendar unit in a time zone)';
+ALTER TYPE rate_limiter.config ADD ATTRIBUTE time_zone text;
+ALTER TABLE rate_limiter.definitions ADD COLUMN IF NOT EXISTS time_zone text;
 ALTER TABLE rate_limiter.rate_limits ADD COLUMN IF NOT EXISTS prev float8;
 COMMENT ON TABLE rate_limiter.rate_limits IS
     'Rate-limit state: tokens (value) at time ts per (name, key, shard) (a sliding window: value admitted in the window starting at ts, prev in the one before); a missing row is a full limit';
 COMMENT ON TYPE rate_limiter.config IS
-    'Rate-limit configuration: kind, rate (tokens per period), period, capacity (NULL = rate), max_reserved (NULL = unlimited), shards, start (window anchor, NULL = per-key phase), block_for, max_block, forget_after (automatic blocks, NULL = none)';
+    'Rate-limit configuration: kind, rate (tokens per period), period, capacity (NULL = rate), max_reserved (NULL = unlimited), shards, start (window anchor, NULL = per-key phase), block_for, max_block, forget_after (automatic blocks, NULL = none), time_zone (a calendar window''s; NULL for the other kinds)';
 
 CREATE FUNCTION rate_limiter.sliding_window(
     rate         float8,
@@ -440,6 +446,22 @@ COMMENT ON FUNCTION rate_limiter.sliding_window(float8, interval, float8, int4, 
 'Windows start at start + k * period (NULL start = a per-key phase); capacity is rate; max_reserved bounds how far a reservation may take the estimate past rate (NULL = unlimited). '
 'Errors as for token_bucket.';
 
+CREATE FUNCTION rate_limiter.calendar_window(
+    rate         float8,
+    unit         text,
+    time_zone    text   DEFAULT 'UTC',
+    capacity     float8 DEFAULT NULL,
+    max_reserved float8 DEFAULT NULL)
+RETURNS rate_limiter.config
+LANGUAGE c IMMUTABLE PARALLEL SAFE
+AS 'MODULE_PATHNAME', 'calendar_window_wrapper';
+
+COMMENT ON FUNCTION rate_limiter.calendar_window(float8, text, text, float8, float8) IS
+'Calendar-window config: rate tokens at the start of each calendar unit (minute, hour, day, week from Monday, month, quarter, year) in time_zone, '
+'so a month is a month and a day around a change of daylight saving time has 23 or 25 hours; tokens not used carry over up to capacity (NULL = rate). '
+'Its period is the unit, its time_zone the zone; not sharded. '
+'Errors: 22004 NULL rate/unit/time_zone; 22023 an unknown unit or time zone (naming it), and as for token_bucket.';
+
 -- The shapes' objects: nobody but their owner holds a privilege on them,
 -- whatever ALTER DEFAULT PRIVILEGES handed out.
 DO $revoke_shapes$
@@ -447,22 +469,26 @@ DECLARE
     grantee_name name;
 BEGIN
     REVOKE ALL ON FUNCTION rate_limiter.sliding_window(float8, interval, float8, int4, timestamptz) FROM PUBLIC;
+    REVOKE ALL ON FUNCTION rate_limiter.calendar_window(float8, text, text, float8, float8) FROM PUBLIC;
     FOR grantee_name IN
         SELECT DISTINCT r.rolname
         FROM (
             SELECT (pg_catalog.aclexplode(p.proacl)).grantee, p.proowner AS owner
             FROM pg_catalog.pg_proc AS p
-            WHERE p.oid IN ('rate_limiter.sliding_window(float8, interval, float8, int4, timestamptz)'::pg_catalog.regprocedure)
+            WHERE p.oid IN ('rate_limiter.sliding_window(float8, interval, float8, int4, timestamptz)'::pg_catalog.regprocedure,
+                            'rate_limiter.calendar_window(float8, text, text, float8, float8)'::pg_catalog.regprocedure)
         ) AS granted
         JOIN pg_catalog.pg_roles AS r ON r.oid = granted.grantee
         WHERE granted.grantee <> granted.owner
     LOOP
         EXECUTE pg_catalog.format('REVOKE ALL ON FUNCTION rate_limiter.sliding_window(float8, interval, float8, int4, timestamptz) FROM %I', grantee_name);
+        EXECUTE pg_catalog.format('REVOKE ALL ON FUNCTION rate_limiter.calendar_window(float8, text, text, float8, float8) FROM %I', grantee_name);
     END LOOP;
 END
 $revoke_shapes$;
 
 GRANT EXECUTE ON FUNCTION rate_limiter.sliding_window(float8, interval, float8, int4, timestamptz) TO @extowner@ WITH GRANT OPTION;
+GRANT EXECUTE ON FUNCTION rate_limiter.calendar_window(float8, text, text, float8, float8) TO @extowner@ WITH GRANT OPTION;
 
 -- On Citus, _rate_state_at also returns a sliding window's previous-window
 -- count (its result type is the released one's).

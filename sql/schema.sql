@@ -3,9 +3,9 @@
 -- sql/privileges.sql, which runs last.
 
 -- The algorithm of a limit.
-CREATE TYPE rate_limiter.kind AS ENUM ('token bucket', 'fixed window', 'sliding window');
+CREATE TYPE rate_limiter.kind AS ENUM ('token bucket', 'fixed window', 'sliding window', 'calendar window');
 COMMENT ON TYPE rate_limiter.kind IS
-    'Rate-limit algorithm: ''token bucket'' (continuous refill), ''fixed window'' (rate tokens per window) or ''sliding window'' (the weighted two-window counter)';
+    'Rate-limit algorithm: ''token bucket'' (continuous refill), ''fixed window'' (rate tokens per window), ''sliding window'' (the weighted two-window counter) or ''calendar window'' (rate tokens per calendar unit in a time zone)';
 
 -- A limit's configuration; build one with rate_limiter.token_bucket(),
 -- rate_limiter.fixed_window() or rate_limiter.sliding_window(), and
@@ -24,10 +24,11 @@ CREATE TYPE rate_limiter.config AS (
     start        timestamptz,
     block_for    interval,
     max_block    interval,
-    forget_after interval
+    forget_after interval,
+    time_zone    text
 );
 COMMENT ON TYPE rate_limiter.config IS
-    'Rate-limit configuration: kind, rate (tokens per period), period, capacity (NULL = rate), max_reserved (NULL = unlimited), shards, start (window anchor, NULL = per-key phase), block_for, max_block, forget_after (automatic blocks, NULL = none)';
+    'Rate-limit configuration: kind, rate (tokens per period), period, capacity (NULL = rate), max_reserved (NULL = unlimited), shards, start (window anchor, NULL = per-key phase), block_for, max_block, forget_after (automatic blocks, NULL = none), time_zone (a calendar window''s; NULL for the other kinds)';
 
 -- One request of rate_limiter.rate_limit_all(): a limit (name, key), how
 -- many tokens (NULL = 1) and an inline config (NULL = the definition).
@@ -55,7 +56,9 @@ CREATE TABLE rate_limiter.definitions (
     -- Automatic blocks (docs/blocks.md): NULL block_for is none.
     block_for    interval,
     max_block    interval,
-    forget_after interval
+    forget_after interval,
+    -- A calendar window's time zone (docs/shapes.md); its unit is period.
+    time_zone    text
 );
 COMMENT ON TABLE rate_limiter.definitions IS
     'Named rate limits; write it with rate_limiter.define() and rate_limiter.undefine()';
@@ -121,6 +124,7 @@ CREATE TABLE rate_limiter.overrides (
     block_for    interval,
     max_block    interval,
     forget_after interval,
+    time_zone    text,
     CONSTRAINT overrides_pkey PRIMARY KEY (name, key),
     CONSTRAINT overrides_config_or_plan CHECK ((plan IS NULL) = (kind IS NOT NULL))
 );

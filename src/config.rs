@@ -1,6 +1,6 @@
 //! The SQL type `rate_limiter.config`: reading it, building it, and the
 //! constructors `rate_limiter.token_bucket()`, `rate_limiter.fixed_window()`,
-//! `rate_limiter.sliding_window()`
+//! `rate_limiter.sliding_window()`, `rate_limiter.calendar_window()`
 //! and `rate_limiter.with_block()`.
 //!
 //! A config is validated wherever it is used (constructors, `define`,
@@ -41,11 +41,14 @@ pub struct ConfigValues {
     pub block_for: Option<Interval>,
     pub max_block: Option<Interval>,
     pub forget_after: Option<Interval>,
+    /// A calendar window's time zone (docs/shapes.md), checked
+    /// ([`crate::calendar::zone`]); `None` for the other kinds.
+    pub time_zone: Option<&'static str>,
 }
 
 /// The attributes of `rate_limiter.config` (0.6.0 and later; before, the
 /// first 7).
-const CONFIG_ATTRIBUTES: u16 = 10;
+const CONFIG_ATTRIBUTES: u16 = 11;
 
 /// `forget_after` when not given: a day.
 const DEFAULT_FORGET_AFTER: i64 = 86_400_000_000;
@@ -127,6 +130,14 @@ impl ConfigValues {
                 block_for: interval(8),
                 max_block: interval(9),
                 forget_after: interval(10),
+                time_zone: if natts < CONFIG_ATTRIBUTES {
+                    None
+                } else {
+                    let (datum, is_null) = attribute(11);
+                    String::from_datum(datum, is_null)
+                        .map(|zone| crate::calendar::zone(&zone))
+                        .transpose()?
+                },
             })
         }
     }
@@ -185,7 +196,20 @@ impl ConfigValues {
             shards: self.shards,
             start: self.start.map(|start| start.into_inner()),
             block: self.block()?,
+            calendar: match (self.kind, self.time_zone) {
+                (Kind::CalendarWindow, Some(zone)) => Some(crate::calendar::calendar(
+                    crate::calendar::Unit::from_period(period)?,
+                    zone,
+                )),
+                _ => None,
+            },
         };
+        if self.kind != Kind::CalendarWindow && self.time_zone.is_some() {
+            return Err(LimitError::invalid(
+                "time_zone",
+                "time_zone applies only to calendar windows".to_string(),
+            ));
+        }
         config.validate()?;
         Ok(config)
     }
@@ -224,6 +248,11 @@ impl ConfigValues {
             if value.is_some() {
                 tuple.set_by_name(attribute, value).map_err(|e| error(&e))?;
             }
+        }
+        if self.time_zone.is_some() {
+            tuple
+                .set_by_name("time_zone", self.time_zone)
+                .map_err(|e| error(&e))?;
         }
         Ok(tuple)
     }
@@ -273,6 +302,7 @@ fn construct(
             block_for: None,
             max_block: None,
             forget_after: None,
+            time_zone: None,
         };
         values.to_config()?;
         Ok(values)
@@ -343,6 +373,44 @@ fn sliding_window(
         shards,
         start,
     )
+}
+
+/// `rate_limiter.calendar_window(rate, unit, time_zone, capacity, max_reserved)`:
+/// a validated calendar-window config: `rate` tokens at the start of each
+/// calendar `unit` in `time_zone` (its period is the unit, its time_zone
+/// the zone). See sql/functions.sql and docs/shapes.md.
+///
+/// Errors: 22004 (NULL rate, unit or time_zone); 22023 (an unknown unit
+/// or time zone, naming it; what the other constructors check).
+#[pg_extern(sql = false)]
+fn calendar_window(
+    rate: Option<f64>,
+    unit: Option<&str>,
+    time_zone: Option<&str>,
+    capacity: Option<f64>,
+    max_reserved: Option<f64>,
+) -> pgrx::composite_type!('static, "rate_limiter.config") {
+    let values = (|| {
+        let rate = required(rate, "rate")?;
+        let unit = crate::calendar::Unit::from_name(required(unit, "unit")?)?;
+        let time_zone = crate::calendar::zone(required(time_zone, "time_zone")?)?;
+        let values = ConfigValues {
+            kind: Kind::CalendarWindow,
+            rate,
+            period: unit.period(),
+            capacity,
+            max_reserved,
+            shards: 1,
+            start: None,
+            block_for: None,
+            max_block: None,
+            forget_after: None,
+            time_zone: Some(time_zone),
+        };
+        values.to_config()?;
+        Ok(values)
+    })();
+    built(values)
 }
 
 /// `rate_limiter.with_block(config, block_for, max_block, forget_after)`:

@@ -39,7 +39,7 @@ macro_rules! lookup {
                                          WHERE o.name = d.name COLLATE \"C\" \
                                          ORDER BY o.name, o.key LIMIT 1) AS first), ",
             $blocks,
-            ", block_for, max_block, forget_after \
+            ", block_for, max_block, forget_after, time_zone \
              FROM rate_limiter.definitions AS d WHERE name = $1"
         )
     };
@@ -60,14 +60,14 @@ const LOOKUP_BLOCKS_SPREAD: &str = lookup!("true");
 /// blocks).
 const LOOKUP_BEFORE_0_6: &str =
     "SELECT kind::text, rate, period, capacity, max_reserved, shards, start, enforce, false, false, \
-            NULL::interval, NULL::interval, NULL::interval \
+            NULL::interval, NULL::interval, NULL::interval, NULL::text \
      FROM rate_limiter.definitions WHERE name = $1";
 
 /// [`LOOKUP`] on the tables of a version before 0.4.0 (no column
 /// `enforce`: every limit enforces), until `ALTER EXTENSION ... UPDATE`.
 const LOOKUP_BEFORE_0_4: &str =
     "SELECT kind::text, rate, period, capacity, max_reserved, shards, start, true, false, false, \
-            NULL::interval, NULL::interval, NULL::interval \
+            NULL::interval, NULL::interval, NULL::interval, NULL::text \
      FROM rate_limiter.definitions WHERE name = $1";
 
 /// What a call of a limit uses: its config, whether it enforces
@@ -500,6 +500,10 @@ fn lookup_uncached(client: &SpiClient<'_>, name: &[u8]) -> Result<Option<Named>,
         block_for: row.get(11)?,
         max_block: row.get(12)?,
         forget_after: row.get(13)?,
+        time_zone: row
+            .get::<String>(14)?
+            .map(|zone| crate::calendar::zone(&zone))
+            .transpose()?,
     };
     Ok(Some(Named {
         definition: Definition {

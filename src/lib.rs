@@ -46,6 +46,7 @@ use pgrx::prelude::*;
 
 pub mod api;
 pub mod blocks;
+pub mod calendar;
 pub mod call;
 pub mod catalog;
 pub mod citus;

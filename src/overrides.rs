@@ -141,7 +141,7 @@ fn remember(name: &[u8], key: &[u8], found: Option<Override>) {
 }
 
 /// Columns of `rate_limiter.overrides`, 1-based, in table order.
-const COLUMNS: usize = 15;
+const COLUMNS: usize = 16;
 const PLAN: usize = 3;
 const KIND: usize = 4;
 const RATE: usize = 5;
@@ -155,6 +155,7 @@ const EXPIRES_AT: usize = 12;
 const BLOCK_FOR: usize = 13;
 const MAX_BLOCK: usize = 14;
 const FORGET_AFTER: usize = 15;
+const TIME_ZONE: usize = 16;
 
 /// The override of (name, key) in the table, with the latest snapshot.
 /// No table (a version before 0.6.0): no override.
@@ -175,7 +176,7 @@ fn probe(name: &[u8], key: &[u8]) -> Result<Option<Override>, CallError> {
 /// snapshot, as the definitions are read).
 fn select(name: &[u8], key: &[u8]) -> Result<Option<Override>, CallError> {
     const SELECT: &str = "SELECT plan, kind::text, rate, period, capacity, max_reserved, shards, \
-                          start, enforce, expires_at, block_for, max_block, forget_after \
+                          start, enforce, expires_at, block_for, max_block, forget_after, time_zone \
                           FROM rate_limiter.overrides WHERE name = $1 AND key = $2";
     let text = pgrx::PgOid::BuiltIn(pg_sys::PgBuiltInOids::TEXTOID);
     crate::security::as_owner(|| {
@@ -220,6 +221,10 @@ fn select(name: &[u8], key: &[u8]) -> Result<Option<Override>, CallError> {
                         block_for: row.get(11)?,
                         max_block: row.get(12)?,
                         forget_after: row.get(13)?,
+                        time_zone: row
+                            .get::<String>(14)?
+                            .map(|zone| crate::calendar::zone(&zone))
+                            .transpose()?,
                     };
                     Some(values.to_config()?)
                 }
@@ -377,6 +382,9 @@ unsafe fn decode(values: &[pg_sys::Datum], nulls: &[bool]) -> Result<Override, C
             block_for: Interval::from_datum(at(BLOCK_FOR).0, at(BLOCK_FOR).1),
             max_block: Interval::from_datum(at(MAX_BLOCK).0, at(MAX_BLOCK).1),
             forget_after: Interval::from_datum(at(FORGET_AFTER).0, at(FORGET_AFTER).1),
+            time_zone: String::from_datum(at(TIME_ZONE).0, at(TIME_ZONE).1)
+                .map(|zone| crate::calendar::zone(&zone))
+                .transpose()?,
         };
         Some(values.to_config()?)
     };

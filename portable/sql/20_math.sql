@@ -167,6 +167,9 @@ DECLARE
     per_shard float8;
 BEGIN
     PERFORM rate_limiter._config_nulls(config);
+    IF config.time_zone IS NOT NULL THEN
+        PERFORM rate_limiter._calendar_zone(config.time_zone);
+    END IF;
     IF config.start IS NOT NULL AND NOT pg_catalog.isfinite(config.start) THEN
         RAISE EXCEPTION 'start must be a finite timestamp' USING ERRCODE = '22023';
     END IF;
@@ -179,6 +182,13 @@ BEGIN
         block_for := rate_limiter._duration_micros(config.block_for, 'block_for');
         max_block := rate_limiter._duration_micros(config.max_block, 'max_block');
         forget_after := coalesce(rate_limiter._duration_micros(config.forget_after, 'forget_after'), 86400000000);
+    END IF;
+    IF config.kind = 'calendar window' AND config.time_zone IS NOT NULL AND rate_limiter._calendar_unit(period) IS NULL THEN
+        RAISE EXCEPTION 'a calendar window''s period is its unit: 1 minute, 1 hour, 1 day, 7 days, 1 month, 3 months or 1 year (rate_limiter.calendar_window)'
+            USING ERRCODE = '22023';
+    END IF;
+    IF config.kind <> 'calendar window' AND config.time_zone IS NOT NULL THEN
+        RAISE EXCEPTION 'time_zone applies only to calendar windows' USING ERRCODE = '22023';
     END IF;
     IF NOT (config.rate > 0 AND config.rate < 'Infinity'::float8) THEN
         -- (NaN is greater than every number in SQL, but fails here too.)
@@ -201,6 +211,15 @@ BEGIN
     END IF;
     IF config.kind = 'token bucket' AND config.start IS NOT NULL THEN
         RAISE EXCEPTION 'start applies only to fixed and sliding windows: a token bucket has no windows' USING ERRCODE = '22023';
+    END IF;
+    IF config.kind = 'calendar window' THEN
+        IF config.start IS NOT NULL THEN
+            RAISE EXCEPTION 'a calendar window''s windows start where the calendar says: leave start NULL' USING ERRCODE = '22023';
+        ELSIF config.shards > 1 THEN
+            RAISE EXCEPTION 'a calendar window is not sharded: shards must be 1, got %', config.shards USING ERRCODE = '22023';
+        ELSIF config.time_zone IS NULL THEN
+            RAISE EXCEPTION 'a calendar window needs a unit and a time_zone (rate_limiter.calendar_window)' USING ERRCODE = '22023';
+        END IF;
     END IF;
     IF config.shards > 32767 THEN
         RAISE EXCEPTION 'shards must be at most 32767 (the state table''s shard column is a smallint), got %', config.shards
@@ -360,14 +379,16 @@ $$;
 -- now (token bucket) or at the start of the current window; a sliding
 -- window: nothing admitted (value and prev 0) in the current window. `capacity` is
 -- the (shard's) effective capacity; start is the fixed window's anchor
--- when given, else the per-key phase is used.
+-- when given, else the per-key phase is used; a calendar window's
+-- windows start where its zone's calendar says (15_calendar.sql).
 CREATE FUNCTION rate_limiter._initial(kind rate_limiter.kind, capacity float8, period bigint, start bigint,
-                                      name text, key text, now bigint,
+                                      name text, key text, now bigint, zone text DEFAULT '',
                                       OUT value float8, OUT ts bigint, OUT prev float8)
 LANGUAGE sql IMMUTABLE PARALLEL SAFE
 AS $$
     SELECT CASE WHEN kind = 'sliding window' THEN 0::float8 ELSE capacity END,
            CASE WHEN kind = 'token bucket' THEN now
+                WHEN kind = 'calendar window' THEN rate_limiter._calendar_start(period, zone, now)
                 ELSE rate_limiter._window_start(coalesce(start, rate_limiter._phase(name, key, period)), period, now) END,
            0::float8
 $$;
@@ -375,9 +396,10 @@ $$;
 -- The state at now (decision::refill): the token bucket adds
 -- elapsed * rate / period, the fixed window rate per window started,
 -- capped at capacity; time never runs backwards. A sliding window moves
--- its counts to the window containing now.
+-- its counts to the window containing now; a calendar window adds rate
+-- per window of its calendar started since ts (calendar_window::refill).
 CREATE FUNCTION rate_limiter._refill(kind rate_limiter.kind, rate float8, period bigint, capacity float8,
-                                     value float8, ts bigint, prev float8, now bigint,
+                                     value float8, ts bigint, prev float8, now bigint, zone text DEFAULT '',
                                      OUT new_value float8, OUT new_ts bigint, OUT new_prev float8)
 LANGUAGE plpgsql IMMUTABLE STRICT PARALLEL SAFE
 AS $refill$
@@ -397,6 +419,17 @@ BEGIN
         ELSE
             new_prev := CASE WHEN new_ts = rate_limiter._add_sat(ts, period) THEN value ELSE 0 END;
             new_value := 0;
+        END IF;
+    ELSIF kind = 'calendar window' THEN
+        new_ts := rate_limiter._calendar_start(period, zone, now);
+        windows := rate_limiter._calendar_between(period, zone, ts, new_ts);
+        IF windows <= 0 THEN
+            new_value := value;
+            new_ts := ts;
+        ELSIF rate <= 1e280 AND value BETWEEN -1e280 AND 1e280 THEN
+            new_value := least(value + windows::float8 * rate, capacity);
+        ELSE
+            new_value := least(rate_limiter._ieee('+', value, rate_limiter._ieee('*', windows::float8, rate)), capacity);
         END IF;
     ELSIF kind = 'token bucket' THEN
         IF rate BETWEEN 1e-280 AND 1e280 AND value BETWEEN -1e280 AND 1e280 THEN
@@ -459,7 +492,7 @@ $$;
 CREATE FUNCTION rate_limiter._evaluate(kind rate_limiter.kind, rate float8, period bigint, capacity float8,
                                        max_reserved float8, start bigint, name text, key text,
                                        stored_value float8, stored_ts bigint, stored_prev float8, now bigint,
-                                       count float8, reserve boolean,
+                                       count float8, reserve boolean, zone text DEFAULT '',
                                        OUT ok boolean, OUT retry_after bigint, OUT remaining float8,
                                        OUT new_value float8, OUT new_ts bigint, OUT new_prev float8)
 LANGUAGE plpgsql IMMUTABLE PARALLEL SAFE
@@ -476,12 +509,12 @@ DECLARE
     available float8;
 BEGIN
     IF base_value IS NULL THEN
-        initial := rate_limiter._initial(kind, capacity, period, start, name, key, now);
+        initial := rate_limiter._initial(kind, capacity, period, start, name, key, now, zone);
         base_value := initial.value;
         base_ts := initial.ts;
         base_prev := initial.prev;
     END IF;
-    refilled := rate_limiter._refill(kind, rate, period, capacity, base_value, base_ts, base_prev, now);
+    refilled := rate_limiter._refill(kind, rate, period, capacity, base_value, base_ts, base_prev, now, zone);
     tokens := CASE WHEN kind = 'sliding window'
                    THEN rate_limiter._tokens(kind, rate, period, refilled.new_value, refilled.new_ts, refilled.new_prev, now)
                    ELSE refilled.new_value END;
@@ -512,7 +545,7 @@ BEGIN
             retry_after := rate_limiter._earliest(kind, rate, period, capacity, base_value, base_ts, base_prev,
                                                   count, 0, now, true);
         ELSE
-            retry_after := rate_limiter._earliest(kind, rate, period, capacity, new_value, new_ts, 0, 0, 0, now, true);
+            retry_after := rate_limiter._earliest(kind, rate, period, capacity, new_value, new_ts, 0, 0, 0, now, true, zone);
         END IF;
         remaining := value;
         RETURN;
@@ -522,7 +555,7 @@ BEGIN
     new_ts := NULL;
     new_prev := NULL;
     retry_after := rate_limiter._earliest(kind, rate, period, capacity, base_value, base_ts, base_prev, count, allowed,
-                                          now, true);
+                                          now, true, zone);
     remaining := tokens;
 END
 $evaluate$;

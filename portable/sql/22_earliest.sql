@@ -10,7 +10,7 @@
 -- `admitted` of decision::earliest).
 CREATE FUNCTION rate_limiter._admitted_after(kind rate_limiter.kind, rate float8, period bigint, capacity float8,
                                              value float8, ts bigint, prev float8, count float8, allowed float8,
-                                             now bigint, delay numeric, shown boolean)
+                                             now bigint, delay numeric, shown boolean, zone text DEFAULT '')
 RETURNS boolean
 LANGUAGE plpgsql IMMUTABLE STRICT PARALLEL SAFE
 AS $admitted_after$
@@ -23,7 +23,7 @@ BEGIN
         RETURN false;
     END IF;
     at := rate_limiter._add_sat(now, delay::bigint);
-    later := rate_limiter._refill(kind, rate, period, capacity, value, ts, prev, at);
+    later := rate_limiter._refill(kind, rate, period, capacity, value, ts, prev, at, zone);
     tokens := rate_limiter._tokens(kind, rate, period, later.new_value, later.new_ts, later.new_prev, at);
     RETURN rate_limiter._ieee('-', count,
         CASE WHEN shown THEN rate_limiter._available(tokens) ELSE tokens END) <= allowed;
@@ -40,7 +40,7 @@ $admitted_after$;
 -- would be out of range.
 CREATE FUNCTION rate_limiter._earliest(kind rate_limiter.kind, rate float8, period bigint, capacity float8,
                                        value float8, ts bigint, prev float8, count float8, allowed float8,
-                                       now bigint, shown boolean)
+                                       now bigint, shown boolean, zone text DEFAULT '')
 RETURNS bigint
 LANGUAGE plpgsql IMMUTABLE STRICT PARALLEL SAFE
 AS $earliest$
@@ -54,8 +54,13 @@ DECLARE
     refused_steps numeric := 1;
     middle numeric;
 BEGIN
-    refilled := rate_limiter._refill(kind, rate, period, capacity, value, ts, prev, now);
+    refilled := rate_limiter._refill(kind, rate, period, capacity, value, ts, prev, now, zone);
     tokens := rate_limiter._ieee('-', rate_limiter._ieee('-', count, allowed), refilled.new_value);
+    IF kind = 'calendar window' THEN
+        -- Windows are not a fixed step: search among window starts.
+        RETURN rate_limiter._calendar_earliest(kind, rate, period, capacity, value, ts, prev, count, allowed, now,
+                                               shown, zone, refilled.new_ts, tokens);
+    END IF;
     IF kind = 'sliding window' THEN
         -- sliding_window::wait: the instant the call fits, less now.
         estimate := coalesce((rate_limiter._window_earliest(rate, period, refilled.new_value, refilled.new_ts,
@@ -107,9 +112,85 @@ $earliest$;
 -- exact test): see _earliest.
 CREATE FUNCTION rate_limiter._retry_after(kind rate_limiter.kind, rate float8, period bigint, capacity float8,
                                           value float8, ts bigint, prev float8, count float8, allowed float8,
-                                          now bigint)
+                                          now bigint, zone text DEFAULT '')
 RETURNS bigint
 LANGUAGE sql IMMUTABLE STRICT PARALLEL SAFE
 AS $$
-    SELECT rate_limiter._earliest(kind, rate, period, capacity, value, ts, prev, count, allowed, now, false)
+    SELECT rate_limiter._earliest(kind, rate, period, capacity, value, ts, prev, count, allowed, now, false, zone)
 $$;
+
+-- _earliest of a calendar window (calendar_window::earliest): among the
+-- window starts after refilled_ts, from the ceil(tokens / rate)-th, later
+-- by a window (at most four) while the call is not admitted, then
+-- earlier by as many windows as still are (galloping, then bisecting).
+-- 22003 when that many windows of the nominal length (period) do not fit
+-- 2^61 microseconds, or would come within twice their length of the end
+-- of PostgreSQL's timestamps.
+CREATE FUNCTION rate_limiter._calendar_earliest(kind rate_limiter.kind, rate float8, period bigint, capacity float8,
+                                                value float8, ts bigint, prev float8, count float8, allowed float8,
+                                                now bigint, shown boolean, zone text, refilled_ts bigint, tokens float8)
+RETURNS bigint
+LANGUAGE plpgsql IMMUTABLE STRICT PARALLEL SAFE
+AS $calendar_earliest$
+DECLARE
+    windows float8 := pg_catalog.ceil(rate_limiter._ieee('/', tokens, rate));
+    n bigint;
+    delay numeric;
+    admitted_back bigint := 0;
+    refused_back bigint := 1;
+    middle bigint;
+    found boolean;
+BEGIN
+    IF NOT (rate_limiter._ieee('*', windows, period::float8) < 2305843009213693951::float8) THEN
+        RAISE EXCEPTION 'retry_after would be % calendar windows away, which is out of range', rate_limiter._display(windows)
+            USING ERRCODE = '22003';
+    END IF;
+    n := CASE WHEN windows >= 1 THEN windows::bigint ELSE 1 END;
+    FOR attempt IN 1..4 LOOP
+        delay := rate_limiter._calendar_delay(period, zone, refilled_ts, n, now);
+        EXIT WHEN rate_limiter._admitted_after(kind, rate, period, capacity, value, ts, prev, count, allowed, now,
+                                               delay, shown, zone);
+        n := n + 1;
+    END LOOP;
+    LOOP
+        found := refused_back < n
+                 AND rate_limiter._admitted_after(kind, rate, period, capacity, value, ts, prev, count, allowed, now,
+                         rate_limiter._calendar_delay(period, zone, refilled_ts, n - refused_back, now), shown, zone);
+        EXIT WHEN NOT found;
+        admitted_back := refused_back;
+        refused_back := refused_back * 2;
+    END LOOP;
+    WHILE refused_back - admitted_back > 1 LOOP
+        middle := admitted_back + (refused_back - admitted_back) / 2;
+        IF middle < n AND rate_limiter._admitted_after(kind, rate, period, capacity, value, ts, prev, count, allowed, now,
+                              rate_limiter._calendar_delay(period, zone, refilled_ts, n - middle, now), shown, zone) THEN
+            admitted_back := middle;
+        ELSE
+            refused_back := middle;
+        END IF;
+    END LOOP;
+    RETURN rate_limiter._calendar_delay(period, zone, refilled_ts, n - admitted_back, now);
+END
+$calendar_earliest$;
+
+-- Microseconds from now to the n-th window start after the window start
+-- s (the closure `delay` of calendar_window::earliest), 22003 out of range.
+CREATE FUNCTION rate_limiter._calendar_delay(period bigint, zone text, s bigint, n bigint, now bigint)
+RETURNS bigint
+LANGUAGE plpgsql IMMUTABLE STRICT PARALLEL SAFE
+AS $calendar_delay$
+DECLARE
+    delay numeric;
+BEGIN
+    IF now::numeric + 2 * n::numeric * period::numeric >= 9224318016000000000 THEN
+        RAISE EXCEPTION 'retry_after would be % calendar windows away, which is out of range', rate_limiter._display(n::float8)
+            USING ERRCODE = '22003';
+    END IF;
+    delay := rate_limiter._calendar_nth(period, zone, s, n)::numeric - now::numeric;
+    IF delay >= 2305843009213693951 THEN
+        RAISE EXCEPTION 'retry_after would be % calendar windows away, which is out of range', rate_limiter._display(n::float8)
+            USING ERRCODE = '22003';
+    END IF;
+    RETURN delay::bigint;
+END
+$calendar_delay$;

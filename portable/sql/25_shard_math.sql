@@ -302,7 +302,7 @@ $evaluate_fullest$;
 -- none above capacity. values and tss: the stored states (no NULLs).
 CREATE FUNCTION rate_limiter._credit(kind rate_limiter.kind, rate float8, period bigint, capacity float8,
                                      stored_values float8[], stored_tss bigint[], stored_prevs float8[],
-                                     count float8, now bigint,
+                                     count float8, now bigint, zone text DEFAULT '',
                                      OUT new_values float8[], OUT new_tss bigint[], OUT new_prevs float8[])
 LANGUAGE plpgsql IMMUTABLE STRICT PARALLEL SAFE
 AS $credit$
@@ -319,7 +319,7 @@ BEGIN
     new_prevs := ARRAY[]::float8[];
     FOR n IN 1..pg_catalog.cardinality(stored_values) LOOP
         refilled := rate_limiter._refill(kind, rate, period, capacity, stored_values[n], stored_tss[n],
-                                         coalesce(stored_prevs[n], 0), now);
+                                         coalesce(stored_prevs[n], 0), now, zone);
         new_values := new_values || refilled.new_value;
         new_tss := new_tss || refilled.new_ts;
         new_prevs := new_prevs || refilled.new_prev;
@@ -344,6 +344,7 @@ $credit$;
 CREATE FUNCTION rate_limiter._status(kind rate_limiter.kind, config_rate float8, period bigint,
                                      config_capacity float8, shards int, start bigint, name text, key text,
                                      stored_values float8[], stored_tss bigint[], stored_prevs float8[], now bigint,
+                                     zone text DEFAULT '',
                                      OUT value float8, OUT full_at bigint)
 LANGUAGE plpgsql IMMUTABLE PARALLEL SAFE
 AS $status$
@@ -362,29 +363,29 @@ BEGIN
     -- when it is full are computed once, and the array filled with it;
     -- then each stored row's state replaces its element (work per row).
     IF pg_catalog.array_position(stored_values, NULL) IS NOT NULL THEN
-        initial := rate_limiter._initial(kind, capacity, period, start, name, key, now);
-        refilled := rate_limiter._refill(kind, rate, period, capacity, initial.value, initial.ts, initial.prev, now);
+        initial := rate_limiter._initial(kind, capacity, period, start, name, key, now, zone);
+        refilled := rate_limiter._refill(kind, rate, period, capacity, initial.value, initial.ts, initial.prev, now, zone);
         tokens := rate_limiter._tokens(kind, rate, period, refilled.new_value, refilled.new_ts, refilled.new_prev, now);
         values_now := pg_catalog.array_fill(tokens, ARRAY[shards]);
         largest := pg_catalog.abs(tokens);
         IF tokens < capacity THEN
             full_at := greatest(full_at, rate_limiter._add_sat(now,
                 rate_limiter._retry_after(kind, rate, period, capacity, initial.value, initial.ts, initial.prev,
-                                          capacity, 0, now)));
+                                          capacity, 0, now, zone)));
         END IF;
     ELSE
         values_now := pg_catalog.array_fill(0::float8, ARRAY[shards]);
     END IF;
     FOR i IN SELECT o.n FROM pg_catalog.unnest(stored_values) WITH ORDINALITY AS o(v, n) WHERE o.v IS NOT NULL LOOP
         refilled := rate_limiter._refill(kind, rate, period, capacity, stored_values[i], stored_tss[i],
-                                         coalesce(stored_prevs[i], 0), now);
+                                         coalesce(stored_prevs[i], 0), now, zone);
         tokens := rate_limiter._tokens(kind, rate, period, refilled.new_value, refilled.new_ts, refilled.new_prev, now);
         values_now[i] := tokens;
         largest := greatest(largest, pg_catalog.abs(tokens));
         IF tokens < capacity THEN
             full_at := greatest(full_at, rate_limiter._add_sat(now,
                 rate_limiter._retry_after(kind, rate, period, capacity, stored_values[i], stored_tss[i],
-                                          coalesce(stored_prevs[i], 0), capacity, 0, now)));
+                                          coalesce(stored_prevs[i], 0), capacity, 0, now, zone)));
         END IF;
     END LOOP;
     value := rate_limiter._sum(values_now, 0::float8, largest);

@@ -131,7 +131,7 @@ BEGIN
         END IF;
         config := ROW(defined.kind, defined.rate, defined.period, defined.capacity, defined.max_reserved,
                       defined.shards, defined.start, defined.block_for, defined.max_block,
-                      defined.forget_after)::rate_limiter.config;
+                      defined.forget_after, defined.time_zone)::rate_limiter.config;
         checked := rate_limiter._config(config);
         enforce := defined.enforce;
         -- (A change of the key's override since the snapshot rewrote the
@@ -248,16 +248,16 @@ BEGIN
     ), upsert AS (
         INSERT INTO rate_limiter.definitions AS d
             (name, kind, rate, period, capacity, max_reserved, shards, start, enforce,
-             block_for, max_block, forget_after)
+             block_for, max_block, forget_after, time_zone)
         VALUES (define.name, config.kind, config.rate, config.period, config.capacity, config.max_reserved,
                 config.shards, config.start, define.enforce, config.block_for, config.max_block,
-                config.forget_after)
+                config.forget_after, config.time_zone)
         ON CONFLICT ON CONSTRAINT definitions_pkey DO UPDATE SET
             kind = excluded.kind, rate = excluded.rate, period = excluded.period,
             capacity = excluded.capacity, max_reserved = excluded.max_reserved,
             shards = excluded.shards, start = excluded.start, enforce = excluded.enforce,
             block_for = excluded.block_for, max_block = excluded.max_block,
-            forget_after = excluded.forget_after
+            forget_after = excluded.forget_after, time_zone = excluded.time_zone
         RETURNING 1
     )
     DELETE FROM rate_limiter.rate_limits AS r

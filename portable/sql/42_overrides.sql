@@ -75,7 +75,7 @@ BEGIN
     IF stored.kind IS NOT NULL THEN
         PERFORM rate_limiter._config(ROW(stored.kind, stored.rate, stored.period, stored.capacity,
                                          stored.max_reserved, stored.shards, stored.start, stored.block_for,
-                                         stored.max_block, stored.forget_after)::rate_limiter.config);
+                                         stored.max_block, stored.forget_after, stored.time_zone)::rate_limiter.config);
     END IF;
     IF (stored.plan IS NULL) = (stored.kind IS NULL) THEN
         RAISE EXCEPTION 'a stored override must have exactly one of a config and a plan' USING ERRCODE = '22023';
@@ -99,12 +99,12 @@ BEGIN
         END IF;
         config := ROW(planned.kind, planned.rate, planned.period, planned.capacity, planned.max_reserved,
                       planned.shards, planned.start, planned.block_for, planned.max_block,
-                      planned.forget_after)::rate_limiter.config;
+                      planned.forget_after, planned.time_zone)::rate_limiter.config;
         enforce := coalesce(stored.enforce, planned.enforce);
     ELSE
         config := ROW(stored.kind, stored.rate, stored.period, stored.capacity, stored.max_reserved,
                       stored.shards, stored.start, stored.block_for, stored.max_block,
-                      stored.forget_after)::rate_limiter.config;
+                      stored.forget_after, stored.time_zone)::rate_limiter.config;
         enforce := coalesce(stored.enforce, defined_enforce);
     END IF;
     checked := rate_limiter._config(config);
@@ -227,17 +227,18 @@ BEGIN
     END IF;
     INSERT INTO rate_limiter.overrides AS o
         (name, key, plan, kind, rate, period, capacity, max_reserved, shards, start, enforce, expires_at,
-         block_for, max_block, forget_after)
+         block_for, max_block, forget_after, time_zone)
     VALUES (override.name, override.key, override.plan, config.kind, config.rate, config.period, config.capacity,
             config.max_reserved, config.shards, config.start, override.enforce, override.expires_at,
-            config.block_for, config.max_block, config.forget_after)
+            config.block_for, config.max_block, config.forget_after, config.time_zone)
     ON CONFLICT ON CONSTRAINT overrides_pkey DO UPDATE SET
         plan = excluded.plan, kind = excluded.kind, rate = excluded.rate,
         period = excluded.period, capacity = excluded.capacity,
         max_reserved = excluded.max_reserved, shards = excluded.shards,
         start = excluded.start, enforce = excluded.enforce,
         expires_at = excluded.expires_at, block_for = excluded.block_for,
-        max_block = excluded.max_block, forget_after = excluded.forget_after;
+        max_block = excluded.max_block, forget_after = excluded.forget_after,
+        time_zone = excluded.time_zone;
 END
 $override$;
 

@@ -32,10 +32,11 @@ CREATE FUNCTION rate_limiter._same_definition(name text, config rate_limiter.con
 RETURNS boolean
 LANGUAGE sql STABLE
 AS $$
-    SELECT coalesce((SELECT (d.kind, d.rate, d.period, d.capacity, d.max_reserved, d.shards, d.start, d.enforce)
+    SELECT coalesce((SELECT (d.kind, d.rate, d.period, d.capacity, d.max_reserved, d.shards, d.start, d.enforce,
+                             d.time_zone)
                             IS NOT DISTINCT FROM
                             (config.kind, config.rate, config.period, config.capacity, config.max_reserved,
-                             config.shards, config.start, enforce)
+                             config.shards, config.start, enforce, config.time_zone)
                      FROM rate_limiter.definitions AS d WHERE d.name = _same_definition.name), false)
 $$;
 
@@ -146,7 +147,7 @@ BEGIN
             capacity := coalesce(config.capacity, config.rate);
             decision := rate_limiter._evaluate(config.kind, config.rate, limit_.period, capacity, config.max_reserved,
                                                limit_.start, name, key, stored.value, stored.ts, stored.prev,
-                                               rate_limiter._now(), count, reserve);
+                                               rate_limiter._now(), count, reserve, coalesce(config.time_zone, ''));
             IF decision.new_value IS NOT NULL
                AND NOT rate_limiter._write(name, key, 0::int2, stored.present, decision.new_value, decision.new_ts,
                                            limit_.regime, decision.new_prev) THEN
@@ -205,7 +206,7 @@ BEGIN
         stored := rate_limiter._row(name, key, 0::int2, false, regime);
         decision := rate_limiter._evaluate(config.kind, config.rate, period, coalesce(config.capacity, config.rate),
                                            config.max_reserved, start, name, key, stored.value, stored.ts,
-                                           stored.prev, rate_limiter._now(), count, reserve);
+                                           stored.prev, rate_limiter._now(), count, reserve, coalesce(config.time_zone, ''));
         IF decision.new_value IS NOT NULL THEN
             new_ts := decision.new_ts;
         END IF;
@@ -305,6 +306,10 @@ DECLARE
     limit_start timestamptz;
     limit_interval interval;
     limit_block_for interval;
+    limit_zone text;
+    calendar_local timestamp;
+    calendar_trunc timestamp;
+    calendar_ts timestamptz;
     limit_period_us numeric;
     limit_period bigint;
     fast boolean := false;
@@ -325,7 +330,7 @@ DECLARE
     left_after float8;
 BEGIN
     -- The fast path: a call of a defined, unsharded token bucket (or fixed
-    -- window with a start) with a key and a count in the usual range, under
+    -- or sliding window with a start, or calendar window) with a key and a count in the usual range, under
     -- READ COMMITTED, that is admitted without a debt. It reads the
     -- definition and the row as committed (no lock: a refusal goes to the
     -- general path, which answers it without a lock: refusals never wait),
@@ -357,11 +362,11 @@ BEGIN
        AND name IS NOT NULL AND reserve IS NOT NULL AND throws IS NOT NULL
        AND NOT pg_catalog.current_setting('transaction_read_only')::boolean
        AND pg_catalog.current_setting('transaction_isolation') = 'read committed' THEN
-        SELECT d.ctid, d.kind, d.rate, d.capacity, d.shards, d.start, d.period, d.block_for,
+        SELECT d.ctid, d.kind, d.rate, d.capacity, d.shards, d.start, d.period, d.block_for, d.time_zone,
                EXISTS (SELECT FROM rate_limiter.overrides AS o WHERE o.name = rate_limit.name AND o.key = rate_limit.key)
                OR EXISTS (SELECT FROM rate_limiter.blocks AS b WHERE b.name = rate_limit.name AND b.key = rate_limit.key)
         INTO definition_ctid, limit_kind, limit_rate, limit_defined_capacity, limit_shards,
-             limit_start, limit_interval, limit_block_for, overridden
+             limit_start, limit_interval, limit_block_for, limit_zone, overridden
         FROM rate_limiter.definitions AS d WHERE d.name = rate_limit.name;
         limit_capacity := coalesce(limit_defined_capacity, limit_rate);
         limit_period_us := CASE WHEN limit_shards = 1 THEN EXTRACT(epoch FROM limit_interval) * 1000000 END;
@@ -371,7 +376,7 @@ BEGIN
            AND limit_block_for IS NULL
            AND limit_rate >= 1e-280 AND limit_rate <= 1e280 AND limit_capacity <= 1e280
            AND count <= limit_capacity
-           AND (limit_kind = 'token bucket' OR limit_start IS NOT NULL)
+           AND (limit_kind = 'token bucket' OR limit_start IS NOT NULL OR limit_kind = 'calendar window')
            AND (lock_free = 'on' OR lock_free IS NULL OR lock_free = '' OR rate_limiter._lock_free()) THEN
             limit_period := limit_period_us::bigint;
             override := pg_catalog.current_setting('rate_limiter.now_override', true);
@@ -403,6 +408,14 @@ BEGIN
                              WHEN limit_kind = 'sliding window'
                              THEN rate_limiter._sliding_tokens(limit_rate, limit_period, row_value, row_ts_us,
                                                                row_prev, now_us) - count
+                             -- (A calendar window's refill never takes a
+                             -- value below count <= capacity away: when the
+                             -- value covers count, no need to refill.)
+                             WHEN limit_kind = 'calendar window'
+                             THEN CASE WHEN row_value >= count THEN row_value
+                                       ELSE rate_limiter._calendar_tokens(limit_rate, limit_period, limit_capacity,
+                                                                          limit_zone, row_value, row_ts_us, now_us) END
+                                  - count
                              ELSE least(row_value + (greatest(now_us - row_ts_us, 0) / limit_period)::float8 * limit_rate,
                                         limit_capacity) - count END) >= 0 THEN
                     SELECT r.value, r.ts, r.prev INTO row_value, row_ts, row_prev
@@ -425,6 +438,19 @@ BEGIN
                 now_us := rate_limiter._now();
                 now_ts := rate_limiter._timestamp(now_us);
             END IF;
+            IF limit_kind = 'calendar window' THEN
+                -- _calendar_start of now, inline (it runs on every call),
+                -- as a timestamptz (an hour's part of an hour: no days).
+                calendar_local := now_ts AT TIME ZONE limit_zone;
+                calendar_trunc := pg_catalog.date_trunc(rate_limiter._calendar_unit(limit_period), calendar_local);
+                calendar_ts := calendar_trunc AT TIME ZONE limit_zone;
+                IF limit_period <= 3600000000 THEN
+                    calendar_ts := now_ts - (calendar_local - calendar_trunc);
+                ELSIF calendar_ts > now_ts THEN
+                    calendar_ts := rate_limiter._timestamp(
+                        now_us - (EXTRACT(epoch FROM calendar_local - calendar_trunc) * 1000000)::bigint);
+                END IF;
+            END IF;
             IF row_ctid IS NULL THEN
                 left_after := limit_capacity - count;
                 new_value := CASE WHEN limit_kind = 'sliding window' THEN count ELSE left_after END;
@@ -433,6 +459,7 @@ BEGIN
                 -- of the range, and for a start after now).
                 row_ts_us := rate_limiter._micros(limit_start);
                 new_ts := CASE WHEN limit_kind = 'token bucket' THEN now_ts
+                               WHEN limit_kind = 'calendar window' THEN calendar_ts
                                WHEN now_us >= row_ts_us
                                THEN rate_limiter._timestamp(now_us - (now_us - row_ts_us) % limit_period)
                                ELSE rate_limiter._timestamp(rate_limiter._window_start(row_ts_us, limit_period, now_us)) END;
@@ -452,6 +479,15 @@ BEGIN
                     new_value := least(row_value + (greatest(now_us - row_ts_us, 0)::float8 * limit_rate)
                                                    / limit_period::float8, limit_capacity) - count;
                     new_ts := CASE WHEN now_us <= row_ts_us THEN row_ts ELSE now_ts END;
+                ELSIF limit_kind = 'calendar window' THEN
+                    -- As _refill: rate per window of the calendar started
+                    -- since the row's.
+                    windows := CASE WHEN calendar_ts = row_ts THEN 0
+                                    ELSE rate_limiter._calendar_between(limit_period, limit_zone, row_ts_us,
+                                                                        rate_limiter._micros(calendar_ts)) END;
+                    new_value := CASE WHEN windows > 0 THEN least(row_value + windows::float8 * limit_rate, limit_capacity)
+                                      ELSE row_value END - count;
+                    new_ts := CASE WHEN windows > 0 THEN calendar_ts ELSE row_ts END;
                 ELSE
                     windows := greatest(now_us - row_ts_us, 0) / limit_period;
                     IF limit_kind = 'sliding window' THEN

@@ -250,7 +250,7 @@ BEGIN
             ELSE
                 decision := rate_limiter._evaluate(c.kind, c.rate, periods[i], capacity, c.max_reserved, starts[i],
                     names[i], keys[i], current_values[base], current_tss[base], current_prevs[base], now_, counts[i],
-                    reserve);
+                    reserve, coalesce(c.time_zone, ''));
                 IF decision.ok AND decision.new_value IS NOT NULL THEN
                     current_values[base] := decision.new_value;
                     current_tss[base] := decision.new_ts;

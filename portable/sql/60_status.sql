@@ -19,7 +19,7 @@ BEGIN
     now_ := rate_limiter._now();
     decided := rate_limiter._status(config.kind, config.rate, period, coalesce(config.capacity, config.rate),
                                     config.shards, start, name, key, stored.stored_values, stored.stored_tss,
-                                    stored.stored_prevs, now_);
+                                    stored.stored_prevs, now_, coalesce(config.time_zone, ''));
     value := decided.value;
     full_at := decided.full_at;
     IF blocked_until > now_ THEN
@@ -182,6 +182,7 @@ DECLARE
     left_ float8 := coalesce(remaining, rate_limiter._shown(now_state.value));
     retry_micros numeric;
     until numeric;
+    window_ bigint;
     headers jsonb;
 BEGIN
     IF left_ = 'NaN'::float8 THEN
@@ -196,10 +197,16 @@ BEGIN
             RAISE EXCEPTION 'retry_after must not be negative' USING ERRCODE = '22023';
         END IF;
     END IF;
+    IF c.kind = 'calendar window' THEN
+        -- A calendar window's policy window is its current window.
+        window_ := rate_limiter._calendar_start(resolved.period, c.time_zone, now_state.now_);
+        window_ := rate_limiter._calendar_nth(resolved.period, c.time_zone, window_, 1) - window_;
+    END IF;
     until := CASE WHEN ok IS NOT NULL AND NOT ok THEN retry_micros
                   ELSE now_state.full_at::numeric - now_state.now_::numeric END;
     headers := pg_catalog.jsonb_build_object(
-        'RateLimit-Policy', label || ';q=' || rate_limiter._sf_number(c.rate) || ';w=' || rate_limiter._seconds(resolved.period),
+        'RateLimit-Policy', label || ';q=' || rate_limiter._sf_number(c.rate) || ';w='
+                            || rate_limiter._seconds(CASE WHEN c.kind = 'calendar window' THEN window_ ELSE resolved.period END),
         'RateLimit', label || ';r=' || rate_limiter._sf_integer(pg_catalog.floor(greatest(left_, 0))::numeric)
                      || ';t=' || rate_limiter._seconds(until));
     IF ok IS NOT NULL AND NOT ok THEN

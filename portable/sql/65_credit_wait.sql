@@ -67,7 +67,7 @@ BEGIN
         shard_capacity := coalesce(c.capacity, c.rate) / greatest(c.shards, 1)::float8;
         now_ := rate_limiter._now();
         credited := rate_limiter._credit(c.kind, shard_rate, resolved.period, shard_capacity,
-                                         held_values, held_tss, held_prevs, count, now_);
+                                         held_values, held_tss, held_prevs, count, now_, coalesce(c.time_zone, ''));
         FOR i IN 1..pg_catalog.cardinality(held) LOOP
             IF (credited.new_values[i], credited.new_tss[i], credited.new_prevs[i])
                IS DISTINCT FROM (held_values[i], held_tss[i], coalesce(held_prevs[i], 0)) THEN

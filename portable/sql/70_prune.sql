@@ -34,7 +34,7 @@ BEGIN
         ELSE
             c := ROW(defined.kind, defined.rate, defined.period, defined.capacity, defined.max_reserved,
                      defined.shards, defined.start, defined.block_for, defined.max_block,
-                     defined.forget_after)::rate_limiter.config;
+                     defined.forget_after, defined.time_zone)::rate_limiter.config;
             checked := rate_limiter._config(c);
             SELECT c AS config, checked.period AS period, checked.start AS start, NULL::bigint AS regime INTO applies;
         END IF;
@@ -46,8 +46,9 @@ BEGIN
             shards := greatest(c.shards, 1)::float8;
             shard_capacity := coalesce(c.capacity, c.rate) / shards;
             refilled := rate_limiter._refill(c.kind, c.rate / shards, applies.period, shard_capacity, value, ts,
-                                             coalesce(prev, 0), now);
-            initial := rate_limiter._initial(c.kind, shard_capacity, applies.period, applies.start, name, key, now);
+                                             coalesce(prev, 0), now, coalesce(c.time_zone, ''));
+            initial := rate_limiter._initial(c.kind, shard_capacity, applies.period, applies.start, name, key, now,
+                                             coalesce(c.time_zone, ''));
             RETURN refilled.new_value = initial.value AND refilled.new_ts = initial.ts
                    AND refilled.new_prev = initial.prev;
         END IF;

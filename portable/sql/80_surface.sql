@@ -19,7 +19,7 @@ SET search_path = pg_catalog, pg_temp
 AS $token_bucket$
 DECLARE
     made rate_limiter.config := ROW('token bucket', rate, period, capacity, max_reserved, shards, NULL,
-                                      NULL, NULL, NULL)::rate_limiter.config;
+                                      NULL, NULL, NULL, NULL)::rate_limiter.config;
 BEGIN
     IF rate IS NULL THEN
         RAISE EXCEPTION 'rate must not be NULL' USING ERRCODE = '22004';
@@ -46,7 +46,7 @@ SET search_path = pg_catalog, pg_temp
 AS $fixed_window$
 DECLARE
     made rate_limiter.config := ROW('fixed window', rate, period, capacity, max_reserved, shards, start,
-                                      NULL, NULL, NULL)::rate_limiter.config;
+                                      NULL, NULL, NULL, NULL)::rate_limiter.config;
 BEGIN
     IF rate IS NULL THEN
         RAISE EXCEPTION 'rate must not be NULL' USING ERRCODE = '22004';
@@ -72,7 +72,7 @@ SET search_path = pg_catalog, pg_temp
 AS $sliding_window$
 DECLARE
     made rate_limiter.config := ROW('sliding window', rate, period, NULL, max_reserved, shards, start,
-                                      NULL, NULL, NULL)::rate_limiter.config;
+                                      NULL, NULL, NULL, NULL)::rate_limiter.config;
 BEGIN
     IF rate IS NULL THEN
         RAISE EXCEPTION 'rate must not be NULL' USING ERRCODE = '22004';
@@ -85,6 +85,35 @@ BEGIN
     RETURN made;
 END
 $sliding_window$;
+
+CREATE FUNCTION rate_limiter.calendar_window(
+    rate         float8,
+    unit         text,
+    time_zone    text   DEFAULT 'UTC',
+    capacity     float8 DEFAULT NULL,
+    max_reserved float8 DEFAULT NULL)
+RETURNS rate_limiter.config
+LANGUAGE plpgsql IMMUTABLE PARALLEL SAFE SECURITY DEFINER
+SET search_path = pg_catalog, pg_temp
+AS $calendar_window$
+DECLARE
+    made rate_limiter.config;
+BEGIN
+    -- The native order: rate, the unit, the zone, then the config's checks.
+    IF rate IS NULL THEN
+        RAISE EXCEPTION 'rate must not be NULL' USING ERRCODE = '22004';
+    ELSIF unit IS NULL THEN
+        RAISE EXCEPTION 'unit must not be NULL' USING ERRCODE = '22004';
+    END IF;
+    made := ROW('calendar window', rate, rate_limiter._calendar_period(unit), capacity, max_reserved, 1, NULL,
+                NULL, NULL, NULL, time_zone)::rate_limiter.config;
+    IF time_zone IS NULL THEN
+        RAISE EXCEPTION 'time_zone must not be NULL' USING ERRCODE = '22004';
+    END IF;
+    PERFORM rate_limiter._config(made);
+    RETURN made;
+END
+$calendar_window$;
 
 CREATE FUNCTION rate_limiter.with_block(
     config       rate_limiter.config,
@@ -104,6 +133,9 @@ BEGIN
         RAISE EXCEPTION 'config must not be NULL' USING ERRCODE = '22004';
     END IF;
     PERFORM rate_limiter._config_nulls(config);
+    IF config.time_zone IS NOT NULL THEN
+        PERFORM rate_limiter._calendar_zone(config.time_zone);
+    END IF;
     IF block_for IS NULL THEN
         RAISE EXCEPTION 'block_for must not be NULL' USING ERRCODE = '22004';
     ELSIF forget_after IS NULL THEN

@@ -25,11 +25,14 @@ const PLAN_IN_USE: &str =
 const UNDEFINE_OVERRIDES: &str = "DELETE FROM rate_limiter.overrides WHERE name = $1";
 const UNDEFINE_BLOCKS: &str = "DELETE FROM rate_limiter.blocks WHERE name = $1";
 
-/// After the definition is written: its automatic blocks (docs/blocks.md;
-/// columns of 0.6.0), changed only when they differ.
+/// After the definition is written: its automatic blocks (docs/blocks.md)
+/// and a calendar window's time zone (docs/shapes.md), columns of 0.6.0,
+/// changed only when they differ.
 const DEFINE_BLOCKS: &str = "
-    UPDATE rate_limiter.definitions SET block_for = $2, max_block = $3, forget_after = $4
-    WHERE name = $1 AND (block_for, max_block, forget_after) IS DISTINCT FROM ($2, $3, $4)";
+    UPDATE rate_limiter.definitions
+    SET block_for = $2, max_block = $3, forget_after = $4, time_zone = $5
+    WHERE name = $1
+      AND (block_for, max_block, forget_after, time_zone) IS DISTINCT FROM ($2, $3, $4, $5)";
 
 /// Tokens a shard should hold at least (below this, `define` warns).
 const MIN_TOKENS_PER_SHARD: f64 = 5.0;
@@ -124,6 +127,7 @@ fn define_limit(
                             values.block_for.into(),
                             values.max_block.into(),
                             values.forget_after.into(),
+                            values.time_zone.into(),
                         ],
                     )?;
                 }

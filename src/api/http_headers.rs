@@ -146,7 +146,7 @@ fn headers(
         format!(
             "{label};q={};w={}",
             sf_number(config.rate),
-            seconds(i128::from(config.period))
+            seconds(i128::from(window(&config, now as Micros)))
         )
         .into(),
     );
@@ -163,4 +163,16 @@ fn headers(
         headers.insert("Retry-After".to_string(), seconds(micros).into());
     }
     Ok(serde_json::Value::Object(headers))
+}
+
+/// The policy's window in microseconds: the period, or a calendar window's
+/// current window (docs/shapes.md: a month's window is that month).
+fn window(config: &rate_limiter_algorithm::Config, now: Micros) -> Micros {
+    match config.calendar {
+        Some(calendar) => {
+            let start = calendar.0.window_start(now);
+            calendar.0.nth_start(start, 1) - start
+        }
+        None => config.period,
+    }
 }

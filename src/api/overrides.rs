@@ -33,8 +33,8 @@ const OVERRIDE: &str = "
     )
     INSERT INTO rate_limiter.overrides AS o
         (name, key, plan, kind, rate, period, capacity, max_reserved, shards, start, enforce, expires_at,
-         block_for, max_block, forget_after)
-    SELECT $1, $2, $3, $4::rate_limiter.kind, $5, $6, $7, $8, $9, $10, $11, $12, $13, $14, $15
+         block_for, max_block, forget_after, time_zone)
+    SELECT $1, $2, $3, $4::rate_limiter.kind, $5, $6, $7, $8, $9, $10, $11, $12, $13, $14, $15, $16
     FROM named
     WHERE named.found = CASE WHEN $3 IS NULL THEN 1 ELSE 2 END
     ON CONFLICT (name, key) DO UPDATE SET
@@ -43,7 +43,8 @@ const OVERRIDE: &str = "
         max_reserved = excluded.max_reserved, shards = excluded.shards,
         start = excluded.start, enforce = excluded.enforce,
         expires_at = excluded.expires_at, block_for = excluded.block_for,
-        max_block = excluded.max_block, forget_after = excluded.forget_after
+        max_block = excluded.max_block, forget_after = excluded.forget_after,
+        time_zone = excluded.time_zone
     RETURNING 1";
 
 const REMOVE: &str =
@@ -123,7 +124,7 @@ fn set_override(
             return Err(CallError::Undefined(plan.to_vec()));
         }
     }
-    let arguments: [DatumWithOid<'_>; 15] = [
+    let arguments: [DatumWithOid<'_>; 16] = [
         text_argument(name),
         text_argument(key),
         plan.map_or_else(|| Option::<&str>::None.into(), text_argument),
@@ -139,6 +140,7 @@ fn set_override(
         values.and_then(|values| values.block_for).into(),
         values.and_then(|values| values.max_block).into(),
         values.and_then(|values| values.forget_after).into(),
+        values.and_then(|values| values.time_zone).into(),
     ];
     let written = crate::security::write_as_owner(c"override()", |client| {
         client

@@ -262,5 +262,5 @@ SELECT rate_limiter.with_block(rate_limiter.token_bucket(1, '1 second'), '1 minu
 SELECT rate_limiter.with_block(rate_limiter.token_bucket(1, '1 second'), '1 minute', forget_after => '-1 day');
 SELECT rate_limiter.with_block(rate_limiter.token_bucket(0, '1 second'), '1 minute');
 SELECT rate_limiter.with_block(rate_limiter.token_bucket(1, '1 second'), '1 minute', '1 hour', '0 seconds');
-SELECT rate_limiter.define('hand', ROW('token bucket', 1, '1 second', NULL, NULL, 1, NULL, NULL, '1 hour', NULL)::rate_limiter.config);
+SELECT rate_limiter.define('hand', ROW('token bucket', 1, '1 second', NULL, NULL, 1, NULL, NULL, '1 hour', NULL, NULL)::rate_limiter.config);
 RESET rate_limiter.now_override;

@@ -67,17 +67,17 @@ SELECT rate_limiter.token_bucket(10, '1 minute', capacity => 0, max_reserved => 
 SELECT rate_limiter.token_bucket(10, '1 month');
 
 -- A hand-built config is validated wherever it is used, with the same errors.
-SELECT * FROM rate_limiter.rate_limit('hand', config => ROW('token bucket', 0, '1 minute', NULL, NULL, 1, NULL, NULL, NULL, NULL)::rate_limiter.config);
+SELECT * FROM rate_limiter.rate_limit('hand', config => ROW('token bucket', 0, '1 minute', NULL, NULL, 1, NULL, NULL, NULL, NULL, NULL)::rate_limiter.config);
 \echo :LAST_ERROR_SQLSTATE
-SELECT * FROM rate_limiter.rate_limit('hand', config => ROW('token bucket', 10, NULL, NULL, NULL, 1, NULL, NULL, NULL, NULL)::rate_limiter.config);
+SELECT * FROM rate_limiter.rate_limit('hand', config => ROW('token bucket', 10, NULL, NULL, NULL, 1, NULL, NULL, NULL, NULL, NULL)::rate_limiter.config);
 \echo :LAST_ERROR_SQLSTATE
-SELECT * FROM rate_limiter.rate_limit('hand', config => ROW(NULL, 10, '1 minute', NULL, NULL, 1, NULL, NULL, NULL, NULL)::rate_limiter.config);
+SELECT * FROM rate_limiter.rate_limit('hand', config => ROW(NULL, 10, '1 minute', NULL, NULL, 1, NULL, NULL, NULL, NULL, NULL)::rate_limiter.config);
 \echo :LAST_ERROR_SQLSTATE
-SELECT * FROM rate_limiter.rate_check('hand', config => ROW('fixed window', 10, '1 minute', -3, NULL, 1, NULL, NULL, NULL, NULL)::rate_limiter.config);
+SELECT * FROM rate_limiter.rate_check('hand', config => ROW('fixed window', 10, '1 minute', -3, NULL, 1, NULL, NULL, NULL, NULL, NULL)::rate_limiter.config);
 \echo :LAST_ERROR_SQLSTATE
-SELECT rate_limiter.define('hand', ROW('token bucket', 10, '1 minute', NULL, NULL, NULL, NULL, NULL, NULL, NULL)::rate_limiter.config);
+SELECT rate_limiter.define('hand', ROW('token bucket', 10, '1 minute', NULL, NULL, NULL, NULL, NULL, NULL, NULL, NULL)::rate_limiter.config);
 \echo :LAST_ERROR_SQLSTATE
-SELECT * FROM rate_limiter.rate_limit('hand', config => ROW('leaky bucket', 10, '1 minute', NULL, NULL, 1, NULL, NULL, NULL, NULL)::rate_limiter.config);
+SELECT * FROM rate_limiter.rate_limit('hand', config => ROW('leaky bucket', 10, '1 minute', NULL, NULL, 1, NULL, NULL, NULL, NULL, NULL)::rate_limiter.config);
 \echo :LAST_ERROR_SQLSTATE
 -- None of these wrote anything.
 SELECT count(*) FROM rate_limiter.rate_limits;

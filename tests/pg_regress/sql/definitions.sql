@@ -53,8 +53,8 @@ SELECT rate_limiter.define(NULL, rate_limiter.token_bucket(1, '1 hour'));
 \echo :LAST_ERROR_SQLSTATE
 SELECT rate_limiter.define('x', NULL);
 \echo :LAST_ERROR_SQLSTATE
-SELECT rate_limiter.define('x', ROW('token bucket', 1, '1 hour', NULL, NULL, 1, NULL, NULL, NULL, NULL)::rate_limiter.config);
-SELECT rate_limiter.define('x', ROW('token bucket', 1, '-1 hour', NULL, NULL, 1, NULL, NULL, NULL, NULL)::rate_limiter.config);
+SELECT rate_limiter.define('x', ROW('token bucket', 1, '1 hour', NULL, NULL, 1, NULL, NULL, NULL, NULL, NULL)::rate_limiter.config);
+SELECT rate_limiter.define('x', ROW('token bucket', 1, '-1 hour', NULL, NULL, 1, NULL, NULL, NULL, NULL, NULL)::rate_limiter.config);
 \echo :LAST_ERROR_SQLSTATE
 SELECT rate_limiter.undefine(NULL);
 \echo :LAST_ERROR_SQLSTATE

@@ -138,7 +138,7 @@ SELECT rate_limiter.override('api', 'k', config => rate_limiter.token_bucket(1, 
 \echo :LAST_ERROR_SQLSTATE
 SELECT rate_limiter.override('api', 'k', plan => 'api');
 \echo :LAST_ERROR_SQLSTATE
-SELECT rate_limiter.override('api', 'k', config => ROW('token bucket', -1, '1 second', NULL, NULL, 1, NULL, NULL, NULL, NULL)::rate_limiter.config);
+SELECT rate_limiter.override('api', 'k', config => ROW('token bucket', -1, '1 second', NULL, NULL, 1, NULL, NULL, NULL, NULL, NULL)::rate_limiter.config);
 \echo :LAST_ERROR_SQLSTATE
 SELECT rate_limiter.remove_override('api', NULL);
 \echo :LAST_ERROR_SQLSTATE

@@ -6,12 +6,15 @@
 SELECT name, calls, admitted, refused, reserved, tokens, near_limit, shadow_refused
 FROM rate_limiter.stats WHERE name LIKE 'shadow%' ORDER BY name;
 
--- Statistics count a sliding window's calls as any other kind's
--- (sliding_window.sql's calls, which ran before this test): its
--- refusals as refused, its shadow refusal as shadow_refused, its
--- reservation as reserved, its block's refusals as blocked.
+-- Statistics count a sliding or calendar window's calls as any other
+-- kind's (sliding_window.sql's and calendar_window.sql's calls, which ran
+-- before this test): refusals as refused, a shadow refusal as
+-- shadow_refused, a reservation as reserved, a block's refusals as
+-- blocked.
 SELECT name, calls, admitted, refused, reserved, tokens, shadow_refused, blocked
-FROM rate_limiter.stats WHERE name IN ('sliding', 'sliding_shadow', 'sharded_reserve', 'sliding_block') ORDER BY name;
+FROM rate_limiter.stats
+WHERE name IN ('sliding', 'sliding_shadow', 'sharded_reserve', 'sliding_block', 'monthly', 'carry', 'calendar_shadow')
+ORDER BY name;
 
 -- A key in shadow mode by its override (docs/overrides.md): its refusal
 -- is counted as shadow_refused, another key's as refused, both under the

@@ -80,9 +80,9 @@ SELECT rate_limiter.sliding_window(0, '1 second');
 SELECT rate_limiter.sliding_window(10, '0 seconds');
 SELECT rate_limiter.sliding_window(10, '1 second', shards => 0);
 SELECT rate_limiter.rate_check('c', config => ROW('sliding window', 10, '1 second', 5, NULL, 1, NULL, NULL, NULL,
-                                                  NULL)::rate_limiter.config);
+                                                  NULL, NULL)::rate_limiter.config);
 SELECT rate_limiter.rate_check('c', config => ROW('sliding window', 10, '1 second', 10, NULL, 1, NULL, NULL, NULL,
-                                                  NULL)::rate_limiter.config);
+                                                  NULL, NULL)::rate_limiter.config);
 
 -- Without a start each key has its own phase (a hash of name and key).
 SET rate_limiter.now_override = '2026-01-01 00:00:00+00';
