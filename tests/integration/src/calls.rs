@@ -1,8 +1,8 @@
 //! Random calls of every function of the extension, from a seeded
 //! generator, for the tests that run long random sequences: the
 //! differential test of the two editions (tests/portable_differential.rs)
-//! and the extended-protocol sessions (tests/extended_protocol.rs). Both
-//! kinds, counts, reserve, throws, shadow mode, inline and defined
+//! and the extended-protocol sessions (tests/extended_protocol.rs). Every
+//! kind (calendar windows in several units and time zones), counts, reserve, throws, shadow mode, inline and defined
 //! configs, redefinitions, credits, resets, `rate_limit_all`, `status`,
 //! `http_headers`, `prune`, `rate_wait`, per-key overrides (a plan or a
 //! config of the key's own, with and without `expires_at` and `enforce`;
@@ -62,8 +62,15 @@ pub fn config(rng: &mut StdRng, sharded: bool) -> String {
         _ => float(rate),
     };
     let shards = if sharded { rng.random_range(2..=6) } else { 1 };
-    let kind = rng.random_range(0..3);
-    let made = if kind == 0 {
+    // (Calendar windows are never sharded: a sharded draw is one in ten.)
+    let kind = if sharded && rng.random_bool(0.9) {
+        rng.random_range(0..3)
+    } else {
+        rng.random_range(0..4)
+    };
+    let made = if kind == 3 {
+        calendar_config(rng, rate, &capacity, &max_reserved, shards)
+    } else if kind == 0 {
         format!(
             "rate_limiter.token_bucket({}, '{period}', {capacity}, {max_reserved}, {shards})",
             float(rate)
@@ -92,7 +99,7 @@ pub fn config(rng: &mut StdRng, sharded: bool) -> String {
             // A sliding window with a capacity of its own: 22023 unless it
             // is the rate (docs/shapes.md).
             format!(
-                "ROW('sliding window', {}, '{period}', {capacity}, {max_reserved}, {shards}, {start}, NULL, NULL, NULL)::rate_limiter.config",
+                "ROW('sliding window', {}, '{period}', {capacity}, {max_reserved}, {shards}, {start}, NULL, NULL, NULL, NULL)::rate_limiter.config",
                 float(rate)
             )
         }
@@ -109,6 +116,62 @@ pub fn config(rng: &mut StdRng, sharded: bool) -> String {
     } else {
         made
     }
+}
+
+/// Calendar windows' units (one unknown) and time zones (with daylight
+/// saving time, half an hour off UTC, moving by half an hour, an
+/// abbreviation, one unknown).
+pub const UNITS: [&str; 8] = [
+    "minute",
+    "hour",
+    "day",
+    "week",
+    "month",
+    "quarter",
+    "year",
+    "fortnight",
+];
+pub const ZONES: [&str; 7] = [
+    "UTC",
+    "America/New_York",
+    "Asia/Kolkata",
+    "Australia/Lord_Howe",
+    "Europe/Berlin",
+    "PST",
+    "Mars/Olympus_Mons",
+];
+
+/// A random calendar window (docs/shapes.md): by its constructor, or
+/// (when `shards` > 1, or sometimes) a config built by hand that is
+/// 22023 for its shards, its period or its time zone.
+fn calendar_config(
+    rng: &mut StdRng,
+    rate: f64,
+    capacity: &str,
+    max_reserved: &str,
+    shards: i32,
+) -> String {
+    let unit = if rng.random_bool(0.95) {
+        UNITS[rng.random_range(0..UNITS.len() - 1)]
+    } else {
+        UNITS[UNITS.len() - 1]
+    };
+    let zone = if rng.random_bool(0.95) {
+        ZONES[rng.random_range(0..ZONES.len() - 1)]
+    } else {
+        ZONES[ZONES.len() - 1]
+    };
+    if shards > 1 || rng.random_bool(0.05) {
+        let period = PERIODS[rng.random_range(0..PERIODS.len())];
+        return format!(
+            "ROW('calendar window', {}, '{period}', {capacity}, {max_reserved}, {shards}, NULL, NULL, NULL, NULL, '{zone}')::rate_limiter.config",
+            float(rate)
+        );
+    }
+    format!(
+        "rate_limiter.calendar_window({}, '{unit}', '{zone}', {capacity}, {max_reserved})",
+        float(rate)
+    )
 }
 
 /// A random count: mostly small whole numbers, sometimes fractions, zero,

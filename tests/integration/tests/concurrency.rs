@@ -139,6 +139,34 @@ fn sliding_window_admits_exactly_its_rate_at_every_isolation_level() {
     }
 }
 
+/// A calendar window (docs/shapes.md) of `CAPACITY` per year in New York
+/// time: exactly `CAPACITY` admitted, at every isolation level. (A year:
+/// the test never runs across the end of a window.)
+#[test]
+fn calendar_window_admits_exactly_its_rate_at_every_isolation_level() {
+    let mut client = connect();
+    for isolation in [
+        IsolationLevel::ReadCommitted,
+        IsolationLevel::RepeatableRead,
+        IsolationLevel::Serializable,
+    ] {
+        let name = unique_name("hammer_calendar");
+        let config =
+            format!("rate_limiter.calendar_window({CAPACITY}, 'year', 'America/New_York')");
+        let tally = hammer(&name, &config, isolation);
+        println!("calendar window, {isolation:?}: {tally:?}");
+        assert_eq!(tally.admitted, CAPACITY, "{isolation:?}: {tally:?}");
+        let stored: f64 = client
+            .query_one(
+                "SELECT value FROM rate_limiter.rate_limits WHERE name = $1",
+                &[&name],
+            )
+            .unwrap()
+            .get(0);
+        assert_eq!(stored, 0.0, "the row holds what is left");
+    }
+}
+
 /// Two sessions create the state of the same new key at once, many times:
 /// exactly one of each pair is admitted (capacity 3, 2 each), the other is
 /// refused with the right remaining; no unique violation.

@@ -58,6 +58,16 @@ const EXAMPLES: &[Example] = &[
         statement: None,
     },
     Example {
+        marker: "example-calendar-window",
+        setup: "",
+        statement: None,
+    },
+    Example {
+        marker: "example-calendar-window-month",
+        setup: "",
+        statement: None,
+    },
+    Example {
         marker: "example-refusal",
         setup: "SELECT rate_limiter.define('login', rate_limiter.token_bucket(5, '1 minute'));
                 SELECT rate_limiter.rate_limit('login', 'eve', 5);",

@@ -4,7 +4,8 @@
 //! counts from every node, the previous window's count included (which
 //! `_rate_state_at` carries from another node in a row of its own); for a
 //! keyed sharded sliding window and for a global one whose shards spread
-//! over the nodes too.
+//! over the nodes too. A calendar window reads the same window from
+//! every node.
 
 use super::*;
 
@@ -177,4 +178,74 @@ fn a_sliding_window_answers_alike_from_every_node() {
         "this window's count and the last one's"
     );
     forget("slw");
+}
+
+/// A calendar window (docs/shapes.md) is decided on its key's node from
+/// any node, and every node reads the same window: used up at 23:59 on
+/// January 31st, New York time, each node's `status`, `rate_check` and
+/// `http_headers` say 60 s to February (January's window: 744 hours),
+/// and a call from another node is admitted at midnight.
+#[test]
+#[ignore = "needs the Citus cluster of scripts/test.sh"]
+fn a_calendar_window_answers_alike_from_every_node() {
+    forget("cal");
+    make_distributed();
+    let mut coordinator = coordinator();
+    coordinator
+        .batch_execute(
+            "SELECT rate_limiter.define('cal', rate_limiter.calendar_window(10, 'month', 'America/New_York'));",
+        )
+        .expect("define the calendar window");
+    let mut clients: Vec<Client> = urls().iter().map(|url| connect(url)).collect();
+    let (on_worker1, on_worker2) = keys_on_each_worker(&mut clients[0], "cal-key-");
+    let keys = [Some(on_worker1.as_str()), Some(on_worker2.as_str()), None];
+    at(&mut clients[0], "2026-01-31 23:59:00-05");
+    for key in keys {
+        let ok: bool = clients[0]
+            .query_one(
+                "SELECT ok FROM rate_limiter.rate_limit('cal', $1, 10)",
+                &[&key],
+            )
+            .expect("rate_limit")
+            .get(0);
+        assert!(ok, "{key:?}");
+    }
+    // February 1st, 00:00 New York time, in seconds since the epoch.
+    let february = 1_769_922_000.0;
+    for (node, client) in clients.iter_mut().enumerate() {
+        at(client, "2026-01-31 23:59:00-05");
+        for key in keys {
+            assert_eq!(
+                status(client, "cal", key),
+                (0.0, february),
+                "{}: status of {key:?}",
+                NODES[node]
+            );
+            assert_eq!(
+                check(client, "cal", key, 1.0),
+                (false, 60.0, 0.0),
+                "{}: {key:?}",
+                NODES[node]
+            );
+            let headers: String = client
+                .query_one("SELECT rate_limiter.http_headers('cal', $1)::text", &[&key])
+                .expect("http_headers")
+                .get(0);
+            assert!(
+                headers.contains(r#""cal\";r=0;t=60"#) && headers.contains("q=10;w=2678400"),
+                "{}: {headers}",
+                NODES[node]
+            );
+        }
+    }
+    at(&mut clients[2], "2026-02-01 00:00:00-05");
+    let remaining: f64 = clients[2]
+        .query_one(
+            "SELECT remaining FROM rate_limiter.rate_limit('cal', $1, 1) WHERE ok",
+            &[&on_worker1],
+        )
+        .expect("admitted at retry_after")
+        .get(0);
+    assert_eq!(remaining, 9.0);
+    forget("cal");
 }
