@@ -198,7 +198,7 @@ impl ConfigValues {
             block: self.block()?,
             calendar: match (self.kind, self.time_zone) {
                 (Kind::CalendarWindow, Some(zone)) => Some(crate::calendar::calendar(
-                    crate::calendar::Unit::from_period(period)?,
+                    rate_limiter_algorithm::calendar_unit::Unit::from_period(period)?,
                     zone,
                 )),
                 _ => None,
@@ -392,12 +392,12 @@ fn calendar_window(
 ) -> pgrx::composite_type!('static, "rate_limiter.config") {
     let values = (|| {
         let rate = required(rate, "rate")?;
-        let unit = crate::calendar::Unit::from_name(required(unit, "unit")?)?;
+        let unit = rate_limiter_algorithm::calendar_unit::Unit::from_name(required(unit, "unit")?)?;
         let time_zone = crate::calendar::zone(required(time_zone, "time_zone")?)?;
         let values = ConfigValues {
             kind: Kind::CalendarWindow,
             rate,
-            period: unit.period(),
+            period: crate::calendar::period(unit),
             capacity,
             max_reserved,
             shards: 1,

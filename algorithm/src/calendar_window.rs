@@ -173,6 +173,7 @@ fn out_of_range(windows: f64) -> LimitError {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::civil::days_from_civil;
 
     const HOUR: Micros = 3_600_000_000;
     const DAY: Micros = 24 * HOUR;
@@ -181,17 +182,6 @@ mod tests {
     /// from the civil date (Howard Hinnant's days_from_civil).
     #[derive(Debug)]
     struct UtcMonths;
-
-    fn days_from_civil(year: i64, month: i64) -> i64 {
-        let y = if month <= 2 { year - 1 } else { year };
-        let era = y.div_euclid(400);
-        let yoe = y - era * 400;
-        let mp = (month + 9) % 12;
-        let doy = (153 * mp + 2) / 5;
-        let doe = yoe * 365 + yoe / 4 - yoe / 100 + doy;
-        // Days since 1970-01-01, less the 10,957 days to 2000-01-01.
-        era * 146_097 + doe - 719_468 - 10_957
-    }
 
     /// (year, month) of the month containing day `days` since 2000-01-01.
     fn month_of(days: i64) -> (i64, i64) {

@@ -17,7 +17,9 @@
 mod all_or_nothing;
 mod block;
 mod block_policy;
+pub mod calendar_unit;
 pub mod calendar_window;
+pub mod civil;
 mod config;
 mod credit;
 mod decision;

@@ -109,62 +109,60 @@ fn fixed_window_admits_exactly_its_window_at_every_isolation_level() {
     }
 }
 
-/// Sliding window: one window that spans the whole run (it opened an hour
-/// before it), with no previous window: the estimate is this window's
-/// count, so exactly `CAPACITY` admitted, at every isolation level.
-#[test]
-fn sliding_window_admits_exactly_its_rate_at_every_isolation_level() {
+/// Hammers a limit of `CAPACITY` made by `config` (given the server's
+/// clock, in seconds) at every isolation level: exactly `CAPACITY`
+/// admitted, and its row then holds `stored`.
+fn exact_at_every_level(label: &str, config: impl Fn(f64) -> String, stored: f64) {
     let mut client = connect();
     for isolation in [
         IsolationLevel::ReadCommitted,
         IsolationLevel::RepeatableRead,
         IsolationLevel::Serializable,
     ] {
-        let name = unique_name("hammer_sliding");
-        let opened = server_now(&mut client) - 3600.0;
-        let config = format!(
-            "rate_limiter.sliding_window({CAPACITY}, '{LONG_PERIOD}', start => to_timestamp({opened}))"
-        );
-        let tally = hammer(&name, &config, isolation);
-        println!("sliding window, {isolation:?}: {tally:?}");
+        let name = unique_name(&format!("hammer_{label}"));
+        let tally = hammer(&name, &config(server_now(&mut client)), isolation);
+        println!("{label}, {isolation:?}: {tally:?}");
         assert_eq!(tally.admitted, CAPACITY, "{isolation:?}: {tally:?}");
-        let stored: f64 = client
+        let value: f64 = client
             .query_one(
                 "SELECT value FROM rate_limiter.rate_limits WHERE name = $1",
                 &[&name],
             )
             .unwrap()
             .get(0);
-        assert_eq!(stored, CAPACITY as f64, "the row counts what was admitted");
+        assert_eq!(value, stored, "{label}, {isolation:?}: the row");
     }
 }
 
+/// Sliding window: one window that spans the whole run (it opened an hour
+/// before it), with no previous window: the estimate is this window's
+/// count, so exactly `CAPACITY` admitted, at every isolation level; the
+/// row counts what was admitted.
+#[test]
+fn sliding_window_admits_exactly_its_rate_at_every_isolation_level() {
+    exact_at_every_level(
+        "sliding",
+        |now| {
+            format!(
+                "rate_limiter.sliding_window({CAPACITY}, '{LONG_PERIOD}', start => to_timestamp({}))",
+                now - 3600.0
+            )
+        },
+        CAPACITY as f64,
+    );
+}
+
 /// A calendar window (docs/shapes.md) of `CAPACITY` per year in New York
-/// time: exactly `CAPACITY` admitted, at every isolation level. (A year:
-/// the test never runs across the end of a window.)
+/// time: exactly `CAPACITY` admitted, at every isolation level; the row
+/// holds what is left. (A year: the test never runs across the end of a
+/// window but on New Year's Eve.)
 #[test]
 fn calendar_window_admits_exactly_its_rate_at_every_isolation_level() {
-    let mut client = connect();
-    for isolation in [
-        IsolationLevel::ReadCommitted,
-        IsolationLevel::RepeatableRead,
-        IsolationLevel::Serializable,
-    ] {
-        let name = unique_name("hammer_calendar");
-        let config =
-            format!("rate_limiter.calendar_window({CAPACITY}, 'year', 'America/New_York')");
-        let tally = hammer(&name, &config, isolation);
-        println!("calendar window, {isolation:?}: {tally:?}");
-        assert_eq!(tally.admitted, CAPACITY, "{isolation:?}: {tally:?}");
-        let stored: f64 = client
-            .query_one(
-                "SELECT value FROM rate_limiter.rate_limits WHERE name = $1",
-                &[&name],
-            )
-            .unwrap()
-            .get(0);
-        assert_eq!(stored, 0.0, "the row holds what is left");
-    }
+    exact_at_every_level(
+        "calendar",
+        |_| format!("rate_limiter.calendar_window({CAPACITY}, 'year', 'America/New_York')"),
+        0.0,
+    );
 }
 
 /// Two sessions create the state of the same new key at once, many times:
