@@ -130,6 +130,8 @@ functions() {
     echo "-- sql/functions.sql: the native extension's PL/pgSQL functions"
     native_function guard guard
     echo
+    native_function define_all define_all
+    echo
     portable_postgrest_limit
     echo
     echo "-- sql/citus_internal_functions.sql: the internal functions of a distributed install"

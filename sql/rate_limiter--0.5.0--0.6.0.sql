@@ -515,6 +515,7 @@ DECLARE
     definitions_table constant regclass := 'rate_limiter.definitions';
     overrides_table constant regclass := 'rate_limiter.overrides';
     blocks_table constant regclass := 'rate_limiter.blocks';
+    composites_table constant regclass := 'rate_limiter.composites';
     state_owner oid;
     state_method "char";
     state_column text;
@@ -637,10 +638,16 @@ BEGIN
             PERFORM create_reference_table(overrides_table);
             PERFORM truncate_local_data_after_distributing_table(overrides_table);
         END IF;
+        IF NOT EXISTS (SELECT FROM pg_catalog.pg_dist_partition AS p WHERE p.logicalrelid = composites_table) THEN
+            LOCK TABLE rate_limiter.composites IN EXCLUSIVE MODE;
+            PERFORM pg_catalog.set_config('citus.enable_unsafe_triggers', 'on', true);
+            PERFORM create_reference_table(composites_table);
+            PERFORM truncate_local_data_after_distributing_table(composites_table);
+        END IF;
         EXIT state;
     END IF;
     IF state_method IS NOT NULL OR definitions_method IS NOT NULL
-       OR EXISTS (SELECT FROM pg_catalog.pg_dist_partition AS p WHERE p.logicalrelid IN (overrides_table, blocks_table)) THEN
+       OR EXISTS (SELECT FROM pg_catalog.pg_dist_partition AS p WHERE p.logicalrelid IN (overrides_table, blocks_table, composites_table)) THEN
         RAISE EXCEPTION 'rate_limiter''s tables are distributed, but not by rate_limiter.distribute()'
             USING ERRCODE = '55000',
                   HINT = 'Call SELECT rate_limiter.undistribute(); then SELECT rate_limiter.distribute();';
@@ -722,7 +729,7 @@ BEGIN
     END LOOP;
 
     LOCK TABLE rate_limiter.rate_limits, rate_limiter.definitions, rate_limiter.overrides,
-        rate_limiter.blocks IN EXCLUSIVE MODE;
+        rate_limiter.blocks, rate_limiter.composites IN EXCLUSIVE MODE;
     -- The distribution column: the key, or name/shard for a global limit;
     -- as a bigint, the key as a decimal integer (the tenant id; the
     -- limiter reads it the same way) or the hash of name/shard; as a uuid,
@@ -786,6 +793,8 @@ BEGIN
     PERFORM truncate_local_data_after_distributing_table(definitions_table);
     PERFORM create_reference_table(overrides_table);
     PERFORM truncate_local_data_after_distributing_table(overrides_table);
+    PERFORM create_reference_table(composites_table);
+    PERFORM truncate_local_data_after_distributing_table(composites_table);
     PERFORM create_distributed_table(state_table, 'dkey',
         colocate_with => coalesce(colocate_with::text, 'none'));
     PERFORM truncate_local_data_after_distributing_table(state_table);
@@ -874,7 +883,7 @@ END
 $distribute$;
 
 COMMENT ON FUNCTION rate_limiter.distribute(regclass) IS
-'Citus: makes rate_limiter.rate_limits a distributed table (by the column dkey: the key, or name/shard for a global limit), rate_limiter.blocks one colocated with it (a key''s block beside its state), and rate_limiter.definitions and rate_limiter.overrides reference tables, keeping every row. '
+'Citus: makes rate_limiter.rate_limits a distributed table (by the column dkey: the key, or name/shard for a global limit), rate_limiter.blocks one colocated with it (a key''s block beside its state), and rate_limiter.definitions, rate_limiter.overrides and rate_limiter.composites reference tables, keeping every row. '
 'colocate_with: a table distributed by a bigint, integer or uuid column or a text COLLATE "C" column, whose rows for value K live beside the state of key K (with bigint or integer, every key must be a decimal integer in its range; with uuid, a uuid). Run on the coordinator; idempotent. '
 'Errors: 25001 in a transaction that has written already; 55000 without Citus, on a worker, max_prepared_transactions = 0 on a node, rate_limiter not in shared_preload_libraries on a node, a worker with rows in its own rate_limits or blocks table, tables distributed otherwise; 42501 neither superuser nor owner; '
 '22023 colocate_with not hash-distributed; 0A000 its distribution column is neither bigint, integer, uuid nor text COLLATE "C", or it has a single shard (schema-based sharding); 22P02 with bigint, integer or uuid, a stored key that is not a decimal integer in range or a uuid.';
@@ -889,6 +898,7 @@ DECLARE
     definitions_table constant regclass := 'rate_limiter.definitions';
     overrides_table constant regclass := 'rate_limiter.overrides';
     blocks_table constant regclass := 'rate_limiter.blocks';
+    composites_table constant regclass := 'rate_limiter.composites';
     state_owner oid;
     distributed_table regclass;
     citus_trigger record;
@@ -909,7 +919,7 @@ BEGIN
             USING ERRCODE = '42501';
     END IF;
     IF NOT EXISTS (SELECT FROM pg_catalog.pg_dist_partition
-                   WHERE logicalrelid IN (state_table, definitions_table, overrides_table, blocks_table)) THEN
+                   WHERE logicalrelid IN (state_table, definitions_table, overrides_table, blocks_table, composites_table)) THEN
         -- Not distributed: nothing to do but to clear the marks a
         -- distribute() that failed may have left on the workers' tables.
         IF (SELECT groupid FROM pg_catalog.pg_dist_local_group) = 0 THEN
@@ -933,13 +943,15 @@ BEGIN
         END IF;
     END LOOP;
     LOCK TABLE rate_limiter.rate_limits, rate_limiter.definitions, rate_limiter.overrides,
-        rate_limiter.blocks IN EXCLUSIVE MODE;
+        rate_limiter.blocks, rate_limiter.composites IN EXCLUSIVE MODE;
     CREATE TEMPORARY TABLE rate_limiter_state ON COMMIT DROP AS
-        SELECT name, key, shard, value, ts, regime FROM rate_limiter.rate_limits;
+        SELECT name, key, shard, value, ts, regime, prev FROM rate_limiter.rate_limits;
     CREATE TEMPORARY TABLE rate_limiter_definitions ON COMMIT DROP AS
         SELECT * FROM rate_limiter.definitions;
     CREATE TEMPORARY TABLE rate_limiter_overrides ON COMMIT DROP AS
         SELECT * FROM rate_limiter.overrides;
+    CREATE TEMPORARY TABLE rate_limiter_composites ON COMMIT DROP AS
+        SELECT * FROM rate_limiter.composites;
     CREATE TEMPORARY TABLE rate_limiter_blocks ON COMMIT DROP AS
         SELECT name, key, until, strikes, reason, forget_at FROM rate_limiter.blocks;
     -- Citus's undistribute_table refuses a table an extension owns (and
@@ -947,7 +959,7 @@ BEGIN
     -- the shards and the metadata and keeps the table.
     FOR distributed_table IN
         SELECT logicalrelid FROM pg_catalog.pg_dist_partition
-        WHERE logicalrelid IN (state_table, definitions_table, overrides_table, blocks_table)
+        WHERE logicalrelid IN (state_table, definitions_table, overrides_table, blocks_table, composites_table)
     LOOP
         PERFORM master_remove_distributed_table_metadata_from_workers(distributed_table, 'rate_limiter',
             (SELECT relname FROM pg_catalog.pg_class WHERE oid = distributed_table));
@@ -959,7 +971,7 @@ BEGIN
     -- Citus's TRUNCATE trigger on each (truncate_trigger_<oid>).
     FOR citus_trigger IN
         SELECT t.tgname, t.tgrelid::regclass AS relation FROM pg_catalog.pg_trigger AS t
-        WHERE t.tgrelid IN (state_table, definitions_table, overrides_table, blocks_table)
+        WHERE t.tgrelid IN (state_table, definitions_table, overrides_table, blocks_table, composites_table)
           AND t.tgfoid = 'pg_catalog.citus_truncate_trigger()'::regprocedure
     LOOP
         EXECUTE pg_catalog.format('DROP TRIGGER %I ON %s', citus_trigger.tgname, citus_trigger.relation);
@@ -968,6 +980,7 @@ BEGIN
     DELETE FROM rate_limiter.definitions;
     DELETE FROM rate_limiter.overrides;
     DELETE FROM rate_limiter.blocks;
+    DELETE FROM rate_limiter.composites;
     IF EXISTS (SELECT FROM pg_catalog.pg_constraint
                WHERE conrelid = state_table AND conname = 'rate_limits_name_key_shard_dkey_key') THEN
         ALTER TABLE rate_limiter.rate_limits
@@ -983,6 +996,7 @@ BEGIN
     END IF;
     INSERT INTO rate_limiter.definitions SELECT * FROM rate_limiter_definitions;
     INSERT INTO rate_limiter.overrides SELECT * FROM rate_limiter_overrides;
+    INSERT INTO rate_limiter.composites SELECT * FROM rate_limiter_composites;
     IF EXISTS (SELECT FROM pg_catalog.pg_constraint
                WHERE conrelid = blocks_table AND conname = 'blocks_name_key_dkey_key') THEN
         ALTER TABLE rate_limiter.blocks
@@ -996,13 +1010,13 @@ BEGIN
     END IF;
     INSERT INTO rate_limiter.blocks (name, key, until, strikes, reason, forget_at)
         SELECT name, key, until, strikes, reason, forget_at FROM rate_limiter_blocks;
-    INSERT INTO rate_limiter.rate_limits (name, key, shard, value, ts, regime)
-        SELECT name, key, shard, value, ts, regime FROM rate_limiter_state;
+    INSERT INTO rate_limiter.rate_limits (name, key, shard, value, ts, regime, prev)
+        SELECT name, key, shard, value, ts, regime, prev FROM rate_limiter_state;
 END
 $undistribute$;
 
 COMMENT ON FUNCTION rate_limiter.undistribute() IS
-'Citus: makes rate_limiter.rate_limits, rate_limiter.blocks, rate_limiter.definitions and rate_limiter.overrides local tables of the coordinator again (however they were distributed), keeping every row. '
+'Citus: makes rate_limiter.rate_limits, rate_limiter.blocks, rate_limiter.definitions, rate_limiter.overrides and rate_limiter.composites local tables of the coordinator again (however they were distributed), keeping every row. '
 'Run on the coordinator; idempotent, and nothing to do without Citus. Errors: 42501 neither superuser nor owner; 55000 on a worker.';
 
 CREATE FUNCTION rate_limiter.prepare_node(nodename text, nodeport integer DEFAULT 5432)
@@ -1292,3 +1306,131 @@ GRANT EXECUTE ON FUNCTION
     rate_limiter._rate_block_at(uuid, text, text),
     rate_limiter._rate_block_at(integer, text, text)
     TO @extowner@ WITH GRANT OPTION;
+
+-- Composites (docs/composites.md): the table rate_limiter.composites, its
+-- invalidation trigger, define_all(); undefine() also deletes a composite
+-- and refuses to delete a member of one; define() refuses a composite's
+-- name. (IF NOT EXISTS: on an install Citus distributes, the table may be
+-- there already, made a reference table by distribute().)
+CREATE TABLE IF NOT EXISTS rate_limiter.composites (
+    name    text PRIMARY KEY,
+    members text[] NOT NULL,
+    -- false: shadow mode (a refusal is answered as admitted, consuming
+    -- nothing).
+    enforce boolean NOT NULL DEFAULT true
+);
+COMMENT ON TABLE rate_limiter.composites IS
+    'Composite limits: a name whose calls consume from every member (a defined limit) all or nothing; write it with rate_limiter.define_all() and rate_limiter.undefine()';
+SELECT pg_catalog.pg_extension_config_dump('rate_limiter.composites', '');
+
+CREATE TRIGGER composites_changed
+AFTER INSERT OR UPDATE OR DELETE OR TRUNCATE ON rate_limiter.composites
+FOR EACH STATEMENT EXECUTE FUNCTION rate_limiter._definitions_changed();
+CREATE FUNCTION rate_limiter.define_all(name text, members text[], enforce boolean DEFAULT true)
+RETURNS void
+LANGUAGE plpgsql VOLATILE SECURITY DEFINER
+SET search_path = pg_catalog, pg_temp
+AS $define_all$
+DECLARE
+    member text;
+    position int := 0;
+    most int := coalesce(nullif(pg_catalog.current_setting('rate_limiter.max_requests', true), '')::int, 1000);
+BEGIN
+    IF name IS NULL OR members IS NULL OR enforce IS NULL THEN
+        RAISE EXCEPTION '% must not be NULL',
+            CASE WHEN name IS NULL THEN 'name' WHEN members IS NULL THEN 'members' ELSE 'enforce' END
+            USING ERRCODE = '22004';
+    END IF;
+    IF pg_catalog.cardinality(members) = 0 OR pg_catalog.array_ndims(members) <> 1 THEN
+        RAISE EXCEPTION 'members must be a one-dimensional array of at least one limit name' USING ERRCODE = '22023';
+    END IF;
+    -- A call of the composite is one rate_limit_all() of its members.
+    IF pg_catalog.cardinality(members) > most THEN
+        RAISE EXCEPTION 'a composite may have at most % members (rate_limiter.max_requests), not %',
+            most, pg_catalog.cardinality(members)
+            USING ERRCODE = '54000';
+    END IF;
+    FOREACH member IN ARRAY members LOOP
+        position := position + 1;
+        IF member IS NULL THEN
+            RAISE EXCEPTION 'members[%] must not be NULL', position USING ERRCODE = '22004';
+        ELSIF member = name THEN
+            RAISE EXCEPTION 'composite "%" cannot be a member of itself', name USING ERRCODE = '22023';
+        ELSIF member = ANY (members[1:position - 1]) THEN
+            RAISE EXCEPTION 'members[%] names "%" a second time', position, member USING ERRCODE = '22023';
+        END IF;
+    END LOOP;
+    IF pg_catalog.current_setting('transaction_read_only')::boolean THEN
+        RAISE EXCEPTION 'cannot execute define_all() in a read-only transaction' USING ERRCODE = '25006';
+    END IF;
+    -- One namespace: a name is a definition or a composite.
+    IF EXISTS (SELECT FROM rate_limiter.definitions AS d WHERE d.name = define_all.name) THEN
+        RAISE EXCEPTION 'rate limit "%" is defined: a composite needs a name of its own', name
+            USING ERRCODE = '22023',
+                  HINT = 'Choose another name, or undefine() the limit first.';
+    END IF;
+    -- Each member's definition is locked (FOR KEY SHARE, in name order) until
+    -- the composite is written, so an undefine() of it waits and then sees
+    -- the composite (2BP01).
+    FOR member IN SELECT m FROM pg_catalog.unnest(members) AS m ORDER BY m COLLATE "C" LOOP
+        PERFORM FROM rate_limiter.definitions AS d WHERE d.name = member FOR KEY SHARE;
+        IF NOT FOUND THEN
+            IF EXISTS (SELECT FROM rate_limiter.composites AS c WHERE c.name = member) THEN
+                RAISE EXCEPTION 'member "%" is a composite: a composite is made of defined limits', member
+                    USING ERRCODE = '22023',
+                          HINT = 'Name that composite''s members instead.';
+            END IF;
+            RAISE EXCEPTION 'rate limit "%" is not defined', member
+                USING ERRCODE = '42704',
+                      HINT = 'Define every member with rate_limiter.define() first.';
+        END IF;
+    END LOOP;
+    INSERT INTO rate_limiter.composites AS c (name, members, enforce)
+    VALUES (define_all.name, define_all.members, define_all.enforce)
+    ON CONFLICT ON CONSTRAINT composites_pkey DO UPDATE SET members = excluded.members, enforce = excluded.enforce;
+END
+$define_all$;
+
+COMMENT ON FUNCTION rate_limiter.define_all(text, text[], boolean) IS
+'Creates or replaces the composite limit name, made of the defined limits members: a call of name (rate_limit, rate_check, rate_wait, guard, postgrest_limit) consumes the same key and count from every member, all or nothing; '
+'remaining is the least of the members'', retry_after the greatest of the refusing members''; status answers for the member that is tightest, http_headers one policy per member, rate_credit and rate_reset act on every member. '
+'enforce => false is shadow mode: a refusal is answered as admitted and consumes nothing. '
+'Errors: 22004 NULL name/members/enforce/member; 22023 no members, a member named twice, the name itself, a member that is a composite, a name that is a definition; 42704 a member that is not defined; 54000 more members than rate_limiter.max_requests; 25006 in a read-only transaction.';
+
+COMMENT ON FUNCTION rate_limiter.undefine(text) IS
+'Deletes the named limit, its overrides and its blocks, or the composite of that name; true if it existed. Its state rows are left alone. Errors: 22004 NULL name; 2BP01 the limit is the plan of an override (remove those overrides first) or a member of a composite (undefine the composite first).';
+
+COMMENT ON FUNCTION rate_limiter.define(text, rate_limiter.config, boolean) IS
+'Creates or replaces the named limit. Changing kind, period or shards discards its state; other changes keep it (capped at the new capacity), switching enforce too. '
+'enforce => false is shadow mode: calls decide and write state as an enforcing limit does, but answer ok = true, never raise, and count the refusal in rate_limiter.stats.shadow_refused. '
+'WARNING when each shard of a sharded limit would hold fewer than 5 tokens. '
+'Errors: 22004 NULL name/config/enforce or required field; 22023 invalid config, or a name that is a composite (define_all).';
+
+-- The composites' objects: nobody but their owner holds a privilege on
+-- them, whatever ALTER DEFAULT PRIVILEGES handed out.
+DO $revoke_composites$
+DECLARE
+    grantee_name name;
+BEGIN
+    REVOKE ALL ON FUNCTION rate_limiter.define_all(text, text[], boolean) FROM PUBLIC;
+    REVOKE ALL ON rate_limiter.composites FROM PUBLIC;
+    FOR grantee_name IN
+        SELECT DISTINCT r.rolname
+        FROM (
+            SELECT (pg_catalog.aclexplode(p.proacl)).grantee, p.proowner AS owner
+            FROM pg_catalog.pg_proc AS p
+            WHERE p.oid = 'rate_limiter.define_all(text, text[], boolean)'::pg_catalog.regprocedure
+            UNION ALL
+            SELECT (pg_catalog.aclexplode(c.relacl)).grantee, c.relowner
+            FROM pg_catalog.pg_class AS c WHERE c.oid = 'rate_limiter.composites'::pg_catalog.regclass
+        ) AS granted
+        JOIN pg_catalog.pg_roles AS r ON r.oid = granted.grantee
+        WHERE granted.grantee <> granted.owner
+    LOOP
+        EXECUTE pg_catalog.format('REVOKE ALL ON FUNCTION rate_limiter.define_all(text, text[], boolean) FROM %I', grantee_name);
+        EXECUTE pg_catalog.format('REVOKE ALL ON rate_limiter.composites FROM %I', grantee_name);
+    END LOOP;
+END
+$revoke_composites$;
+
+GRANT EXECUTE ON FUNCTION rate_limiter.define_all(text, text[], boolean) TO @extowner@ WITH GRANT OPTION;

@@ -159,9 +159,26 @@ CREATE TABLE rate_limiter.blocks (
 COMMENT ON TABLE rate_limiter.blocks IS
     'Blocked keys of named limits: refused until until; write it with rate_limiter.block() and rate_limiter.unblock()';
 
+-- Composites (docs/composites.md): a name made of defined limits, each
+-- call of it consumed from every member all or nothing, with one key and
+-- count. Names share one namespace with the definitions (define() of a
+-- composite's name and define_all() of a definition's are refused). Written
+-- by rate_limiter.define_all() and rate_limiter.undefine(); read by a call
+-- of a name that has no definition (src/composites.rs).
+CREATE TABLE rate_limiter.composites (
+    name    text PRIMARY KEY,
+    members text[] NOT NULL,
+    -- false: shadow mode (a refusal is answered as admitted, consuming
+    -- nothing).
+    enforce boolean NOT NULL DEFAULT true
+);
+COMMENT ON TABLE rate_limiter.composites IS
+    'Composite limits: a name whose calls consume from every member (a defined limit) all or nothing; write it with rate_limiter.define_all() and rate_limiter.undefine()';
+
 -- pg_dump keeps definitions and state (a restore must not hand everyone a
 -- full bucket).
 SELECT pg_catalog.pg_extension_config_dump('rate_limiter.definitions', '');
 SELECT pg_catalog.pg_extension_config_dump('rate_limiter.rate_limits', '');
 SELECT pg_catalog.pg_extension_config_dump('rate_limiter.overrides', '');
 SELECT pg_catalog.pg_extension_config_dump('rate_limiter.blocks', '');
+SELECT pg_catalog.pg_extension_config_dump('rate_limiter.composites', '');

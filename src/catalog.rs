@@ -32,6 +32,9 @@ pub struct Objects {
     /// later; invalid if missing: then no key is blocked).
     pub blocks: pg_sys::Oid,
     pub blocks_index: pg_sys::Oid,
+    /// `rate_limiter.composites` (0.6.0 and later; invalid if missing:
+    /// then no name is a composite).
+    pub composites: pg_sys::Oid,
     /// The owner of the table: the role the functions act as.
     pub owner: pg_sys::Oid,
     /// `rate_limiter.define(text, rate_limiter.config, boolean)` (before
@@ -239,6 +242,7 @@ fn look_up() -> Objects {
             let overrides_key_index = pg_sys::get_relname_relid(c"overrides_key".as_ptr(), schema);
             let blocks = pg_sys::get_relname_relid(c"blocks".as_ptr(), schema);
             let blocks_index = pg_sys::get_relname_relid(c"blocks_name_key".as_ptr(), schema);
+            let composites = pg_sys::get_relname_relid(c"composites".as_ptr(), schema);
             let regime_column = pg_sys::get_attnum(table, c"regime".as_ptr()) > 0;
             let enforce_column = definitions != pg_sys::InvalidOid
                 && pg_sys::get_attnum(definitions, c"enforce".as_ptr()) > 0;
@@ -273,6 +277,7 @@ fn look_up() -> Objects {
                 overrides_key_index,
                 blocks,
                 blocks_index,
+                composites,
                 owner,
                 define: pg_sys::InvalidOid,
                 enforce_column,

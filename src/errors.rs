@@ -73,6 +73,9 @@ pub enum CallError {
     /// `undefine` of a limit (bytes) that is the plan of overrides
     /// (SQLSTATE 2BP01).
     PlanInUse(Vec<u8>),
+    /// `undefine` of a limit (name as bytes) that a composite names as a
+    /// member (SQLSTATE 2BP01, docs/composites.md).
+    MemberInUse(Vec<u8>),
 }
 
 /// An error of the cluster layer, as [`report`] raises it.
@@ -189,6 +192,11 @@ pub fn report(error: CallError) -> ! {
             PgSqlErrorCode::ERRCODE_DEPENDENT_OBJECTS_STILL_EXIST,
             format!("rate limit \"{}\" is the plan of overrides", names::for_message(&name)),
             Some("Remove those overrides first (rate_limiter.remove_override(), or override() with another plan); SELECT name, key FROM rate_limiter.overrides WHERE plan = ... lists them.".to_string()),
+        ),
+        CallError::MemberInUse(name) => (
+            PgSqlErrorCode::ERRCODE_DEPENDENT_OBJECTS_STILL_EXIST,
+            format!("rate limit \"{}\" is a member of a composite", names::for_message(&name)),
+            Some("Undefine the composite first, or define_all() it without this member; SELECT name FROM rate_limiter.composites WHERE ... = ANY (members) lists them.".to_string()),
         ),
         CallError::StatisticsOff => (
             PgSqlErrorCode::ERRCODE_OBJECT_NOT_IN_PREREQUISITE_STATE,

@@ -52,6 +52,7 @@ pub mod catalog;
 pub mod citus;
 pub mod clock;
 pub mod compat;
+pub mod composites;
 pub mod config;
 pub mod definitions;
 pub mod errors;

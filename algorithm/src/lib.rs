@@ -20,6 +20,7 @@ mod block_policy;
 pub mod calendar_unit;
 pub mod calendar_window;
 pub mod civil;
+pub mod composite;
 mod config;
 mod credit;
 mod decision;

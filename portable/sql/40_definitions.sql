@@ -230,6 +230,12 @@ BEGIN
     IF pg_catalog.current_setting('transaction_read_only')::boolean THEN
         RAISE EXCEPTION 'cannot execute define() in a read-only transaction' USING ERRCODE = '25006';
     END IF;
+    -- One namespace (docs/composites.md).
+    IF EXISTS (SELECT FROM rate_limiter.composites AS c WHERE c.name = define.name) THEN
+        RAISE EXCEPTION '"%" is a composite (define_all): a limit needs a name of its own', rate_limiter._for_message(name)
+            USING ERRCODE = '22023',
+                  HINT = 'Choose another name, or undefine() the composite first.';
+    END IF;
     -- Lock the definition, then the state rows to discard, in the order
     -- every consuming call locks rows; then write (a new snapshot sees
     -- what those rows' holders committed).
@@ -293,6 +299,16 @@ BEGIN
             USING ERRCODE = '2BP01',
                   HINT = 'Remove those overrides first (rate_limiter.remove_override(), or override() with another plan); SELECT name, key FROM rate_limiter.overrides WHERE plan = ... lists them.';
     END IF;
+    -- As for plans: a limit a composite names stays (2BP01), and a
+    -- composite's name deletes the composite (docs/composites.md).
+    IF EXISTS (SELECT FROM rate_limiter.composites AS c
+               WHERE undefine.name = ANY (c.members) AND c.name <> undefine.name) THEN
+        RAISE EXCEPTION 'rate limit "%" is a member of a composite', rate_limiter._for_message(name)
+            USING ERRCODE = '2BP01',
+                  HINT = 'Undefine the composite first, or define_all() it without this member; SELECT name FROM rate_limiter.composites WHERE ... = ANY (members) lists them.';
+    END IF;
+    DELETE FROM rate_limiter.composites AS c WHERE c.name = undefine.name;
+    deleted := deleted OR FOUND;
     DELETE FROM rate_limiter.overrides AS o WHERE o.name = undefine.name;
     DELETE FROM rate_limiter.blocks AS b WHERE b.name = undefine.name;
     RETURN deleted;

@@ -1,5 +1,5 @@
--- The portable edition (docs/guarantees.md, "Portable edition"): rate_limit,
--- rate_check and rate_reset. The state is read, locked and written with
+-- The portable edition (docs/guarantees.md, "Portable edition"): rate_limit
+-- (rate_check and rate_reset: 51_check_reset.sql). The state is read, locked and written with
 -- ordinary statements in the caller's transaction (SELECT ... FOR UPDATE,
 -- UPDATE, INSERT ... ON CONFLICT DO NOTHING), so PostgreSQL itself applies
 -- whatever the table carries, and:
@@ -521,6 +521,18 @@ BEGIN
         END IF;
     END IF;
     PERFORM rate_limiter._required(name, count, reserve, throws);
+    -- A composite's name (56_composite.sql).
+    IF NOT given AND definition_ctid IS NULL AND rate_limiter._composite_of(name) THEN
+        answer := rate_limiter._composite(name, key, count, reserve, true);
+        IF NOT answer.ok AND throws THEN
+            PERFORM rate_limiter._refuse_member(answer.member, key, answer.retry_after, answer.remaining);
+        END IF;
+        ok := answer.ok;
+        retry_after := rate_limiter._interval(answer.retry_after);
+        remaining := rate_limiter._shown(answer.remaining);
+        RETURN NEXT;
+        RETURN;
+    END IF;
     IF given THEN
         PERFORM rate_limiter._config(config);
     END IF;
@@ -535,55 +547,3 @@ BEGIN
     RETURN NEXT;
 END
 $rate_limit$;
-
-CREATE FUNCTION rate_limiter.rate_check(
-    name    text,
-    key     text                DEFAULT NULL,
-    count   float8              DEFAULT 1,
-    reserve boolean             DEFAULT false,
-    throws  boolean             DEFAULT false,
-    config  rate_limiter.config DEFAULT NULL)
-RETURNS TABLE (ok boolean, retry_after interval, remaining float8)
-LANGUAGE plpgsql VOLATILE ROWS 1 SECURITY DEFINER
-SET search_path = pg_catalog, pg_temp
-AS $rate_check$
-DECLARE
-    given boolean := pg_catalog.num_nulls(config) = 0;
-    answer record;
-BEGIN
-    PERFORM rate_limiter._required(name, count, reserve, throws);
-    IF given THEN
-        PERFORM rate_limiter._config(config);
-    END IF;
-    answer := rate_limiter._check(name, key, count, reserve, config, given);
-    IF NOT answer.ok AND throws THEN
-        PERFORM rate_limiter._refuse(name, key, coalesce(answer.retry_after, 0), answer.remaining,
-                                     answer.blocked, answer.block_reason);
-    END IF;
-    ok := answer.ok;
-    retry_after := rate_limiter._interval(answer.retry_after);
-    remaining := rate_limiter._shown(answer.remaining);
-    RETURN NEXT;
-END
-$rate_check$;
-
-CREATE FUNCTION rate_limiter.rate_reset(name text, key text DEFAULT NULL)
-RETURNS void
-LANGUAGE plpgsql VOLATILE SECURITY DEFINER
-SET search_path = pg_catalog, pg_temp
-AS $rate_reset$
-BEGIN
-    IF name IS NULL THEN
-        RAISE EXCEPTION 'name must not be NULL' USING ERRCODE = '22004';
-    END IF;
-    IF pg_catalog.current_setting('transaction_read_only')::boolean THEN
-        RAISE EXCEPTION 'cannot execute rate_reset() in a read-only transaction' USING ERRCODE = '25006';
-    END IF;
-    IF key IS NULL THEN
-        DELETE FROM rate_limiter.rate_limits AS r WHERE r.name = rate_reset.name AND r.key IS NULL;
-    ELSE
-        DELETE FROM rate_limiter.rate_limits AS r WHERE r.name = rate_reset.name AND r.key = rate_reset.key;
-    END IF;
-END
-$rate_reset$;
-

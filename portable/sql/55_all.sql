@@ -343,6 +343,19 @@ BEGIN
         RAISE EXCEPTION 'throws must not be NULL' USING ERRCODE = '22004';
     END IF;
     checked := rate_limiter._requests(requests);
+    -- A request names one defined limit: a composite's name (56_composite.sql)
+    -- is 22023, where its 42704 would have come.
+    FOR i IN 1..coalesce(pg_catalog.cardinality(checked.names), 0) LOOP
+        CONTINUE WHEN checked.given[i] OR NOT rate_limiter._composite_of(checked.names[i]);
+        -- (An earlier request of an undefined name is its 42704 first.)
+        EXIT WHEN EXISTS (SELECT FROM ROWS FROM (pg_catalog.unnest(checked.names[1:i - 1]),
+                                                    pg_catalog.unnest(checked.given[1:i - 1])) AS e(name, given)
+                          WHERE NOT e.given
+                            AND NOT EXISTS (SELECT FROM rate_limiter.definitions AS d WHERE d.name = e.name));
+        RAISE EXCEPTION '"%" is a composite: a request of rate_limit_all() names one defined limit (name the composite''s members, or call rate_limit() of the composite)',
+            rate_limiter._for_message(checked.names[i])
+            USING ERRCODE = '22023';
+    END LOOP;
     FOR attempt IN 1..17 LOOP
         answers := rate_limiter._consume_all(checked.names, checked.keys, checked.counts, checked.inline,
                                              checked.given, reserve);

@@ -57,6 +57,29 @@ RETURNS TABLE (value float8, capacity float8, full_at timestamptz, shards int4)
 LANGUAGE plpgsql VOLATILE ROWS 1 SECURITY DEFINER
 SET search_path = pg_catalog, pg_temp
 AS $status$
+BEGIN
+    -- A composite's name (56_composite.sql): its tightest member's (the
+    -- fewest tokens now; of two alike, the one full later).
+    IF config IS NULL AND name IS NOT NULL AND rate_limiter._composite_of(name) THEN
+        RETURN QUERY
+            SELECT s.value, s.capacity, s.full_at, s.shards
+            FROM rate_limiter.composites AS c,
+                 pg_catalog.unnest(c.members) WITH ORDINALITY AS m(member, position),
+                 LATERAL rate_limiter._status(m.member, status.key, NULL) AS s
+            WHERE c.name = status.name
+            ORDER BY s.value, s.full_at DESC, m.position
+            LIMIT 1;
+        RETURN;
+    END IF;
+    RETURN QUERY SELECT * FROM rate_limiter._status(name, key, config);
+END
+$status$;
+
+-- status() of a limit.
+CREATE FUNCTION rate_limiter._status(name text, key text, config rate_limiter.config)
+RETURNS TABLE (value float8, capacity float8, full_at timestamptz, shards int4)
+LANGUAGE plpgsql VOLATILE ROWS 1
+AS $status_of$
 DECLARE
     resolved record := rate_limiter._read_arguments(name, key, config);
     c rate_limiter.config := resolved.config;
@@ -69,7 +92,7 @@ BEGIN
     shards := c.shards;
     RETURN NEXT;
 END
-$status$;
+$status_of$;
 
 -- A limit name as a structured-field string (RFC 9651): printable ASCII
 -- only (22023 otherwise), " and \ escaped.
@@ -173,6 +196,49 @@ LANGUAGE plpgsql VOLATILE SECURITY DEFINER
 SET search_path = pg_catalog, pg_temp
 AS $http_headers$
 DECLARE
+    members text[];
+    fields jsonb;
+    policies text[] := '{}';
+    limits text[] := '{}';
+BEGIN
+    IF config IS NULL AND name IS NOT NULL AND rate_limiter._composite_of(name) THEN
+        -- A composite's name (56_composite.sql): one policy per member,
+        -- each member's tokens as status shows them now; Retry-After the
+        -- call's (its arguments checked as for one limit).
+        IF remaining = 'NaN'::float8 THEN
+            RAISE EXCEPTION 'remaining must be a number' USING ERRCODE = '22023';
+        END IF;
+        IF ok IS NOT NULL AND NOT ok AND retry_after IS NULL THEN
+            RAISE EXCEPTION 'retry_after must not be NULL' USING ERRCODE = '22004';
+        END IF;
+        IF rate_limiter._interval_micros(retry_after) < 0 THEN
+            RAISE EXCEPTION 'retry_after must not be negative' USING ERRCODE = '22023';
+        END IF;
+        SELECT c.members INTO members FROM rate_limiter.composites AS c WHERE c.name = http_headers.name;
+        FOR i IN 1..pg_catalog.cardinality(members) LOOP
+            fields := rate_limiter._http_headers(members[i], key, NULL, NULL, NULL, NULL);
+            policies := policies || (fields->>'RateLimit-Policy');
+            limits := limits || (fields->>'RateLimit');
+        END LOOP;
+        fields := pg_catalog.jsonb_build_object('RateLimit-Policy', pg_catalog.array_to_string(policies, ', '),
+                                                'RateLimit', pg_catalog.array_to_string(limits, ', '));
+        IF ok IS NOT NULL AND NOT ok THEN
+            fields := fields || pg_catalog.jsonb_build_object(
+                'Retry-After', rate_limiter._seconds(rate_limiter._interval_micros(retry_after)));
+        END IF;
+        RETURN fields;
+    END IF;
+    RETURN rate_limiter._http_headers(name, key, ok, retry_after, remaining, config);
+END
+$http_headers$;
+
+-- http_headers() of a limit.
+CREATE FUNCTION rate_limiter._http_headers(name text, key text, ok boolean, retry_after interval,
+                                           remaining float8, config rate_limiter.config)
+RETURNS jsonb
+LANGUAGE plpgsql VOLATILE
+AS $http_headers_of$
+DECLARE
     resolved record := rate_limiter._read_arguments(name, key, config);
     c rate_limiter.config := resolved.config;
     label text := rate_limiter._sf_string(name);
@@ -214,4 +280,4 @@ BEGIN
     END IF;
     RETURN headers;
 END
-$http_headers$;
+$http_headers_of$;

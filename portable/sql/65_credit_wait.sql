@@ -25,6 +25,7 @@ DECLARE
     held_prevs float8[];
     credited record;
     value_after float8;
+    member text;
     now_ bigint;
     i int;
 BEGIN
@@ -38,6 +39,16 @@ BEGIN
     END IF;
     IF NOT (count >= 0 AND count < 'Infinity'::float8) THEN
         RAISE EXCEPTION 'count must be finite and at least zero, got %', rate_limiter._show(count) USING ERRCODE = '22023';
+    END IF;
+    -- A composite's name (56_composite.sql): every member; the least of
+    -- their values afterwards.
+    IF NOT given AND rate_limiter._composite_of(name) THEN
+        FOR member IN SELECT m.member FROM rate_limiter.composites AS co,
+                          pg_catalog.unnest(co.members) WITH ORDINALITY AS m(member, position)
+                      WHERE co.name = rate_credit.name ORDER BY m.position LOOP
+            value_after := least(value_after, rate_limiter.rate_credit(member, key, count));
+        END LOOP;
+        RETURN value_after;
     END IF;
     FOR attempt IN 1..17 LOOP
         resolved := rate_limiter._resolve(name, key, config, given);
@@ -108,6 +119,7 @@ DECLARE
     attempt record;
     retry bigint;
     left_ float8;
+    composite boolean;
 BEGIN
     IF timeout IS NULL THEN
         RAISE EXCEPTION 'timeout must not be NULL' USING ERRCODE = '22004';
@@ -122,18 +134,28 @@ BEGIN
     IF given THEN
         PERFORM rate_limiter._config(config);
     END IF;
+    -- A composite's name (56_composite.sql): each try is its members'.
+    composite := NOT given AND rate_limiter._composite_of(name);
     -- The deadline on the real clock, as timestamptz + interval counts.
     deadline := rate_limiter._micros(pg_catalog.clock_timestamp() + timeout);
     LOOP
         -- Look first (no lock, no transaction id); consume only when the
         -- limit would admit, in a subtransaction kept only when admitted.
-        probe := rate_limiter._check(name, key, count, false, config, given);
+        IF composite THEN
+            probe := rate_limiter._composite(name, key, count, false, false);
+        ELSE
+            probe := rate_limiter._check(name, key, count, false, config, given);
+        END IF;
         IF NOT probe.ok THEN
             retry := coalesce(probe.retry_after, 1000);
             left_ := probe.remaining;
         ELSE
             BEGIN
-                attempt := rate_limiter._consume(name, key, count, false, config, given);
+                IF composite THEN
+                    attempt := rate_limiter._composite(name, key, count, false, true);
+                ELSE
+                    attempt := rate_limiter._consume(name, key, count, false, config, given);
+                END IF;
                 IF attempt.ok THEN
                     ok := true;
                     retry_after := rate_limiter._interval(attempt.retry_after);

@@ -25,6 +25,20 @@ const PLAN_IN_USE: &str =
 const UNDEFINE_OVERRIDES: &str = "DELETE FROM rate_limiter.overrides WHERE name = $1";
 const UNDEFINE_BLOCKS: &str = "DELETE FROM rate_limiter.blocks WHERE name = $1";
 
+/// `undefine` of a composite's name (docs/composites.md).
+const UNDEFINE_COMPOSITE: &str =
+    "DELETE FROM rate_limiter.composites WHERE name = $1 RETURNING true";
+
+/// Whether a composite names the limit as a member (then `undefine` of it
+/// is 2BP01). Run after the limit's row is deleted, in a statement of its
+/// own: a `define_all` that held the row (FOR KEY SHARE) has committed by
+/// then, and this statement's snapshot sees it.
+const MEMBER_IN_USE: &str =
+    "SELECT EXISTS (SELECT FROM rate_limiter.composites WHERE $1 = ANY (members) AND name <> $1)";
+
+/// Whether the name is a composite's (then `define` of it is 22023).
+const IS_COMPOSITE: &str = "SELECT EXISTS (SELECT FROM rate_limiter.composites WHERE name = $1)";
+
 /// After the definition is written: its automatic blocks (docs/blocks.md)
 /// and a calendar window's time zone (docs/shapes.md), columns of 0.6.0,
 /// changed only when they differ.
@@ -117,6 +131,24 @@ fn define_limit(
                 placement::before_block(name, Some(b""))?;
             }
             crate::security::write_as_owner(c"define()", |client| {
+                if crate::catalog::objects().composites != pgrx::pg_sys::InvalidOid {
+                    let composite = client
+                        .update(IS_COMPOSITE, Some(1), &[text_argument(name)])?
+                        .first()
+                        .get_one::<bool>()?;
+                    if composite == Some(true) {
+                        return Err(CallError::Limit(LimitError {
+                            hint: Some("Choose another name, or undefine() the composite first."),
+                            ..LimitError::invalid(
+                                "name",
+                                format!(
+                                    "\"{}\" is a composite (define_all): a limit needs a name of its own",
+                                    crate::names::for_message(name)
+                                ),
+                            )
+                        }));
+                    }
+                }
                 placement::define(client, name, &values, enforce)?;
                 if crate::catalog::objects().blocks != pgrx::pg_sys::InvalidOid {
                     client.update(
@@ -155,10 +187,23 @@ fn undefine(name: Option<&[u8]>) -> bool {
     };
     let overrides = crate::catalog::objects().overrides != pgrx::pg_sys::InvalidOid;
     let blocks = crate::catalog::objects().blocks != pgrx::pg_sys::InvalidOid;
+    let composites = crate::catalog::objects().composites != pgrx::pg_sys::InvalidOid;
     let deleted = crate::security::write_as_owner(c"undefine()", |client| {
-        let deleted = client
+        let mut deleted = client
             .update(UNDEFINE, None, &[text_argument(name)])
             .map(|table| !table.is_empty())?;
+        if composites {
+            let in_use = client
+                .update(MEMBER_IN_USE, Some(1), &[text_argument(name)])?
+                .first()
+                .get_one::<bool>()?;
+            if in_use == Some(true) {
+                return Err(CallError::MemberInUse(name.to_vec()));
+            }
+            deleted |= !client
+                .update(UNDEFINE_COMPOSITE, None, &[text_argument(name)])?
+                .is_empty();
+        }
         if overrides {
             let in_use = client
                 .update(PLAN_IN_USE, Some(1), &[text_argument(name)])?

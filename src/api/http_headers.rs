@@ -106,14 +106,8 @@ fn headers(
     remaining: Option<f64>,
     config: Option<PgHeapTuple<'_, AllocatedByRust>>,
 ) -> Result<serde_json::Value, CallError> {
-    let (name, definition) = status::arguments(name, key, config)?;
-    let config = definition.config;
-    let label = sf_string(name)?;
-    let (current, now) = status::current(name, key, &definition)?;
-    // The current value as status shows it (docs/semantics.md, "What a
-    // call shows"), so that r= is the whole part of what status says.
-    let remaining = remaining.unwrap_or_else(|| rate_limiter_algorithm::shown(current.value));
-    if remaining.is_nan() {
+    let shown = status::shown(name, key, config)?;
+    if remaining.is_some_and(f64::is_nan) {
         return Err(
             LimitError::invalid("remaining", "remaining must be a number".to_string()).into(),
         );
@@ -135,38 +129,67 @@ fn headers(
         }
         (_, None) => None,
     };
-    // Until the limit is full again; for a refused call, until it may retry.
-    let until = match (ok, retry_after) {
-        (Some(false), Some(micros)) => micros,
-        _ => i128::from(current.full_at) - i128::from(now as Micros),
+    let (policy, limit) = match shown {
+        status::Shown::Limit(name, definition) => {
+            fields(name, key, &definition, remaining, ok.zip(retry_after))?
+        }
+        // A composite (docs/composites.md): one policy per member, each
+        // member's tokens as status shows them now.
+        status::Shown::Composite(members) => {
+            let mut policies = Vec::with_capacity(members.len());
+            let mut limits = Vec::with_capacity(members.len());
+            for (member, definition) in &members {
+                let (policy, limit) = fields(member, key, definition, None, None)?;
+                policies.push(policy);
+                limits.push(limit);
+            }
+            (policies.join(", "), limits.join(", "))
+        }
     };
     let mut headers = serde_json::Map::new();
-    headers.insert(
-        "RateLimit-Policy".to_string(),
-        format!(
-            "{label};q={};w={}",
-            sf_number(config.rate),
-            seconds(i128::from(window(&config, now as Micros)))
-        )
-        .into(),
-    );
-    headers.insert(
-        "RateLimit".to_string(),
-        format!(
-            "{label};r={};t={}",
-            sf_integer(remaining.max(0.0).floor()),
-            seconds(until)
-        )
-        .into(),
-    );
+    headers.insert("RateLimit-Policy".to_string(), policy.into());
+    headers.insert("RateLimit".to_string(), limit.into());
     if let (Some(false), Some(micros)) = (ok, retry_after) {
         headers.insert("Retry-After".to_string(), seconds(micros).into());
     }
     Ok(serde_json::Value::Object(headers))
 }
 
-/// The policy's window in microseconds: the period, or a calendar window's
-/// current window (docs/shapes.md: a month's window is that month).
+/// The `RateLimit-Policy` and `RateLimit` list members of the limit
+/// `name` (`definition` for `key`): `remaining` the call's (`None`: the
+/// current value), `refused` the call's `(ok, retry_after)` when given.
+fn fields(
+    name: &[u8],
+    key: Option<&[u8]>,
+    definition: &crate::definitions::Definition,
+    remaining: Option<f64>,
+    refused: Option<(bool, i128)>,
+) -> Result<(String, String), CallError> {
+    let config = definition.config;
+    let label = sf_string(name)?;
+    let (current, now) = status::current(name, key, definition)?;
+    // The current value as status shows it (docs/semantics.md, "What a
+    // call shows"), so that r= is the whole part of what status says.
+    let remaining = remaining.unwrap_or_else(|| rate_limiter_algorithm::shown(current.value));
+    // Until the limit is full again; for a refused call, until it may retry.
+    let until = match refused {
+        Some((false, micros)) => micros,
+        _ => i128::from(current.full_at) - i128::from(now as Micros),
+    };
+    Ok((
+        format!(
+            "{label};q={};w={}",
+            sf_number(config.rate),
+            seconds(i128::from(window(&config, now as Micros)))
+        ),
+        format!(
+            "{label};r={};t={}",
+            sf_integer(remaining.max(0.0).floor()),
+            seconds(until)
+        ),
+    ))
+}
+
 fn window(config: &rate_limiter_algorithm::Config, now: Micros) -> Micros {
     match config.calendar {
         Some(calendar) => {

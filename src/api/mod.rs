@@ -5,6 +5,7 @@
 //!
 //! - [`rate_limit`]: `rate_limit`, `rate_check`, `rate_reset`;
 //! - [`rate_limit_all`]: several limits at once, all or nothing;
+//! - [`composite`]: the calls of a name made with `define_all`;
 //! - [`rate_credit`]: giving tokens back;
 //! - [`rate_wait`]: sleeping until the limit admits;
 //! - [`define`]: `define` and `undefine`;
@@ -17,6 +18,7 @@
 //! - [`http_headers`]: the IETF RateLimit fields.
 
 pub mod blocks;
+pub mod composite;
 pub mod define;
 pub mod http_headers;
 pub mod overrides;

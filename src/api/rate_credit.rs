@@ -50,8 +50,20 @@ fn credit(
     };
     let inline = inline_config(config)?;
     validate_credit(count)?;
-    let value = placement::credit(name, key, count, inline, config_argument)?;
-    // Counted on the node where rate_credit was called.
-    stats::credited(name, count);
+    let value = match placement::credit(name, key, count, inline, config_argument) {
+        Ok(value) => {
+            // Counted on the node where rate_credit was called.
+            stats::credited(name, count);
+            value
+        }
+        // A composite's name (docs/composites.md): every member.
+        Err(error @ CallError::Undefined(_)) if inline.is_none() => {
+            match crate::composites::instead_of(&error, name)? {
+                Some(found) => super::composite::credit(key, count, &found)?,
+                None => return Err(error),
+            }
+        }
+        Err(error) => return Err(error),
+    };
     Ok(rate_limiter_algorithm::shown(value))
 }

@@ -9,9 +9,10 @@
 //! after SPI is finished; a refusal with `throws => true` is raised as the
 //! very last step.
 
+use super::composite;
 use crate::call::{config_argument, Call};
 use crate::config::required;
-use crate::errors::{raise_refused, report, CallError};
+use crate::errors::{raise_refused, report, CallError, Refusal};
 use crate::placement;
 use crate::result_row::{self, ResultRow};
 use crate::security::write_as_owner;
@@ -25,17 +26,55 @@ use pgrx::varlena::{varatt_is_1b_e, varatt_is_4b_c, varlena_to_byte_slice};
 use pgrx::AllocatedByRust;
 use rate_limiter_algorithm::Decision;
 
-/// `rate_limit`'s body: consume, and count the decision.
-fn consume_counted(call: &Call<'_>) -> Result<Decision, CallError> {
-    let (decision, counted) = placement::consume(call)?;
-    stats::count(call.name, counted);
-    Ok(decision)
+/// What a call decided, and for a composite's refusal the refusal to
+/// raise with `throws => true` (it names the member that refused longest).
+type Decided = (Decision, Option<Refusal>);
+
+/// `rate_limit`'s body: consume, and count the decision (a composite's
+/// name: its members', docs/composites.md).
+fn consume_counted(call: &Call<'_>) -> Result<Decided, CallError> {
+    match placement::consume(call) {
+        Ok((decision, counted)) => {
+            stats::count(call.name, counted);
+            Ok((decision, None))
+        }
+        Err(error) => match composite::instead(call, &error)? {
+            Some(found) => {
+                let answered = composite::consume(call, &found)?;
+                answered.count();
+                Ok((answered.decision, answered.refusal))
+            }
+            None => Err(error),
+        },
+    }
+}
+
+/// `rate_check`'s body (a composite's name: its members').
+fn check(call: &Call<'_>) -> Result<Decided, CallError> {
+    match placement::check(call) {
+        Ok(decision) => Ok((decision, None)),
+        Err(error) => match composite::instead(call, &error)? {
+            Some(found) => {
+                let answered = composite::check_answered(call, &found)?;
+                Ok((answered.decision, answered.refusal))
+            }
+            None => Err(error),
+        },
+    }
 }
 
 /// Turns a decision into the result row, or raises the refusal when the
 /// call has `throws => true`. `name` and `key` borrow the arguments, so
 /// nothing needs dropping when the refusal is raised.
-fn finish(name: &[u8], key: Option<&[u8]>, throws: bool, decision: Decision) -> ResultRow {
+fn finish(
+    name: &[u8],
+    key: Option<&[u8]>,
+    throws: bool,
+    (decision, refusal): Decided,
+) -> ResultRow {
+    if let (false, true, Some(refusal)) = (decision.ok, throws, refusal) {
+        refusal.raise();
+    }
     if !decision.ok && throws {
         let blocked = crate::blocks::refusal_reason(name, key);
         raise_refused(
@@ -80,7 +119,7 @@ unsafe fn text_argument<'a>(fcinfo: pg_sys::FunctionCallInfo, number: usize) -> 
 /// `fcinfo` must be a call of a function with those six arguments.
 unsafe fn run(
     fcinfo: pg_sys::FunctionCallInfo,
-    body: impl FnOnce(&Call<'_>) -> Result<Decision, CallError>,
+    body: impl FnOnce(&Call<'_>) -> Result<Decided, CallError>,
 ) -> pg_sys::Datum {
     answer(fcinfo, decide(fcinfo, body))
 }
@@ -94,8 +133,8 @@ unsafe fn run(
 /// As [`run`].
 unsafe fn decide<'a>(
     fcinfo: pg_sys::FunctionCallInfo,
-    body: impl FnOnce(&Call<'_>) -> Result<Decision, CallError>,
-) -> Result<(&'a [u8], Option<&'a [u8]>, bool, Decision), CallError> {
+    body: impl FnOnce(&Call<'_>) -> Result<Decided, CallError>,
+) -> Result<(&'a [u8], Option<&'a [u8]>, bool, Decided), CallError> {
     let call = match Call::new(
         text_argument(fcinfo, 0),
         text_argument(fcinfo, 1),
@@ -124,7 +163,7 @@ unsafe fn decide<'a>(
 /// `fcinfo` is the call's own.
 unsafe fn answer(
     fcinfo: pg_sys::FunctionCallInfo,
-    decided: Result<(&[u8], Option<&[u8]>, bool, Decision), CallError>,
+    decided: Result<(&[u8], Option<&[u8]>, bool, Decided), CallError>,
 ) -> pg_sys::Datum {
     match decided {
         Ok((name, key, throws, decision)) => {
@@ -179,7 +218,7 @@ pub unsafe extern "C-unwind" fn rate_check_wrapper(
     // refusal raised with `throws => true`, which longjmps past every
     // Rust frame) only after `within` has returned, so that nothing of
     // this call's is left set when the statement fails.
-    let decided = storage::read_cache::within(context, || decide(fcinfo, placement::check));
+    let decided = storage::read_cache::within(context, || decide(fcinfo, check));
     answer(fcinfo, decided)
 }
 
@@ -189,7 +228,8 @@ pub extern "C" fn pg_finfo_rate_check_wrapper() -> &'static pg_sys::Pg_finfo_rec
 }
 
 /// `rate_limiter.rate_reset(name, key)`: forgets the state of (name, key)
-/// on every shard. See sql/functions.sql.
+/// on every shard (of a composite: of every member's). See
+/// sql/functions.sql.
 #[pg_extern(sql = false)]
 fn rate_reset(name: Option<&[u8]>, key: Option<&[u8]>) {
     let name = match required(name, "name") {
@@ -199,8 +239,18 @@ fn rate_reset(name: Option<&[u8]>, key: Option<&[u8]>) {
     if let Err(error) = placement::before_call(c"rate_reset()") {
         report(error)
     }
-    if let Err(error) = write_as_owner(c"rate_reset()", |client| storage::delete(client, name, key))
-    {
+    // A composite's name: every member's state for the key.
+    let members = match composite::of(name, false) {
+        Ok(found) => found.map(|found| found.members.clone()),
+        Err(error) => report(error),
+    };
+    let deleted = write_as_owner(c"rate_reset()", |client| match &members {
+        Some(members) => members
+            .iter()
+            .try_for_each(|member| storage::delete(client, member, key)),
+        None => storage::delete(client, name, key),
+    });
+    if let Err(error) = deleted {
         report(CallError::Spi(error))
     }
 }

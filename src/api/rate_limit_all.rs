@@ -32,15 +32,35 @@ fn run(
     let reserve = required(reserve, "reserve")?;
     let throws = required(throws, "throws")?;
     let (requests, (answers, contended)) =
-        placement::consume_all(c"rate_limit_all()", || read_requests(requests), reserve)?;
+        placement::consume_all(c"rate_limit_all()", || read_requests(requests), reserve)
+            .map_err(composite_named)?;
     Ok((requests, answers, contended, throws))
+}
+
+/// `error`, but the 42704 of a composite's name (docs/composites.md) is a
+/// 22023 that says so: a request names one defined limit.
+fn composite_named(error: CallError) -> CallError {
+    let CallError::Undefined(name) = &error else {
+        return error;
+    };
+    match crate::composites::find(name) {
+        Ok(Some(_)) => CallError::Limit(rate_limiter_algorithm::LimitError::invalid(
+            "requests",
+            format!(
+                "\"{}\" is a composite: a request of rate_limit_all() names one defined limit (name the composite's members, or call rate_limit() of the composite)",
+                crate::names::for_message(name)
+            ),
+        )),
+        Ok(None) => error,
+        Err(other) => other,
+    }
 }
 
 /// How the answer to `request` is counted in `rate_limiter.stats`: as
 /// answered, and as contended when it waited for a shard of its sharded
 /// limit. (In a call refused as a whole, the caller counts only the
 /// refused requests: the others consumed nothing.)
-fn counted(request: &RequestArgument, answer: &Answer, contended: bool) -> Counted {
+pub(crate) fn counted(request: &RequestArgument, answer: &Answer, contended: bool) -> Counted {
     let admitted = answer.verdict == Verdict::Admitted;
     Counted {
         verdict: answer.verdict,

@@ -15,7 +15,9 @@
 //! timeout`, as `pg_sleep` sleeps), can be cancelled (57014), and
 //! `statement_timeout` applies.
 
+use super::composite;
 use crate::call::{config_argument, Call};
+use crate::composites::Composite;
 use crate::errors::{report, CallError};
 use crate::placement;
 use crate::result_row::{self, ResultRow};
@@ -77,23 +79,49 @@ fn try_consume(call: &Call<'_>) -> Result<(Decision, Counted), CallError> {
 enum Try {
     /// Admitted (or answered as admitted in shadow mode), and counted.
     Admitted(Decision),
-    /// Not admitted: retry after `retry` microseconds.
-    Refused { retry: Micros, remaining: f64 },
+    /// Not admitted: retry after `retry` microseconds (refused by
+    /// `member`, a composite's member that refused longest).
+    Refused {
+        retry: Micros,
+        remaining: f64,
+        member: Option<Vec<u8>>,
+    },
 }
 
 /// Looks, and tries when the look says the limit would admit.
-unsafe fn look_and_try(call: &Call<'_>) -> Result<Try, CallError> {
+unsafe fn look_and_try(call: &Call<'_>, composite: Option<&Composite>) -> Result<Try, CallError> {
     crate::blocks::forget_refusal();
-    let probe = placement::check(call)?;
+    let (probe, member) = match composite {
+        Some(found) => composite::check(call, found)?,
+        None => (placement::check(call)?, None),
+    };
     if !probe.ok {
         return Ok(Try::Refused {
             retry: probe.retry_after.unwrap_or(MIN_RETRY),
             remaining: probe.remaining,
+            member,
         });
     }
-    let (attempt, counted) = try_consume(call)?;
+    let attempt = match composite {
+        Some(found) => {
+            let answered = crate::subtransaction::kept_if(
+                || composite::consume(call, found),
+                |answered| answered.decision.ok,
+            )?;
+            if answered.decision.ok {
+                answered.count();
+            }
+            answered.decision
+        }
+        None => {
+            let (attempt, counted) = try_consume(call)?;
+            if attempt.ok {
+                stats::count(call.name, counted);
+            }
+            attempt
+        }
+    };
     if attempt.ok {
-        stats::count(call.name, counted);
         return Ok(Try::Admitted(attempt));
     }
     // Another transaction took the tokens between the look and the try:
@@ -101,34 +129,46 @@ unsafe fn look_and_try(call: &Call<'_>) -> Result<Try, CallError> {
     Ok(Try::Refused {
         retry: attempt.retry_after.unwrap_or(0).max(MIN_RETRY),
         remaining: attempt.remaining,
+        member: None,
     })
 }
 
 /// Tries until admitted or out of time (see the module documentation); the
 /// final answer, counted.
-unsafe fn wait(call: &Call<'_>, deadline: i64) -> Result<Decision, CallError> {
+unsafe fn wait(
+    call: &Call<'_>,
+    composite: Option<&Composite>,
+    deadline: i64,
+) -> Result<Decision, CallError> {
     loop {
         // Each try sees what committed while the call slept, as each
         // statement of a PL/pgSQL function would: a new snapshot under
         // READ COMMITTED (the transaction's under REPEATABLE READ).
         pg_sys::CommandCounterIncrement();
         pg_sys::PushActiveSnapshot(pg_sys::GetTransactionSnapshot());
-        let outcome = look_and_try(call);
+        let outcome = look_and_try(call, composite);
         pg_sys::PopActiveSnapshot();
-        let (retry, remaining) = match outcome? {
+        let (retry, remaining, member) = match outcome? {
             Try::Admitted(decision) => return Ok(decision),
-            Try::Refused { retry, remaining } => (retry, remaining),
+            Try::Refused {
+                retry,
+                remaining,
+                member,
+            } => (retry, remaining, member),
         };
         if pg_sys::GetCurrentTimestamp().saturating_add(retry) > deadline {
+            // (A composite's refusal counts for the member that refused
+            // longest, as its rate_limit would.)
+            let name = member.as_deref().unwrap_or(call.name);
             stats::count(
-                call.name,
+                name,
                 Counted {
                     verdict: Verdict::Refused,
                     count: call.request.count,
                     reserved: false,
                     near_limit: false,
                     contended: false,
-                    blocked: crate::blocks::refusal_reason(call.name, call.key).is_some(),
+                    blocked: crate::blocks::refusal_reason(name, call.key).is_some(),
                 },
             );
             return Ok(Decision {
@@ -184,7 +224,11 @@ pub unsafe extern "C-unwind" fn rate_wait_wrapper(
         },
         Err(error) => report(CallError::Limit(error)),
     };
-    let outcome = deadline_after(timeout).and_then(|deadline| wait(&call, deadline));
+    // A composite's name (docs/composites.md): every try is one of its
+    // members' rate_limit_all.
+    let outcome = composite::of(call.name, call.config.is_some()).and_then(|found| {
+        deadline_after(timeout).and_then(|deadline| wait(&call, found.as_deref(), deadline))
+    });
     match outcome {
         Ok(decision) => result_row::put(
             fcinfo,

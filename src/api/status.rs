@@ -55,6 +55,57 @@ pub fn arguments<'a>(
 }
 
 /// `rate_limiter.status(name, key, config)`. See sql/functions.sql.
+/// What `status` and `http_headers` show: a limit (its name and
+/// definition), or a composite's members with theirs.
+pub enum Shown<'a> {
+    Limit(&'a [u8], Definition),
+    Composite(Vec<(Vec<u8>, Definition)>),
+}
+
+/// [`arguments`], or for a composite's name (docs/composites.md) its
+/// members.
+pub fn shown<'a>(
+    name: Option<&'a [u8]>,
+    key: Option<&[u8]>,
+    config: Option<PgHeapTuple<'_, AllocatedByRust>>,
+) -> Result<Shown<'a>, CallError> {
+    let inline = config.is_some();
+    match arguments(name, key, config) {
+        Ok((name, definition)) => Ok(Shown::Limit(name, definition)),
+        Err(error) if !inline => {
+            let found =
+                name.map_or(Ok(None), |name| crate::composites::instead_of(&error, name))?;
+            match found {
+                Some(found) => Ok(Shown::Composite(super::composite::members_shown(
+                    &found, key,
+                )?)),
+                None => Err(error),
+            }
+        }
+        Err(error) => Err(error),
+    }
+}
+
+/// A composite's status: its tightest member's (the fewest tokens now;
+/// of two alike, the one full later), and that member's config.
+fn tightest(
+    key: Option<&[u8]>,
+    members: &[(Vec<u8>, Definition)],
+) -> Result<(Status, rate_limiter_algorithm::Config), CallError> {
+    let mut tightest: Option<(Status, rate_limiter_algorithm::Config)> = None;
+    for (member, definition) in members {
+        let (status, _) = current(member, key, definition)?;
+        let tighter = tightest.as_ref().is_none_or(|(least, _)| {
+            status.value < least.value
+                || (status.value == least.value && status.full_at > least.full_at)
+        });
+        if tighter {
+            tightest = Some((status, definition.config));
+        }
+    }
+    tightest.ok_or_else(|| CallError::Undefined(Vec::new()))
+}
+
 #[pg_extern(sql = false)]
 fn status(
     name: Option<&[u8]>,
@@ -69,9 +120,13 @@ fn status(
         name!(shards, i32),
     ),
 > {
-    let result = arguments(name, key, config).and_then(|(name, definition)| {
-        let config = definition.config;
-        let (status, _) = current(name, key, &definition)?;
+    let result = shown(name, key, config).and_then(|shown| {
+        let (status, config) = match shown {
+            Shown::Limit(name, definition) => {
+                (current(name, key, &definition)?.0, definition.config)
+            }
+            Shown::Composite(members) => tightest(key, &members)?,
+        };
         let full_at = storage::timestamp(status.full_at)?;
         Ok((
             rate_limiter_algorithm::shown(status.value),

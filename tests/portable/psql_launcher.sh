@@ -14,7 +14,8 @@
 #    in the native extension and add no context there: a line naming one
 #    of its PL/pgSQL or SQL functions, and the statement line just before
 #    it (the statement that function ran). Entries naming
-#    rate_limiter.guard() and rate_limiter.postgrest_limit() (PL/pgSQL in
+#    rate_limiter.guard(), rate_limiter.postgrest_limit() and
+#    rate_limiter.define_all() (PL/pgSQL in
 #    both editions) and everything about the caller's own functions stay,
 #    so an error reads as the native one, line for line.
 set -o pipefail
@@ -34,7 +35,7 @@ sed -e "s|^CREATE EXTENSION rate_limiter;\$|\\\\i ${RATE_LIMITER_INSTALL}|" \
 import re, sys
 
 ENTRY = re.compile(r"^(PL/pgSQL function |SQL function |SQL statement |PL/pgSQL assignment |SQL expression |JSON data, )")
-PORTABLE = re.compile(r"^(PL/pgSQL function rate_limiter\.(?!guard\(|postgrest_limit\()|SQL function \"_)")
+PORTABLE = re.compile(r"^(PL/pgSQL function rate_limiter\.(?!guard\(|postgrest_limit\(|define_all\()|SQL function \"_)")
 STATEMENT = re.compile(r"^(SQL statement |PL/pgSQL assignment |SQL expression )")
 
 def entries(first, lines):
