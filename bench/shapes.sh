@@ -2,7 +2,8 @@
 # What a limit's shape costs a call (docs/shapes.md): rate_limit of a
 # defined sliding window against a token bucket and a fixed window of the
 # same rate, and of a calendar window (a day in New York) against the
-# fixed window, in both editions, in the same run:
+# fixed window, and of a composite of two token buckets (docs/composites.md)
+# against one token bucket, in both editions, in the same run:
 #   - instructions per call (callgrind in a single-user backend, as
 #     bench/instructions.sh counts them: the difference of CALLS and 50
 #     calls in one statement, so that the backend's start and the
@@ -29,10 +30,13 @@ psql_as() { sudo -u postgres "$PG_BIN/psql" -X -q -v ON_ERROR_STOP=1 -h "$work/p
 define="SELECT rate_limiter.define('token_bucket', rate_limiter.token_bucket(1000000, '1 day'));
 SELECT rate_limiter.define('fixed_window', rate_limiter.fixed_window(1000000, '1 day', start => '2000-01-01'));
 SELECT rate_limiter.define('sliding_window', rate_limiter.sliding_window(1000000, '1 day', start => '2000-01-01'));
-SELECT rate_limiter.define('calendar_window', rate_limiter.calendar_window(1000000, 'day', 'America/New_York'));"
+SELECT rate_limiter.define('calendar_window', rate_limiter.calendar_window(1000000, 'day', 'America/New_York'));
+SELECT rate_limiter.define('token_bucket_2', rate_limiter.token_bucket(1000000, '1 day'));
+SELECT rate_limiter.define_all('composite', ARRAY['token_bucket', 'token_bucket_2']);"
 fill="SELECT count(*) FROM generate_series(1, $TIMED) AS g,
     LATERAL (SELECT rate_limiter.rate_limit(n, g::text)
-             FROM unnest(ARRAY['token_bucket', 'fixed_window', 'sliding_window', 'calendar_window']) AS n) AS r"
+             FROM unnest(ARRAY['token_bucket', 'fixed_window', 'sliding_window', 'calendar_window',
+                               'token_bucket_2']) AS n) AS r"
 psql_as -d postgres -c "CREATE DATABASE native" -c "CREATE DATABASE portable" >/dev/null
 psql_as -d native -c "CREATE EXTENSION rate_limiter" -c "$define" -c "$fill" \
     -c "VACUUM ANALYZE rate_limiter.rate_limits" >/dev/null
@@ -49,7 +53,7 @@ timed() {
 declare -A times
 for round in $(seq 1 "$ROUNDS"); do
     for database in native portable; do
-        for name in token_bucket fixed_window sliding_window calendar_window; do
+        for name in token_bucket fixed_window sliding_window calendar_window composite; do
             times[$database.$name]+="$(timed "$database" "$name") "
         done
     done
@@ -85,7 +89,7 @@ declare -A counts
 echo "| thousands of instructions per call | new keys | existing keys | µs per call, existing keys (median of $ROUNDS rounds, min–max) |"
 echo "|---|---:|---:|---:|"
 for database in native portable; do
-    for name in token_bucket fixed_window sliding_window calendar_window; do
+    for name in token_bucket fixed_window sliding_window calendar_window composite; do
         new=$(per_call "$database" "$name" "$TIMED")
         existing=$(per_call "$database" "$name" 0)
         counts[$database.$name]="$new $existing"
@@ -103,7 +107,8 @@ echo
 echo "| ratio (same run) | new keys, instructions | existing keys, instructions | existing keys, median time |"
 echo "|---|---:|---:|---:|"
 for database in native portable; do
-    for pair in "sliding_window token_bucket" "sliding_window fixed_window" "calendar_window fixed_window"; do
+    for pair in "sliding_window token_bucket" "sliding_window fixed_window" "calendar_window fixed_window" \
+        "composite token_bucket"; do
         read -r a b <<<"$pair"
         read -r a_new a_existing <<<"${counts[$database.$a]}"
         read -r b_new b_existing <<<"${counts[$database.$b]}"

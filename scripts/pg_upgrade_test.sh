@@ -75,6 +75,13 @@ psql_at -c "CREATE EXTENSION rate_limiter" -f scripts/upgrade_workload.sql -f sc
 answers=$(grep -v '^--' scripts/upgrade_answers.sql)
 psql_at -c "$answers" >"$work/before.txt"
 psql_at -c "SELECT count(*) FROM rate_limiter.rate_limits" >"$work/rows-before.txt"
+# Every composite's answer for every key (docs/composites.md): composites
+# have no rows of their own.
+composites="SET rate_limiter.now_override = '2026-01-01 00:00:07+00';
+SELECT c.name || '|' || k.key || '|' || r.ok || '|' || coalesce(r.retry_after::text, '') || '|' || r.remaining
+FROM rate_limiter.composites AS c, (SELECT DISTINCT key FROM rate_limiter.rate_limits WHERE key IS NOT NULL) AS k,
+     LATERAL rate_limiter.rate_check(c.name, k.key, 1) AS r ORDER BY 1;"
+psql_at -c "$composites" >"$work/composites-before.txt"
 # What one more call at 00:00:07 answers, on the old server (rolled back).
 next="SET rate_limiter.now_override = '2026-01-01 00:00:07+00';
 BEGIN;
@@ -102,6 +109,8 @@ if [ $upgraded = yes ]; then
     psql_at -c "SELECT count(*) FROM rate_limiter.rate_limits" >"$work/rows-after.txt" 2>&1 || true
     check "every limit answers as before ($(wc -l <"$work/before.txt") limits)" same "$work/before.txt" "$work/after.txt"
     check "every state row is there ($(cat "$work/rows-before.txt") rows)" same "$work/rows-before.txt" "$work/rows-after.txt"
+    psql_at -c "$composites" >"$work/composites-after.txt" 2>&1 || true
+    check "every composite answers as before ($(wc -l <"$work/composites-before.txt") keys)" same "$work/composites-before.txt" "$work/composites-after.txt"
     psql_at -c "$next" >"$work/next-after.txt" 2>&1 || true
     check "the next calls consume from where the state was ($(tr '\n' ' ' <"$work/next-before.txt"))" same "$work/next-before.txt" "$work/next-after.txt"
     corrupt=$(psql_at -c "CREATE EXTENSION IF NOT EXISTS amcheck" \

@@ -18,3 +18,7 @@ SELECT rate_limiter.define('monthly_quota', rate_limiter.calendar_window(100, 'm
 SELECT rate_limiter.define('daily_quota', rate_limiter.calendar_window(10, 'day', 'Europe/Berlin', capacity => 25));
 SELECT count(*) FROM generate_series(1, 9) AS i, LATERAL rate_limiter.rate_limit('monthly_quota', 'm' || (i % 3), 7) AS r;
 SELECT ok FROM rate_limiter.rate_limit('daily_quota', 'd', 22);
+-- A composite (docs/composites.md) of the two calendar windows: its
+-- answers after pg_upgrade are scripts/pg_upgrade_test.sh's "composites".
+SELECT rate_limiter.define_all('quotas', ARRAY['monthly_quota', 'daily_quota']);
+SELECT ok FROM rate_limiter.rate_limit('quotas', 'd', 2);

@@ -445,7 +445,7 @@ COMMENT ON FUNCTION rate_limiter.rate_limit_all(rate_limiter.request[], boolean,
 'the clock is read once, and the requests are evaluated in the order given (a limit named twice is charged twice). '
 'Returns one row per request, in order: name, key, ok, retry_after, remaining (as rate_limit). If any row is not ok, nothing is consumed. '
 'A NULL count means 1; a NULL config means the definition. '
-'Errors: 22004 NULL requests/element/name/reserve/throws; 42704 a name without config or definition; 22023 invalid count or config, or one limit named with two configs; '
+'Errors: 22004 NULL requests/element/name/reserve/throws; 42704 a name without config or definition; 22023 invalid count or config, one limit named with two configs, or a composite''s name; '
 '54000 more than rate_limiter.max_requests requests, or an inline config with more than rate_limiter.max_inline_shards shards; 42501 an inline config for a defined limit from a role that may not call define; '
 '25006 in a read-only transaction; the rate_limiter.sqlstate SQLSTATE (default RL429) for the first refused request with throws => true.';
 

@@ -1406,6 +1406,15 @@ COMMENT ON FUNCTION rate_limiter.define(text, rate_limiter.config, boolean) IS
 'WARNING when each shard of a sharded limit would hold fewer than 5 tokens. '
 'Errors: 22004 NULL name/config/enforce or required field; 22023 invalid config, or a name that is a composite (define_all).';
 
+COMMENT ON FUNCTION rate_limiter.rate_limit_all(rate_limiter.request[], boolean, boolean) IS
+'Consumes every request (name, key, count, config) or none: the rows of all the limits are locked in one fixed order (name, key, shard; no deadlock whatever the order of the requests), '
+'the clock is read once, and the requests are evaluated in the order given (a limit named twice is charged twice). '
+'Returns one row per request, in order: name, key, ok, retry_after, remaining (as rate_limit). If any row is not ok, nothing is consumed. '
+'A NULL count means 1; a NULL config means the definition. '
+'Errors: 22004 NULL requests/element/name/reserve/throws; 42704 a name without config or definition; 22023 invalid count or config, one limit named with two configs, or a composite''s name; '
+'54000 more than rate_limiter.max_requests requests, or an inline config with more than rate_limiter.max_inline_shards shards; 42501 an inline config for a defined limit from a role that may not call define; '
+'25006 in a read-only transaction; the rate_limiter.sqlstate SQLSTATE (default RL429) for the first refused request with throws => true.';
+
 -- The composites' objects: nobody but their owner holds a privilege on
 -- them, whatever ALTER DEFAULT PRIVILEGES handed out.
 DO $revoke_composites$

@@ -241,6 +241,10 @@ pub fn check(call: &Call<'_>) -> Result<Decision, CallError> {
         None => local::consume::check(call, Target::StateTable),
         Some(cluster) => {
             cluster.usable()?;
+            // The name is resolved here first, as a consuming call's is:
+            // an undefined name (or a composite's) is answered on this
+            // node, not passed on.
+            call.definition().map(drop)?;
             cluster.check(call)
         }
     }

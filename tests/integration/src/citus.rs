@@ -99,7 +99,13 @@ pub fn make_distributed() {
 /// Removes the definitions and state of names starting with `prefix`.
 pub fn forget(prefix: &str) {
     let mut coordinator = coordinator();
-    for table in ["overrides", "blocks", "definitions", "rate_limits"] {
+    for table in [
+        "composites",
+        "overrides",
+        "blocks",
+        "definitions",
+        "rate_limits",
+    ] {
         coordinator
             .execute(
                 &format!("DELETE FROM rate_limiter.{table} WHERE name LIKE $1 || '%'"),

@@ -24,7 +24,7 @@ const NATIVE: &str = "rate_limiter_doc_examples";
 const PORTABLE: &str = "rate_limiter_doc_examples_portable";
 
 /// Before every example: an empty state, the clock stopped, UTC.
-const START: &str = "DELETE FROM rate_limiter.definitions; DELETE FROM rate_limiter.rate_limits;
+const START: &str = "DELETE FROM rate_limiter.composites; DELETE FROM rate_limiter.definitions; DELETE FROM rate_limiter.rate_limits;
 SET rate_limiter.now_override = '2026-01-01 00:00:00+00'; SET TimeZone = 'UTC';";
 
 struct Example {
@@ -64,6 +64,16 @@ const EXAMPLES: &[Example] = &[
     },
     Example {
         marker: "example-calendar-window-month",
+        setup: "",
+        statement: None,
+    },
+    Example {
+        marker: "example-define-all",
+        setup: "",
+        statement: None,
+    },
+    Example {
+        marker: "example-composite",
         setup: "",
         statement: None,
     },

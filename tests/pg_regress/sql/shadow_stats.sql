@@ -53,3 +53,26 @@ FROM rate_limiter.stats WHERE name LIKE 'blocked%' ORDER BY name;
 SELECT rate_limiter.undefine('blocked_stats'), rate_limiter.undefine('blocked_shadow_stats');
 SELECT rate_limiter.rate_reset('blocked_stats', 'a');
 RESET rate_limiter.now_override;
+
+-- A composite (docs/composites.md) is counted under its members' names,
+-- as the rate_limit_all it is: an admitted call once per member; a
+-- refused one only for the members that refused (the others consumed
+-- nothing); in shadow mode those as shadow_refused. rate_wait counts its
+-- final answer; rate_credit credits every member.
+SET rate_limiter.now_override = '2026-01-01 00:00:00+00';
+SELECT rate_limiter.define('cstats_a', rate_limiter.token_bucket(2, '1 hour'));
+SELECT rate_limiter.define('cstats_b', rate_limiter.token_bucket(5, '1 hour'));
+SELECT rate_limiter.define_all('cstats', ARRAY['cstats_a', 'cstats_b']);
+SELECT rate_limiter.define_all('cstats_shadow', ARRAY['cstats_a', 'cstats_b'], enforce => false);
+SELECT ok FROM rate_limiter.rate_limit('cstats', 'k');
+SELECT ok FROM rate_limiter.rate_limit('cstats', 'k');
+SELECT ok FROM rate_limiter.rate_limit('cstats', 'k');
+SELECT ok FROM rate_limiter.rate_limit('cstats_shadow', 'k');
+SELECT ok FROM rate_limiter.rate_wait('cstats', 'k', 1, '0 seconds');
+SELECT rate_limiter.rate_credit('cstats', 'k', 1);
+SELECT name, calls, admitted, refused, shadow_refused, tokens, credited
+FROM rate_limiter.stats WHERE name LIKE 'cstats\_%' ORDER BY name;
+SELECT rate_limiter.undefine('cstats'), rate_limiter.undefine('cstats_shadow');
+SELECT rate_limiter.undefine('cstats_a'), rate_limiter.undefine('cstats_b');
+SELECT rate_limiter.rate_reset('cstats_a', 'k'), rate_limiter.rate_reset('cstats_b', 'k');
+RESET rate_limiter.now_override;

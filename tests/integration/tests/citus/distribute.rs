@@ -96,7 +96,7 @@ fn distribute_keeps_rows_answers_and_ownership_and_undistribute_goes_back() {
             .query_one(
                 "SELECT (SELECT count(*) FROM pg_depend WHERE deptype = 'e' AND classid = 'pg_class'::regclass \
                      AND objid IN ('rate_limiter.rate_limits'::regclass, 'rate_limiter.definitions'::regclass, \
-                                   'rate_limiter.overrides'::regclass) \
+                                   'rate_limiter.overrides'::regclass, 'rate_limiter.composites'::regclass) \
                      AND refobjid = e.oid), \
                     (SELECT array_agg(c::regclass::text ORDER BY c::regclass::text) FROM unnest(e.extconfig) AS c) \
                  FROM pg_extension AS e WHERE extname = 'rate_limiter'",
@@ -106,9 +106,10 @@ fn distribute_keeps_rows_answers_and_ownership_and_undistribute_goes_back() {
         (row.get(0), row.get(1))
     };
     let expected = (
-        3,
+        4,
         vec![
             "rate_limiter.blocks".to_string(),
+            "rate_limiter.composites".to_string(),
             "rate_limiter.definitions".to_string(),
             "rate_limiter.overrides".to_string(),
             "rate_limiter.rate_limits".to_string(),

@@ -56,6 +56,7 @@ use rate_limiter_integration_tests::citus::{
 
 mod blocks;
 mod colocation;
+mod composites;
 mod delegation;
 mod distribute;
 mod global_limits;

@@ -1,7 +1,8 @@
 -- Included by upgrade.sql with :version set: installs that released
 -- version, uses it, updates, and gives a key an override on the updated
 -- database (whose state rows all have a NULL regime: the definition's),
--- then uses a sliding and a calendar window there.
+-- then uses a sliding and a calendar window there, and a composite of
+-- them.
 CREATE EXTENSION rate_limiter VERSION :'version';
 SELECT rate_limiter.define('plain', rate_limiter.token_bucket(10, '1 minute'));
 SELECT ok, remaining FROM rate_limiter.rate_limit('plain', 'acme', 4);
@@ -23,4 +24,9 @@ SELECT rate_limiter.define('monthly', rate_limiter.calendar_window(5, 'month', '
 SELECT ok, remaining FROM rate_limiter.rate_limit('rolling', 'acme', 2);
 SELECT ok, remaining FROM rate_limiter.rate_limit('monthly', 'acme', 2);
 SELECT name, kind, time_zone FROM rate_limiter.definitions WHERE name IN ('rolling', 'monthly') ORDER BY name;
+-- And a composite of them (docs/composites.md), the table the update added.
+SELECT rate_limiter.define_all('rolling_monthly', ARRAY['rolling', 'monthly']);
+SELECT ok, remaining FROM rate_limiter.rate_limit('rolling_monthly', 'acme', 3);
+SELECT ok, remaining FROM rate_limiter.rate_limit('rolling_monthly', 'acme', 1);
+SELECT rate_limiter.undefine('rolling_monthly');
 DROP EXTENSION rate_limiter;
