@@ -45,13 +45,13 @@ schema() {
     fi
 }
 
-# A PL/pgSQL function of sql/functions.sql, from its CREATE FUNCTION line
-# to the line closing its body ($tag$;).
+# A PL/pgSQL function of sql/functions.sql (or the file $3), from its
+# CREATE FUNCTION line to the line closing its body ($tag$;).
 native_function() {
     awk -v name="$1" -v tag="$2" '
         $0 ~ "^CREATE FUNCTION rate_limiter\\." name "\\(" { on = 1 }
         on { print }
-        on && $0 == "$" tag "$;" { exit }' sql/functions.sql
+        on && $0 == "$" tag "$;" { exit }' "${3:-sql/functions.sql}"
 }
 
 # postgrest_limit of sql/functions.sql, but for rate_limiter.sqlstate,
@@ -86,14 +86,14 @@ portable_postgrest_limit() {
         END { if (checked != 1 || replaced != 1) { print "portable.sh: postgrest_limit changed, rate_limiter.sqlstate not checked" > "/dev/stderr"; exit 1 } }'
 }
 
-# Every COMMENT ON FUNCTION of sql/functions.sql (a statement runs to the
-# line ending in "';"), but those of functions the portable edition
-# replaces.
+# Every COMMENT ON FUNCTION of sql/functions.sql and sql/composites.sql (a
+# statement runs to the line ending in "';"), but those of functions the
+# portable edition replaces.
 comments() {
     awk -v skip="$native_comments" '
         /^COMMENT ON FUNCTION / { on = ($0 !~ skip) }
         on { print }
-        on && /'"'"';$/ { on = 0; print "" }' sql/functions.sql
+        on && /'"'"';$/ { on = 0; print "" }' sql/functions.sql sql/composites.sql
 }
 
 # The internal functions of a distributed install (what a node calls on
@@ -130,7 +130,7 @@ functions() {
     echo "-- sql/functions.sql: the native extension's PL/pgSQL functions"
     native_function guard guard
     echo
-    native_function define_all define_all
+    native_function define_all define_all sql/composites.sql
     echo
     portable_postgrest_limit
     echo

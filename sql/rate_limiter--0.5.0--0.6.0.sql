@@ -1335,6 +1335,7 @@ DECLARE
     member text;
     position int := 0;
     most int := coalesce(nullif(pg_catalog.current_setting('rate_limiter.max_requests', true), '')::int, 1000);
+    local_only boolean := false;
 BEGIN
     IF name IS NULL OR members IS NULL OR enforce IS NULL THEN
         RAISE EXCEPTION '% must not be NULL',
@@ -1362,6 +1363,23 @@ BEGIN
     END LOOP;
     IF pg_catalog.current_setting('transaction_read_only')::boolean THEN
         RAISE EXCEPTION 'cannot execute define_all() in a read-only transaction' USING ERRCODE = '25006';
+    END IF;
+    -- On a Citus cluster every node must read the composites: an install
+    -- distributed before they existed has them in a local table until
+    -- distribute() runs again (docs/citus.md).
+    IF pg_catalog.to_regclass('pg_catalog.pg_dist_partition') IS NOT NULL THEN
+        -- (A statement of its own: without Citus the catalog is not there.)
+        EXECUTE 'SELECT EXISTS (SELECT FROM pg_catalog.pg_dist_partition AS p
+                                WHERE p.logicalrelid = ''rate_limiter.rate_limits''::pg_catalog.regclass)
+                    AND NOT EXISTS (SELECT FROM pg_catalog.pg_dist_partition AS p
+                                    WHERE p.logicalrelid = ''rate_limiter.composites''::pg_catalog.regclass
+                                      AND p.partmethod = ''n'')'
+            INTO local_only;
+    END IF;
+    IF local_only THEN
+        RAISE EXCEPTION 'rate_limiter.composites is not a reference table of this cluster: a composite written now would reach only this node''s calls'
+            USING ERRCODE = '55000',
+                  HINT = 'Call SELECT rate_limiter.distribute(); on the coordinator once more (after ALTER EXTENSION rate_limiter UPDATE it makes the composites a reference table), then retry.';
     END IF;
     -- One namespace: a name is a definition or a composite.
     IF EXISTS (SELECT FROM rate_limiter.definitions AS d WHERE d.name = define_all.name) THEN

@@ -39,8 +39,9 @@
 //! The SQL objects are written by hand in `sql/`: `schema.sql` (types and
 //! tables), `functions.sql` (every `CREATE FUNCTION`, pointing at the
 //! `*_wrapper` symbols that `#[pg_extern(sql = false)]` generates here, or
-//! that `api::rate_limit` defines as plain C entry points) and
-//! `privileges.sql`.
+//! that `api::rate_limit` defines as plain C entry points),
+//! `composites.sql` (`define_all`, PL/pgSQL in both editions), the Citus
+//! functions (`citus_*.sql`) and `privileges.sql`.
 
 use pgrx::prelude::*;
 
@@ -79,9 +80,14 @@ extension_sql_file!(
     requires = ["schema"]
 );
 extension_sql_file!(
+    "../sql/composites.sql",
+    name = "composites",
+    requires = ["functions"]
+);
+extension_sql_file!(
     "../sql/citus_distribute.sql",
     name = "citus_distribute",
-    requires = ["functions"]
+    requires = ["composites"]
 );
 extension_sql_file!(
     "../sql/citus_prepare_node.sql",

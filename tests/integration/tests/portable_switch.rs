@@ -42,6 +42,11 @@ fn calls(client: &mut Client, at: u32) -> Vec<String> {
         "SELECT ok, retry_after, remaining FROM rate_limiter.rate_limit('switch_window', 'mallory')",
         "SELECT ok, retry_after, remaining FROM rate_limiter.rate_limit('switch_login', 'eve')",
         "SELECT until, strikes, reason FROM rate_limiter.blocked('switch_login', 'eve')",
+        // The shapes (a sliding window's previous count, a calendar
+        // window's zone) and a composite of them.
+        "SELECT ok, retry_after, remaining FROM rate_limiter.rate_limit('switch_both', 'k', 2)",
+        "SELECT value, capacity, full_at, shards FROM rate_limiter.status('switch_calendar', 'k')",
+        "SELECT ok, retry_after, remaining FROM rate_limiter.rate_check('switch_sliding', 'k', 1)",
     ] {
         for row in client.simple_query(sql).expect(sql) {
             if let postgres::SimpleQueryMessage::Row(row) = row {
@@ -66,8 +71,18 @@ fn chrono(seconds: u32) -> String {
     )
 }
 
-/// The definitions, the overrides, the state rows and the blocks, as text.
-fn contents(client: &mut Client) -> (Vec<String>, Vec<String>, Vec<String>, Vec<String>) {
+/// The definitions, the overrides, the state rows, the blocks and the
+/// composites, as text.
+#[allow(clippy::type_complexity)]
+fn contents(
+    client: &mut Client,
+) -> (
+    Vec<String>,
+    Vec<String>,
+    Vec<String>,
+    Vec<String>,
+    Vec<String>,
+) {
     let text = |client: &mut Client, sql: &str| -> Vec<String> {
         client
             .query(sql, &[])
@@ -81,9 +96,10 @@ fn contents(client: &mut Client) -> (Vec<String>, Vec<String>, Vec<String>, Vec<
         text(client, "SELECT o::text FROM rate_limiter.overrides AS o ORDER BY name, key"),
         text(
             client,
-            "SELECT (name, key, shard, value, ts, regime)::text FROM rate_limiter.rate_limits ORDER BY name, key, shard",
+            "SELECT (name, key, shard, value, ts, regime, prev)::text FROM rate_limiter.rate_limits ORDER BY name, key, shard",
         ),
         text(client, "SELECT b::text FROM rate_limiter.blocks AS b ORDER BY name, key"),
+        text(client, "SELECT c::text FROM rate_limiter.composites AS c ORDER BY name"),
     )
 }
 
@@ -120,7 +136,10 @@ fn switching_editions_keeps_every_limit_and_answer() {
                      rate_limiter.fixed_window(2, '1 hour', start => '2026-01-01'), '1 minute', '1 hour'));
                  SET rate_limiter.now_override = '2026-01-01 00:00:00+00';
                  SELECT rate_limiter.block('switch_window', 'mallory', '1 day', 'by hand');
-                 RESET rate_limiter.now_override;",
+                 RESET rate_limiter.now_override;
+                 SELECT rate_limiter.define('switch_sliding', rate_limiter.sliding_window(5, '10 seconds', start => '2026-01-01'));
+                 SELECT rate_limiter.define('switch_calendar', rate_limiter.calendar_window(9, 'hour', 'Asia/Kolkata'));
+                 SELECT rate_limiter.define_all('switch_both', ARRAY['switch_sliding', 'switch_calendar']);",
             )
             .expect("define the limits");
     }
