@@ -58,18 +58,22 @@ BEGIN
             USING ERRCODE = '55000',
                   HINT = 'Call SELECT rate_limiter.distribute(); on the coordinator once more (after ALTER EXTENSION rate_limiter UPDATE it makes the composites a reference table), then retry.';
     END IF;
+    -- define_all() and undefine() take this lock first, so that neither
+    -- misses what the other committed: an undefine() of a member waits,
+    -- then sees the composite (2BP01); a define_all() after an undefine()
+    -- of a member sees it gone (42704). (No lock on the members' rows: a
+    -- row lock would leave its locker in the row, which the portable
+    -- edition's snapshot check would read as a change.) Calls are not
+    -- blocked: they only read the table.
+    LOCK TABLE rate_limiter.composites IN SHARE ROW EXCLUSIVE MODE;
     -- One namespace: a name is a definition or a composite.
     IF EXISTS (SELECT FROM rate_limiter.definitions AS d WHERE d.name = define_all.name) THEN
         RAISE EXCEPTION 'rate limit "%" is defined: a composite needs a name of its own', name
             USING ERRCODE = '22023',
                   HINT = 'Choose another name, or undefine() the limit first.';
     END IF;
-    -- Each member's definition is locked (FOR KEY SHARE, in name order) until
-    -- the composite is written, so an undefine() of it waits and then sees
-    -- the composite (2BP01).
-    FOR member IN SELECT m FROM pg_catalog.unnest(members) AS m ORDER BY m COLLATE "C" LOOP
-        PERFORM FROM rate_limiter.definitions AS d WHERE d.name = member FOR KEY SHARE;
-        IF NOT FOUND THEN
+    FOREACH member IN ARRAY members LOOP
+        IF NOT EXISTS (SELECT FROM rate_limiter.definitions AS d WHERE d.name = member) THEN
             IF EXISTS (SELECT FROM rate_limiter.composites AS c WHERE c.name = member) THEN
                 RAISE EXCEPTION 'member "%" is a composite: a composite is made of defined limits', member
                     USING ERRCODE = '22023',

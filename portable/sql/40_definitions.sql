@@ -287,6 +287,9 @@ BEGIN
     IF pg_catalog.current_setting('transaction_read_only')::boolean THEN
         RAISE EXCEPTION 'cannot execute undefine() in a read-only transaction' USING ERRCODE = '25006';
     END IF;
+    -- As define_all() (sql/composites.sql): neither misses what the other
+    -- committed.
+    LOCK TABLE rate_limiter.composites IN SHARE ROW EXCLUSIVE MODE;
     DELETE FROM rate_limiter.definitions AS d WHERE d.name = undefine.name;
     deleted := FOUND;
     -- In a statement of its own, which sees what an override() that held

@@ -3,6 +3,23 @@
 -- as src/api/composite.rs makes them. A call looks here only when its
 -- name has no definition and no inline config was given.
 
+-- The composites' table (sql/schema.sql) for an install updated from a
+-- portable build before it: every run of the portable edition's functions
+-- (install and update) makes sure it is there (the revoke from PUBLIC of
+-- every table follows in the same run).
+-- (A DO block, not IF NOT EXISTS: no NOTICE when it is there.)
+DO $composites$
+BEGIN
+    IF pg_catalog.to_regclass('rate_limiter.composites') IS NULL THEN
+        CREATE TABLE rate_limiter.composites (
+            name    text PRIMARY KEY,
+            members text[] NOT NULL,
+            enforce boolean NOT NULL DEFAULT true
+        );
+    END IF;
+END
+$composites$;
+
 -- Whether name is a composite's (and no definition's: a definition of
 -- the same name, which only a race between define() and define_all()
 -- can leave, is the one a call uses, as natively).

@@ -29,10 +29,13 @@ const UNDEFINE_BLOCKS: &str = "DELETE FROM rate_limiter.blocks WHERE name = $1";
 const UNDEFINE_COMPOSITE: &str =
     "DELETE FROM rate_limiter.composites WHERE name = $1 RETURNING true";
 
+/// Taken first by `undefine` and by `define_all` (sql/composites.sql), so
+/// that neither misses what the other committed (docs/composites.md).
+const LOCK_COMPOSITES: &str = "LOCK TABLE rate_limiter.composites IN SHARE ROW EXCLUSIVE MODE";
+
 /// Whether a composite names the limit as a member (then `undefine` of it
-/// is 2BP01). Run after the limit's row is deleted, in a statement of its
-/// own: a `define_all` that held the row (FOR KEY SHARE) has committed by
-/// then, and this statement's snapshot sees it.
+/// is 2BP01), in a statement after [`LOCK_COMPOSITES`]: what a
+/// `define_all` committed before it is seen.
 const MEMBER_IN_USE: &str =
     "SELECT EXISTS (SELECT FROM rate_limiter.composites WHERE $1 = ANY (members) AND name <> $1)";
 
@@ -189,9 +192,23 @@ fn undefine(name: Option<&[u8]>) -> bool {
     let blocks = crate::catalog::objects().blocks != pgrx::pg_sys::InvalidOid;
     let composites = crate::catalog::objects().composites != pgrx::pg_sys::InvalidOid;
     let deleted = crate::security::write_as_owner(c"undefine()", |client| {
+        if composites {
+            client.update(LOCK_COMPOSITES, None, &[])?;
+        }
         let mut deleted = client
             .update(UNDEFINE, None, &[text_argument(name)])
             .map(|table| !table.is_empty())?;
+        if overrides {
+            let in_use = client
+                .update(PLAN_IN_USE, Some(1), &[text_argument(name)])?
+                .first()
+                .get_one::<bool>()?;
+            if in_use == Some(true) {
+                return Err(CallError::PlanInUse(name.to_vec()));
+            }
+            client.update(UNDEFINE_OVERRIDES, None, &[text_argument(name)])?;
+        }
+        // (After the plans' check, as the portable edition checks.)
         if composites {
             let in_use = client
                 .update(MEMBER_IN_USE, Some(1), &[text_argument(name)])?
@@ -203,16 +220,6 @@ fn undefine(name: Option<&[u8]>) -> bool {
             deleted |= !client
                 .update(UNDEFINE_COMPOSITE, None, &[text_argument(name)])?
                 .is_empty();
-        }
-        if overrides {
-            let in_use = client
-                .update(PLAN_IN_USE, Some(1), &[text_argument(name)])?
-                .first()
-                .get_one::<bool>()?;
-            if in_use == Some(true) {
-                return Err(CallError::PlanInUse(name.to_vec()));
-            }
-            client.update(UNDEFINE_OVERRIDES, None, &[text_argument(name)])?;
         }
         if blocks {
             client.update(UNDEFINE_BLOCKS, None, &[text_argument(name)])?;

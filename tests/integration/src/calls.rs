@@ -7,7 +7,8 @@
 //! `http_headers`, `prune`, `rate_wait`, per-key overrides (a plan or a
 //! config of the key's own, with and without `expires_at` and `enforce`;
 //! their removal; `undefine` of a limit that is some key's plan), blocks
-//! (by hand, and automatic ones from configs `with_block`), invalid
+//! (by hand, and automatic ones from configs `with_block`), a composite
+//! (`define_all` of one to three of the names, and every call of it), invalid
 //! arguments, floats at the edges of their range, and a clock
 //! (`rate_limiter.now_override`) that moves forwards and sometimes back.
 
@@ -15,6 +16,8 @@ use rand::rngs::StdRng;
 use rand::Rng;
 
 pub const NAMES: [&str; 6] = ["alpha", "beta", "gamma", "delta", "inline_a", "inline_b"];
+/// The name of the composite the calls define (docs/composites.md).
+pub const COMPOSITE: &str = "both";
 pub const KEYS: [Option<&str>; 5] = [None, Some("k1"), Some("k2"), Some("ключ"), Some("k'4")];
 pub const PERIODS: [&str; 9] = [
     "1 second",
@@ -225,7 +228,12 @@ pub fn statement(rng: &mut StdRng, clock: &mut i64, edges: bool) -> (String, Str
         chrono_text(*clock),
         rng.random_range(1..1_000_000_000u32)
     );
-    let name = NAMES[rng.random_range(0..NAMES.len())];
+    // Sometimes the composite (define_all, below), when it is defined.
+    let name = if rng.random_bool(0.08) {
+        COMPOSITE
+    } else {
+        NAMES[rng.random_range(0..NAMES.len())]
+    };
     // With the edge cases, sometimes a long key: beyond what the state
     // table's index holds (54000 where a row would be written), and long
     // enough that hashing it (a fixed window's phase) is real work.
@@ -300,7 +308,32 @@ pub fn statement(rng: &mut StdRng, clock: &mut i64, edges: bool) -> (String, Str
                 rng.random_bool(0.85)
             )
         }
-        84 => format!("SELECT rate_limiter.undefine({})", literal(Some(NAMES[rng.random_range(0..4)]))),
+        84 if rng.random_bool(0.5) => {
+            let name = if rng.random_bool(0.2) { COMPOSITE } else { NAMES[rng.random_range(0..4)] };
+            format!("SELECT rate_limiter.undefine({})", literal(Some(name)))
+        }
+        // A composite of one to three names, one of them sometimes not
+        // defined, or an inline one, or the composite itself.
+        84 => {
+            let mut members: Vec<&str> = Vec::new();
+            for _ in 0..rng.random_range(1..=3) {
+                let member = match rng.random_range(0..20) {
+                    0 => COMPOSITE,
+                    1 => "inline_a",
+                    _ => NAMES[rng.random_range(0..4)],
+                };
+                if !members.contains(&member) {
+                    members.push(member);
+                }
+            }
+            let members: Vec<String> = members.iter().map(|member| literal(Some(member))).collect();
+            format!(
+                "SELECT rate_limiter.define_all({}, ARRAY[{}], enforce => {})",
+                literal(Some(COMPOSITE)),
+                members.join(", "),
+                rng.random_bool(0.8)
+            )
+        }
         85..=86 => format!(
             "SELECT rate_limiter.prune({})",
             if rng.random_bool(0.5) { "NULL".to_string() } else { format!("'{} seconds'", rng.random_range(0..100_000)) }

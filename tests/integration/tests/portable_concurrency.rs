@@ -102,6 +102,56 @@ fn sixteen_connections_admit_exactly_the_capacity_at_every_isolation_level() {
     }
 }
 
+/// A composite (docs/composites.md) of a fixed window of 240 and one of
+/// 480: 16 connections calling its name admit exactly 240 at every
+/// isolation level, and the larger member is charged only for those.
+#[test]
+fn a_composite_admits_exactly_its_tightest_member_at_every_isolation_level() {
+    let mut owner = portable::fresh_database(&format!("{DATABASE}_composite"), "postgres");
+    for isolation in [
+        IsolationLevel::ReadCommitted,
+        IsolationLevel::RepeatableRead,
+        IsolationLevel::Serializable,
+    ] {
+        let name = unique_name("portable_composite");
+        let (small, large) = (format!("{name}_small"), format!("{name}_large"));
+        owner
+            .batch_execute(&format!(
+                "SELECT rate_limiter.define('{small}', rate_limiter.fixed_window(240, '1 day', start => now() - interval '1 hour'));
+                 SELECT rate_limiter.define('{large}', rate_limiter.fixed_window(480, '1 day', start => now() - interval '1 hour'));
+                 SELECT rate_limiter.define_all('{name}', ARRAY['{large}', '{small}']);"
+            ))
+            .expect("define the composite");
+        let tally = hammer_until(
+            &format!(
+                "{} dbname={DATABASE}_composite",
+                rate_limiter_integration_tests::test_env("RATE_LIMITER_TEST_URL")
+            ),
+            CONNECTIONS,
+            HAMMER_FOR,
+            "SELECT ok FROM rate_limiter.rate_limit($1)",
+            &name,
+            isolation,
+            REFUSALS_TO_STOP,
+        );
+        eprintln!("composite, {isolation:?}: {tally:?}");
+        assert_eq!(
+            tally.admitted, 240,
+            "{isolation:?}: exactly the tightest member's"
+        );
+        for (member, left) in [(&small, 0.0), (&large, 240.0)] {
+            let value: f64 = owner
+                .query_one(
+                    "SELECT value FROM rate_limiter.rate_limits WHERE name = $1",
+                    &[member],
+                )
+                .expect("the stored state")
+                .get(0);
+            assert_eq!(value, left, "{isolation:?}: {member}");
+        }
+    }
+}
+
 #[test]
 fn rate_limit_all_in_opposite_orders_never_deadlocks() {
     let mut owner = portable::fresh_database(&format!("{DATABASE}_all"), "postgres");

@@ -249,7 +249,8 @@ impl Pair {
 
     /// Compares the definitions.
     fn definitions(&mut self, label: &str) {
-        let definitions = "SELECT * FROM rate_limiter.definitions ORDER BY name";
+        let definitions = "SELECT d::text FROM rate_limiter.definitions AS d \
+                           UNION ALL SELECT c::text FROM rate_limiter.composites AS c ORDER BY 1";
         let (a, b) = (
             run(&mut self.native, definitions),
             run(&mut self.portable, definitions),
@@ -266,7 +267,7 @@ impl Pair {
     fn reset(&mut self) {
         let sql = format!(
             "RESET ALL; DELETE FROM rate_limiter.rate_limits; DELETE FROM rate_limiter.overrides; \
-             DELETE FROM rate_limiter.blocks; \
+             DELETE FROM rate_limiter.blocks; DELETE FROM rate_limiter.composites; \
              DELETE FROM rate_limiter.definitions; {SETUP}; {DEFINED}"
         );
         self.native
