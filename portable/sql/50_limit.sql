@@ -523,14 +523,7 @@ BEGIN
     PERFORM rate_limiter._required(name, count, reserve, throws);
     -- A composite's name (56_composite.sql).
     IF NOT given AND definition_ctid IS NULL AND rate_limiter._composite_of(name) THEN
-        answer := rate_limiter._composite(name, key, count, reserve, true);
-        IF NOT answer.ok AND throws THEN
-            PERFORM rate_limiter._refuse_member(answer.member, key, answer.retry_after, answer.remaining);
-        END IF;
-        ok := answer.ok;
-        retry_after := rate_limiter._interval(answer.retry_after);
-        remaining := rate_limiter._shown(answer.remaining);
-        RETURN NEXT;
+        RETURN QUERY SELECT * FROM rate_limiter._composite_answer(name, key, count, reserve, throws, true);
         RETURN;
     END IF;
     IF given THEN

@@ -322,6 +322,30 @@ BEGIN
 END
 $delete_rows$;
 
+-- _consume_all, tried again while a definition changed under it, at
+-- most 17 times (definitions::MAX_RESTARTS + 1), then 40001.
+CREATE FUNCTION rate_limiter._consume_all_settled(names text[], keys text[], counts float8[],
+                                                  inline rate_limiter.config[], given boolean[], reserve boolean,
+                                                  OUT oks boolean[], OUT retry_afters bigint[],
+                                                  OUT remainings float8[])
+LANGUAGE plpgsql VOLATILE
+AS $consume_all_settled$
+DECLARE
+    answers record;
+BEGIN
+    FOR attempt IN 1..17 LOOP
+        answers := rate_limiter._consume_all(names, keys, counts, inline, given, reserve);
+        EXIT WHEN NOT answers.restart;
+        IF attempt = 17 THEN
+            PERFORM rate_limiter._kept_changing(names[1]);
+        END IF;
+    END LOOP;
+    oks := answers.oks;
+    retry_afters := answers.retry_afters;
+    remainings := answers.remainings;
+END
+$consume_all_settled$;
+
 CREATE FUNCTION rate_limiter.rate_limit_all(
     requests rate_limiter.request[],
     reserve  boolean DEFAULT false,
@@ -356,14 +380,8 @@ BEGIN
             rate_limiter._for_message(checked.names[i])
             USING ERRCODE = '22023';
     END LOOP;
-    FOR attempt IN 1..17 LOOP
-        answers := rate_limiter._consume_all(checked.names, checked.keys, checked.counts, checked.inline,
-                                             checked.given, reserve);
-        EXIT WHEN NOT answers.restart;
-        IF attempt = 17 THEN
-            PERFORM rate_limiter._kept_changing(checked.names[1]);
-        END IF;
-    END LOOP;
+    answers := rate_limiter._consume_all_settled(checked.names, checked.keys, checked.counts, checked.inline,
+                                                 checked.given, reserve);
     IF throws THEN
         FOR i IN 1..coalesce(pg_catalog.cardinality(answers.oks), 0) LOOP
             IF NOT answers.oks[i] THEN

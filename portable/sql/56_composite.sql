@@ -72,14 +72,8 @@ BEGIN
         IF pg_catalog.current_setting('transaction_read_only')::boolean THEN
             RAISE EXCEPTION 'cannot execute rate_limit() in a read-only transaction' USING ERRCODE = '25006';
         END IF;
-        FOR attempt IN 1..17 LOOP
-            answers := rate_limiter._consume_all(checked.names, checked.keys, checked.counts, checked.inline,
-                                                 checked.given, reserve);
-            EXIT WHEN NOT answers.restart;
-            IF attempt = 17 THEN
-                PERFORM rate_limiter._kept_changing(checked.names[1]);
-            END IF;
-        END LOOP;
+        answers := rate_limiter._consume_all_settled(checked.names, checked.keys, checked.counts, checked.inline,
+                                                     checked.given, reserve);
         oks := answers.oks;
         retry_afters := answers.retry_afters;
         remainings := answers.remainings;
@@ -111,16 +105,26 @@ BEGIN
 END
 $composite$;
 
--- Raises the refusal of a composite's call, naming member, the member
--- that refused longest (its block's reason, if it is blocked).
-CREATE FUNCTION rate_limiter._refuse_member(member text, key text, retry_after bigint, remaining float8)
-RETURNS void
+-- rate_limit (consume) or rate_check of the composite name, as they
+-- answer: its row, or with throws a refusal raised naming the member that
+-- refused longest (its block's reason, if it is blocked).
+CREATE FUNCTION rate_limiter._composite_answer(name text, key text, count float8, reserve boolean,
+                                               throws boolean, consume boolean)
+RETURNS TABLE (ok boolean, retry_after interval, remaining float8)
 LANGUAGE plpgsql VOLATILE
-AS $refuse_member$
+AS $composite_answer$
 DECLARE
-    block record := rate_limiter._block_of(member, key, rate_limiter._now());
+    answer record := rate_limiter._composite(name, key, count, reserve, consume);
+    block record;
 BEGIN
-    PERFORM rate_limiter._refuse(member, key, coalesce(retry_after, 0), remaining,
-                                 block.until IS NOT NULL, block.reason);
+    IF NOT answer.ok AND throws THEN
+        block := rate_limiter._block_of(answer.member, key, rate_limiter._now());
+        PERFORM rate_limiter._refuse(answer.member, key, coalesce(answer.retry_after, 0), answer.remaining,
+                                     block.until IS NOT NULL, block.reason);
+    END IF;
+    ok := answer.ok;
+    retry_after := rate_limiter._interval(answer.retry_after);
+    remaining := rate_limiter._shown(answer.remaining);
+    RETURN NEXT;
 END
-$refuse_member$;
+$composite_answer$;
