@@ -418,6 +418,15 @@ pub fn is_defined(name: &[u8]) -> bool {
     matches!(lookup(name), Ok(Some(_)))
 }
 
+/// Whether `name` is known to have no definition: an earlier lookup in
+/// this backend found none, and no change since says otherwise (a call of
+/// it as a limit can only fail with 42704). False when not known.
+pub fn known_undefined(name: &[u8]) -> bool {
+    // SAFETY: processes pending invalidations; cheap when there are none.
+    unsafe { pg_sys::AcceptInvalidationMessages() };
+    CACHE.with(|cache| matches!(cache.borrow().get(name), Some(None)))
+}
+
 /// The validated definition of the limit `name`, or `None` when there is
 /// no definition of that name; cached (see the module documentation).
 /// Without the key's override: a call resolves with [`resolve`].

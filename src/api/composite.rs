@@ -33,6 +33,19 @@ pub fn instead(call: &Call<'_>, error: &CallError) -> Result<Option<Rc<Composite
     composites::instead_of(error, call.name)
 }
 
+/// The composite a call of `call.name` is a call of, found before the
+/// call is tried as a limit's: when no inline config was given, the name
+/// is known to have no definition (`definitions::known_undefined`: the
+/// call as a limit's would fail with 42704 and be a call of the
+/// composite, [`instead`]) and it is a composite. `None` otherwise, and
+/// the call is tried as a limit's.
+pub fn known(call: &Call<'_>) -> Result<Option<Rc<Composite>>, CallError> {
+    if call.config.is_some() || !definitions::known_undefined(call.name) {
+        return Ok(None);
+    }
+    composites::find(call.name)
+}
+
 /// The composite `name` names when it has no definition (`inline`: the
 /// call's inline config; with one, no name is a composite).
 pub fn of(name: &[u8], inline: bool) -> Result<Option<Rc<Composite>>, CallError> {

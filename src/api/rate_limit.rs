@@ -33,20 +33,22 @@ type Decided = (Decision, Option<Refusal>);
 /// `rate_limit`'s body: consume, and count the decision (a composite's
 /// name: its members', docs/composites.md).
 fn consume_counted(call: &Call<'_>) -> Result<Decided, CallError> {
-    match placement::consume(call) {
-        Ok((decision, counted)) => {
-            stats::count(call.name, counted);
-            Ok((decision, None))
-        }
-        Err(error) => match composite::instead(call, &error)? {
-            Some(found) => {
-                let answered = composite::consume(call, &found)?;
-                answered.count();
-                Ok((answered.decision, answered.refusal))
+    let found = match composite::known(call)? {
+        Some(found) => found,
+        None => match placement::consume(call) {
+            Ok((decision, counted)) => {
+                stats::count(call.name, counted);
+                return Ok((decision, None));
             }
-            None => Err(error),
+            Err(error) => match composite::instead(call, &error)? {
+                Some(found) => found,
+                None => return Err(error),
+            },
         },
-    }
+    };
+    let answered = composite::consume(call, &found)?;
+    answered.count();
+    Ok((answered.decision, answered.refusal))
 }
 
 /// `rate_check`'s body (a composite's name: its members').

@@ -21,14 +21,19 @@ use std::collections::HashMap;
 /// each limit's regime.
 type Grouped<'a> = (Vec<Limit<'a>>, Vec<Member>, Vec<Option<i64>>);
 
+/// Up to this many requests, a limit is looked for among the others in
+/// order rather than in a hash map (cheaper for a composite's few members).
+const FEW: usize = 8;
+
 /// The limits the requests name, each once (a limit named twice must have
 /// the same config both times), each request as a member of them, and the
 /// regime of each limit's rows.
 fn group<'a>(requests: &[&'a RequestArgument], reserve: bool) -> Result<Grouped<'a>, CallError> {
     let mut limits: Vec<Limit<'a>> = Vec::new();
     let mut regimes = Vec::new();
-    // Where each limit is in `limits`.
-    let mut seen: HashMap<LimitId<'a>, usize> = HashMap::with_capacity(requests.len());
+    // Where each limit is in `limits` (a few are searched for in order).
+    let mut seen: HashMap<LimitId<'a>, usize> = HashMap::new();
+    let indexed = requests.len() > FEW;
     let mut members = Vec::with_capacity(requests.len());
     for (index, request) in requests.iter().enumerate() {
         request.config.validate_count(request.count, reserve)?;
@@ -36,7 +41,12 @@ fn group<'a>(requests: &[&'a RequestArgument], reserve: bool) -> Result<Grouped<
             name: &request.name,
             key: request.key.as_deref(),
         };
-        let limit = match seen.get(&id).copied() {
+        let found = if indexed {
+            seen.get(&id).copied()
+        } else {
+            limits.iter().position(|limit| limit.id == id)
+        };
+        let limit = match found {
             Some(limit)
                 if limits[limit].config != request.config
                     || limits[limit].enforce != request.enforce
@@ -60,7 +70,9 @@ fn group<'a>(requests: &[&'a RequestArgument], reserve: bool) -> Result<Grouped<
                     blocked_until: request.blocked_until,
                 });
                 regimes.push(request.regime);
-                seen.insert(id, limits.len() - 1);
+                if indexed {
+                    seen.insert(id, limits.len() - 1);
+                }
                 limits.len() - 1
             }
         };
@@ -116,20 +128,31 @@ pub fn consume(
         .collect();
     // Missing shards each limit may consume from (see
     // storage::consume_all_or_nothing): two per request naming it.
-    let mut missing_held: HashMap<LimitId<'_>, usize> = HashMap::with_capacity(limits.len());
+    let mut missing_held = vec![0; limits.len()];
     for member in &members {
-        let limit = &limits[member.limit];
-        let held = missing_held.entry(limit.id).or_insert(0);
-        *held = (*held + 2).min(limit.stored.len());
+        let held = &mut missing_held[member.limit];
+        *held = (*held + 2).min(limits[member.limit].stored.len());
     }
+    let ids: Vec<LimitId<'_>> = limits.iter().map(|limit| limit.id).collect();
+    let indexed: HashMap<LimitId<'_>, usize> = if ids.len() > FEW {
+        ids.iter()
+            .enumerate()
+            .map(|(index, id)| (*id, index))
+            .collect()
+    } else {
+        HashMap::new()
+    };
     let missing_held = |row: RowId<'_>| {
-        missing_held
-            .get(&LimitId {
-                name: row.name,
-                key: row.key,
-            })
-            .copied()
-            .unwrap_or(0)
+        let id = LimitId {
+            name: row.name,
+            key: row.key,
+        };
+        let limit = if ids.len() > FEW {
+            indexed.get(&id).copied()
+        } else {
+            ids.iter().position(|known| *known == id)
+        };
+        limit.map_or(0, |limit| missing_held[limit])
     };
     storage::consume_all_or_nothing(
         target,

@@ -4,8 +4,14 @@
 //!
 //! 0. With `lock_free` (refusals never wait: docs/guarantees.md,
 //!    "Concurrency and exactness"): `decide` runs first on every row as
-//!    committed (`read_committed`), before any lock; a refusal from that
-//!    state is the answer, with nothing held or written. Otherwise:
+//!    committed, before any lock; a refusal from that state is the
+//!    answer, with nothing held or written. Under READ COMMITTED each row
+//!    is looked at as `rate_limit` looks at its row (`peek`, a dirty
+//!    snapshot), and step 1 starts from what the look found: a free row is
+//!    locked at its tid, a missing one inserted at once, so a row's index
+//!    is descended once unless the row changed in between (under
+//!    REPEATABLE READ / SERIALIZABLE the look is the snapshot's,
+//!    `read_committed`, and step 1 looks again). Otherwise:
 //! 1. The rows are sorted by (name, key, shard), bytewise, the global limit
 //!    (key NULL) before every key, and each is *held* in that order before
 //!    the next is looked at:
@@ -30,8 +36,9 @@
 //!    and went on to lock later rows could find it inserted and locked by
 //!    another call that then waits for one of those later rows (a deadlock
 //!    the concurrency test `all_or_nothing.rs` found).
-//! 2. `decide` runs once every row is held (it reads the clock then). If
-//!    it fails, the placeholders are deleted and nothing is written.
+//! 2. `decide` runs once every row is held (it reads the clock then; or
+//!    step 0's decision stands for it: step 5). If it fails, the
+//!    placeholders are deleted and nothing is written.
 //! 3. Refused: the placeholders are deleted ([`delete_inserted`]) and
 //!    nothing else is written (under REPEATABLE READ / SERIALIZABLE the
 //!    refusal is then confirmed against the snapshot, as `rate_limit`'s
@@ -44,13 +51,28 @@
 //!    so under SERIALIZABLE they carry predicate locks. A placeholder
 //!    is never seen with its placeholder state: other transactions see it
 //!    only once committed, and by then it is updated or deleted.
+//! 4. The rows at the end of the order that step 0's look found missing
+//!    (READ COMMITTED) get no placeholder: step 2 decides with them as
+//!    full while the rows before them are held, and an admission inserts
+//!    the ones it writes with their new state, as `rate_limit` inserts a
+//!    new row (one heap tuple each instead of a placeholder and its
+//!    update). Nothing is held after them, so holding them only now keeps
+//!    step 1's order. If another transaction inserted one of them
+//!    meanwhile, the insert withdraws (nothing of it stays written), they
+//!    are held as in step 1 (waiting for that transaction), and step 2
+//!    decides again.
+//! 5. When step 1 finds every row as step 0 saw it (the same state, or
+//!    missing) and waited for nothing, step 2 would decide on the same
+//!    states as step 0 did: step 0's decision is used, its clock read
+//!    after every look and microseconds before the locks (a row changed
+//!    in between is not the same, and is decided on again).
 
-use super::committed::{confirm_unwritten, read_committed};
+use super::committed::{confirm_unwritten, read_committed, uses_transaction_snapshot};
 use super::consume::{begin_write, end_write};
-use super::insert::{delete_inserted, insert_one};
+use super::insert::{delete_inserted, insert_new, insert_one};
 use super::layout::{timestamp, Datums, RowId};
 use super::relations::Relations;
-use super::rows::{acquire, write_locked, Acquired, LockedRow};
+use super::rows::{acquire, lock_waiting, peek, write_locked, Acquired, LockedRow, Peek};
 use super::target::Target;
 use crate::errors::CallError;
 use pgrx::pg_sys;
@@ -77,6 +99,11 @@ enum Held {
     /// It was missing and the call does not need it: a full shard it will
     /// not consume from (see `missing_held`), neither held nor written.
     Skipped,
+    /// It was missing at step 0's look, and so was every row after it: it
+    /// is inserted once decided (step 4), or held then if that fails.
+    Deferred,
+    /// A deferred row, inserted with its new state: written.
+    Inserted,
 }
 
 impl Held {
@@ -121,69 +148,132 @@ pub fn consume_all_or_nothing<T>(
     // transaction's command id.
     unsafe {
         let (relations, command) = begin_write(c"rate_limit_all()", target);
+        // Under READ COMMITTED the lock-free look at each row is `peek`'s
+        // (as `rate_limit`'s is): what it found is where step 1 starts.
+        let mut peeked: Vec<Peek> = Vec::new();
+        let mut first = None;
         if lock_free {
-            let stored: Vec<Option<State>> = rows
-                .iter()
-                .map(|row| read_committed(&relations, *row))
-                .collect();
+            let stored: Vec<Option<State>> = if uses_transaction_snapshot() {
+                rows.iter()
+                    .map(|row| read_committed(&relations, *row))
+                    .collect()
+            } else {
+                peeked = rows
+                    .iter()
+                    .map(|row| peek(&relations, &Datums::of(*row, relations.extra())))
+                    .collect();
+                peeked
+                    .iter()
+                    .map(|peek| match peek {
+                        Peek::Missing => None,
+                        Peek::Busy { state } | Peek::Free { state, .. } => *state,
+                    })
+                    .collect()
+            };
             let (answer, writes) = decide(&stored, &vec![false; rows.len()])?;
-            if writes.is_none() {
+            let Some(writes) = writes else {
                 end_write();
                 return Ok(answer);
-            }
+            };
+            first = Some((stored, answer, writes));
         }
+        // The rows from here on were all missing at step 0's look: they
+        // are inserted only once decided, with their new state (step 4).
+        let deferred_from = rows.len()
+            - peeked
+                .iter()
+                .rev()
+                .take_while(|peek| matches!(peek, Peek::Missing))
+                .count();
+        let mut command = command;
         let mut held = Vec::with_capacity(rows.len());
         let mut waited = vec![false; rows.len()];
-        // Placeholders held for the limit of the previous row (rows of one
-        // limit are next to each other in the sorted order).
-        let mut placeholders = 0;
-        for (index, row) in rows.iter().enumerate() {
-            let same_limit =
-                index > 0 && (rows[index - 1].name, rows[index - 1].key) == (row.name, row.key);
-            if !same_limit {
-                placeholders = 0;
-            }
-            let may_hold_missing = placeholders < missing_held(*row);
-            let this = hold(
-                &relations,
-                *row,
-                command,
-                may_hold_missing,
-                &mut waited[index],
-            )?;
-            if this.is_placeholder() {
-                placeholders += 1;
-            }
-            held.push(this);
-        }
-        let stored: Vec<Option<State>> = held
-            .iter()
-            .map(|held| match held {
-                Held::Locked(locked) => locked.state,
-                Held::Placeholder { .. } | Held::Skipped => None,
-            })
-            .collect();
-        let placeholders: Vec<_> = held
-            .iter()
-            .filter_map(|held| match held {
-                Held::Placeholder { tid, .. } => Some(*tid),
-                Held::Locked(_) | Held::Skipped => None,
-            })
-            .collect();
-        let (answer, writes) = match decide(&stored, &waited) {
-            Ok(decided) => decided,
-            Err(error) => {
-                // Nothing is written: not even a placeholder (the caller
-                // may start again in the same transaction).
-                delete_inserted(&relations, &placeholders);
-                return Err(error);
-            }
+        let holding = Holding {
+            relations: &relations,
+            rows,
+            missing_held: &missing_held,
         };
-        let Some(writes) = writes else {
-            delete_inserted(&relations, &placeholders);
-            confirm_unwritten(&relations, rows.iter().copied().zip(stored))?;
-            end_write();
-            return Ok(answer);
+        holding.hold_from(0, &peeked, deferred_from, command, &mut held, &mut waited)?;
+        let (answer, writes, stored) = loop {
+            let stored: Vec<Option<State>> = held
+                .iter()
+                .map(|held| match held {
+                    Held::Locked(locked) => locked.state,
+                    _ => None,
+                })
+                .collect();
+            let placeholders: Vec<_> = held
+                .iter()
+                .filter_map(|held| match held {
+                    Held::Placeholder { tid, .. } => Some(*tid),
+                    _ => None,
+                })
+                .collect();
+            // Step 0's decision is step 2's when step 1 found every row as
+            // step 0 did and waited for nothing: step 2 would decide on the
+            // same states (only the clock would be read again).
+            let decided = match first.take() {
+                Some((seen, answer, writes)) if seen == stored && !waited.contains(&true) => {
+                    Ok((answer, Some(writes)))
+                }
+                _ => decide(&stored, &waited),
+            };
+            let (answer, writes) = match decided {
+                Ok(decided) => decided,
+                Err(error) => {
+                    // Nothing is written: not even a placeholder (the caller
+                    // may start again in the same transaction).
+                    delete_inserted(&relations, &placeholders);
+                    return Err(error);
+                }
+            };
+            let Some(mut writes) = writes else {
+                delete_inserted(&relations, &placeholders);
+                confirm_unwritten(&relations, rows.iter().copied().zip(stored))?;
+                end_write();
+                return Ok(answer);
+            };
+            let deferred: Vec<usize> = (deferred_from..rows.len())
+                .filter(|index| matches!(held[*index], Held::Deferred))
+                .collect();
+            if deferred.is_empty() {
+                break (answer, writes, stored);
+            }
+            // Step 4: the deferred rows written are inserted with their new
+            // state, as `rate_limit` inserts a new row.
+            let mut new_rows = Vec::with_capacity(deferred.len());
+            for index in &deferred {
+                if let Some(state) = writes[*index] {
+                    let mut datums = Datums::of(rows[*index], relations.extra());
+                    datums.set_state(state.value, timestamp(state.ts)?, state.previous);
+                    new_rows.push(datums);
+                }
+            }
+            if insert_new(&relations, &mut new_rows, command) {
+                for index in deferred {
+                    held[index] = if writes[index].take().is_some() {
+                        Held::Inserted
+                    } else {
+                        Held::Skipped
+                    };
+                }
+                break (answer, writes, stored);
+            }
+            // Another transaction inserted one of them first (what this
+            // call inserted is deleted again): hold them now, waiting for
+            // it, and decide again. No row after them is held, so the
+            // order of step 1 is kept.
+            // (Every row from the first deferred one on is held again: which
+            // missing shards the call may hold depends on which exist now.)
+            command = pg_sys::GetCurrentCommandId(true);
+            holding.hold_from(
+                deferred_from,
+                &[],
+                rows.len(),
+                command,
+                &mut held,
+                &mut waited,
+            )?;
         };
         // Placeholders of rows that are not written are deleted (which ends
         // the command, so the written ones can then be updated).
@@ -203,8 +293,11 @@ pub fn consume_all_or_nothing<T>(
             .iter()
             .zip(&stored)
             .zip(&writes)
-            .filter(|((_, stored), write)| write.is_none() || **write == **stored)
-            .map(|((row, stored), _)| (*row, *stored))
+            .zip(&held)
+            .filter(|(((_, stored), write), held)| {
+                !matches!(held, Held::Inserted) && (write.is_none() || **write == **stored)
+            })
+            .map(|(((row, stored), _), _)| (*row, *stored))
             .collect();
         confirm_unwritten(&relations, read_only)?;
         // A placeholder is updated by a later command than the one that
@@ -220,7 +313,7 @@ pub fn consume_all_or_nothing<T>(
             let mut locked = match held {
                 Held::Locked(locked) => locked,
                 Held::Placeholder { tid, datums } => LockedRow::inserted(tid, datums, PLACEHOLDER),
-                Held::Skipped => {
+                Held::Skipped | Held::Deferred | Held::Inserted => {
                     pgrx::error!(
                         "rate_limiter: rate_limit_all() would write a shard it does not hold"
                     )
@@ -235,23 +328,103 @@ pub fn consume_all_or_nothing<T>(
     }
 }
 
+/// What step 1 needs to hold rows: the call's relations, its rows (in
+/// order) and how many missing rows of each limit it may hold.
+struct Holding<'a, 'r, M: Fn(RowId<'_>) -> usize> {
+    relations: &'a Relations,
+    rows: &'a [RowId<'r>],
+    missing_held: &'a M,
+}
+
+impl<M: Fn(RowId<'_>) -> usize> Holding<'_, '_, M> {
+    /// Holds the rows from `from` on, in order, replacing what `held` had
+    /// from there: with [`hold`] (given what step 0's look found,
+    /// `peeked`), the rows from `deferred_from` on deferred (step 4). A
+    /// missing row is held only while fewer than `missing_held` missing
+    /// rows of its limit are (the others are `Skipped`).
+    ///
+    /// # Safety
+    /// As [`hold`].
+    unsafe fn hold_from(
+        &self,
+        from: usize,
+        peeked: &[Peek],
+        deferred_from: usize,
+        command: pg_sys::CommandId,
+        held: &mut Vec<Held>,
+        waited: &mut [bool],
+    ) -> Result<(), CallError> {
+        held.truncate(from);
+        for index in from..self.rows.len() {
+            let row = self.rows[index];
+            // Missing rows of this limit held so far (rows of one limit
+            // are next to each other in the sorted order).
+            let placeholders = held
+                .iter()
+                .zip(self.rows)
+                .rev()
+                .take_while(|(_, other)| (other.name, other.key) == (row.name, row.key))
+                .filter(|(held, _)| matches!(held, Held::Placeholder { .. } | Held::Deferred))
+                .count();
+            let may_hold_missing = placeholders < (self.missing_held)(row);
+            let this = if index < deferred_from {
+                hold(
+                    self.relations,
+                    row,
+                    peeked.get(index),
+                    command,
+                    may_hold_missing,
+                    &mut waited[index],
+                )?
+            } else if may_hold_missing {
+                Held::Deferred
+            } else {
+                Held::Skipped
+            };
+            held.push(this);
+        }
+        Ok(())
+    }
+}
+
 /// Step 1 for one row: lock it, or hold it with a placeholder when it is
 /// missing (or, when `may_hold_missing` is false, leave it: `Skipped`),
 /// looking again (and waiting) when another transaction inserted it first.
 /// Sets `waited` when it waited for another transaction.
+///
+/// `peeked`, what step 0's look found (READ COMMITTED), saves the second
+/// descent of the index: a row found free is locked at its tid (found
+/// again only if it changed since), a missing one is inserted at once (a
+/// row inserted since makes the insert withdraw, and the row is found
+/// again). A row found busy is found again, waiting for its writer.
 ///
 /// # Safety
 /// `relations` opened by [`begin_write`], `command` its command id.
 unsafe fn hold(
     relations: &Relations,
     row: RowId<'_>,
+    peeked: Option<&Peek>,
     command: pg_sys::CommandId,
     may_hold_missing: bool,
     waited: &mut bool,
 ) -> Result<Held, CallError> {
+    let mut look = true;
+    match peeked {
+        Some(Peek::Free { tid, .. }) => {
+            if let Some(locked) = lock_waiting(relations, *tid, row.regime, command, waited)? {
+                return Ok(Held::Locked(locked));
+            }
+        }
+        // (A shard the call may not hold is looked for: if it exists now,
+        // it must be locked, not skipped.)
+        Some(Peek::Missing) => look = !may_hold_missing,
+        Some(Peek::Busy { .. }) | None => {}
+    }
     loop {
-        if let Acquired::Locked(locked) = acquire(relations, row, command, waited)? {
-            return Ok(Held::Locked(locked));
+        if std::mem::replace(&mut look, true) {
+            if let Acquired::Locked(locked) = acquire(relations, row, command, waited)? {
+                return Ok(Held::Locked(locked));
+            }
         }
         if !may_hold_missing {
             return Ok(Held::Skipped);

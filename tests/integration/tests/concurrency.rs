@@ -321,14 +321,57 @@ fn two_sessions_creating_one_key_under_repeatable_read_get_40001_not_23505() {
 /// consumption equals the calls admitted on it.
 #[test]
 fn racing_speculative_inserts_lose_nothing_and_duplicate_nothing() {
+    let name = unique_name("speculative");
+    let call = "rate_limiter.rate_limit($1, k.key, config => \
+                rate_limiter.fixed_window(1000000, '1 day', start => '2000-01-01'))";
+    race_new_keys(&name, call, std::slice::from_ref(&name));
+}
+
+/// The same race through a composite of two fixed windows (one
+/// `rate_limit_all` of both): such a call inserts its new rows only once
+/// decided (storage/all_or_nothing.rs, step 4), and one that loses the race
+/// withdraws what it inserted, holds the rows (waiting for the winner) and
+/// decides again. Each member's rows end exactly as with single calls.
+#[test]
+fn racing_all_or_nothing_inserts_lose_nothing_and_duplicate_nothing() {
+    let name = unique_name("speculative_all");
+    let members = [format!("{name}_a"), format!("{name}_b")];
+    let mut admin = connect();
+    for member in &members {
+        admin
+            .execute(
+                "SELECT rate_limiter.define($1, \
+                 rate_limiter.fixed_window(1000000, '1 day', start => '2000-01-01'))",
+                &[member],
+            )
+            .unwrap();
+    }
+    admin
+        .execute(
+            "SELECT rate_limiter.define_all($1, ARRAY[$2, $3])",
+            &[&name, &members[0], &members[1]],
+        )
+        .unwrap();
+    race_new_keys(&name, "rate_limiter.rate_limit($1, k.key)", &members);
+}
+
+/// Hammers `call` (SQL with `$1` = `name` and `k.key` a key from the
+/// server's clock) from 4 sessions in rounds of 2 s until a speculative
+/// insert was withdrawn, then checks every limit of `limits`: one row per
+/// key called, its consumption the calls admitted on the key.
+fn race_new_keys(name: &str, call: &str, limits: &[String]) {
     use std::collections::HashMap;
     use std::sync::atomic::{AtomicU64, Ordering};
 
-    let name = unique_name("speculative");
     let mut admin = connect();
     let withdrawn = Arc::new(AtomicU64::new(0));
     let deadline = Instant::now() + Duration::from_secs(20);
     let mut admitted: HashMap<String, i64> = HashMap::new();
+    let sql = format!(
+        "SELECT k.key, r.ok \
+         FROM (SELECT (extract(epoch FROM clock_timestamp()) * 2000)::bigint::text AS key) AS k, \
+         LATERAL {call} AS r"
+    );
     // Hammer in rounds of 2 s until the withdrawal path has been taken.
     while withdrawn.load(Ordering::SeqCst) == 0 {
         assert!(
@@ -337,7 +380,7 @@ fn racing_speculative_inserts_lose_nothing_and_duplicate_nothing() {
         );
         let workers: Vec<_> = (0..4)
             .map(|_| {
-                let (name, withdrawn) = (name.clone(), withdrawn.clone());
+                let (name, sql, withdrawn) = (name.to_string(), sql.clone(), withdrawn.clone());
                 thread::spawn(move || {
                     let mut config: postgres::Config =
                         rate_limiter_integration_tests::url().parse().unwrap();
@@ -347,15 +390,10 @@ fn racing_speculative_inserts_lose_nothing_and_duplicate_nothing() {
                         }
                     });
                     let mut client = config.connect(postgres::NoTls).unwrap();
-                    client.batch_execute("SET client_min_messages = debug1").unwrap();
-                    let statement = client
-                        .prepare(
-                            "SELECT k.key, r.ok \
-                             FROM (SELECT (extract(epoch FROM clock_timestamp()) * 2000)::bigint::text AS key) AS k, \
-                             LATERAL rate_limiter.rate_limit($1, k.key, config => \
-                                 rate_limiter.fixed_window(1000000, '1 day', start => '2000-01-01')) AS r",
-                        )
+                    client
+                        .batch_execute("SET client_min_messages = debug1")
                         .unwrap();
+                    let statement = client.prepare(&sql).unwrap();
                     let mut admitted: HashMap<String, i64> = HashMap::new();
                     let stop = Instant::now() + Duration::from_secs(2);
                     while Instant::now() < stop {
@@ -373,20 +411,22 @@ fn racing_speculative_inserts_lose_nothing_and_duplicate_nothing() {
             }
         }
     }
-    let rows = admin
-        .query(
-            "SELECT key, value FROM rate_limiter.rate_limits WHERE name = $1",
-            &[&name],
-        )
-        .unwrap();
-    assert_eq!(rows.len(), admitted.len(), "one row per key");
-    for row in rows {
-        let (key, value): (String, f64) = (row.get(0), row.get(1));
-        assert_eq!(
-            1_000_000.0 - value,
-            admitted[&key] as f64,
-            "key {key}: stored consumption equals the admitted calls"
-        );
+    for limit in limits {
+        let rows = admin
+            .query(
+                "SELECT key, value FROM rate_limiter.rate_limits WHERE name = $1",
+                &[limit],
+            )
+            .unwrap();
+        assert_eq!(rows.len(), admitted.len(), "{limit}: one row per key");
+        for row in rows {
+            let (key, value): (String, f64) = (row.get(0), row.get(1));
+            assert_eq!(
+                1_000_000.0 - value,
+                admitted[&key] as f64,
+                "{limit}, key {key}: stored consumption equals the admitted calls"
+            );
+        }
     }
     eprintln!(
         "{} keys, {} calls, {} inserts withdrawn",
