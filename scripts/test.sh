@@ -77,7 +77,14 @@ if [ -z "${RL_PG:-}" ]; then
         # layout rules) run once, in the first run.
         once=0
         [ "$version" = 15 ] && once=1
-        if RL_PG=${version%-assertions} RL_ASSERTS=$asserts RL_ONCE=$once bash scripts/test.sh 2>&1 | tee "$log"; then :; else status=1; fi
+        # The longest hammer tests run where they test something of their
+        # own (docs/testing.md, "Where the time goes"): RL_LONG lists them.
+        long=all
+        case $version in
+            16 | 17) long=none ;;
+            15-assertions) long=native ;;
+        esac
+        if RL_PG=${version%-assertions} RL_ASSERTS=$asserts RL_ONCE=$once RL_LONG=$long bash scripts/test.sh 2>&1 | tee "$log"; then :; else status=1; fi
         line=$(grep -E '^tests: [0-9]+ passed, [0-9]+ failed$' "$log" | tail -n 1 || true)
         # The steps whose runner failed (a build, a server that would not
         # start, a runner's own error), as the version's run names them.
@@ -208,7 +215,24 @@ if "${drivers[@]}" "$PGXS_DIR/src/test/isolation/pg_isolation_regress" --bindir=
 count_pg "$results/isolation.log"
 
 step "4. concurrency, pooler, crash and client tests against the real server"
-cargo test --no-fail-fast -p rate_limiter_integration_tests -- --test-threads=1 --nocapture 2>&1 | tee "$results/integration.log" || broken+=("integration")
+# The three longest hammer tests (together about 230 s a run): the
+# portable edition's (plain SQL: nothing of it depends on the server's
+# version, and the C assertions check none of it) run with RL_LONG=all,
+# sharding.rs with all or native. A run of one version runs them all.
+integration=()
+case ${RL_LONG:-all} in
+    none) skipped=" sharding portable_concurrency portable_differential " ;;
+    native) skipped=" portable_concurrency portable_differential " ;;
+    *) skipped=" " ;;
+esac
+if [ "$skipped" != " " ]; then
+    echo "not in this run (RL_LONG=${RL_LONG}):$skipped"
+    for file in tests/integration/tests/*.rs; do
+        name=$(basename "$file" .rs)
+        [[ $skipped == *" $name "* ]] || integration+=(--test "$name")
+    done
+fi
+cargo test --no-fail-fast -p rate_limiter_integration_tests "${integration[@]}" -- --test-threads=1 --nocapture 2>&1 | tee "$results/integration.log" || broken+=("integration")
 count_cargo "$results/integration.log"
 if [ "${RATE_LIMITER_TEST_CRON:-}" = 1 ]; then
     step "4b. prune() scheduled with real pg_cron (the README's cron.schedule line)"
