@@ -133,26 +133,16 @@ pub fn consume(
         let held = &mut missing_held[member.limit];
         *held = (*held + 2).min(limits[member.limit].stored.len());
     }
-    let ids: Vec<LimitId<'_>> = limits.iter().map(|limit| limit.id).collect();
-    let indexed: HashMap<LimitId<'_>, usize> = if ids.len() > FEW {
-        ids.iter()
-            .enumerate()
-            .map(|(index, id)| (*id, index))
-            .collect()
-    } else {
-        HashMap::new()
-    };
+    // The limit of each row (by its place in the sorted rows).
+    let mut limit_of = vec![0; rows.len()];
+    for (limit, positions) in positions.iter().enumerate() {
+        for position in positions.iter().flatten() {
+            limit_of[*position] = limit;
+        }
+    }
     let missing_held = |row: RowId<'_>| {
-        let id = LimitId {
-            name: row.name,
-            key: row.key,
-        };
-        let limit = if ids.len() > FEW {
-            indexed.get(&id).copied()
-        } else {
-            ids.iter().position(|known| *known == id)
-        };
-        limit.map_or(0, |limit| missing_held[limit])
+        position(row.name, row.key, row.shard as usize)
+            .map_or(0, |position| missing_held[limit_of[position]])
     };
     storage::consume_all_or_nothing(
         target,
