@@ -341,8 +341,10 @@ BEGIN
     -- INSERT's SELECT sees what committed before it: a define() that
     -- discarded the row while the call waited for it leaves it no row, and
     -- no insert). The arithmetic
-    -- is _refill's and _evaluate's, in the same order, so it answers
-    -- exactly as the general path (_consume) does. Anything else (no
+    -- is _refill's and _evaluate's, in the same order (48_fast_path.sql),
+    -- so it answers exactly as the general path (_consume) does. A name
+    -- with no definition may be a composite's, which has a fast path of
+    -- its own (56_composite.sql). Anything else (no
     -- definition, shards, inline configs, the global key, a limit with
     -- automatic blocks, a key with an
     -- override (expired or not) or a block (ended or not, 43_blocks.sql)
@@ -402,22 +404,8 @@ BEGIN
                 row_ts_us := rate_limiter._micros(row_ts);
                 IF row_value >= -1e280 AND row_value <= 1e280
                    AND (row_prev IS NULL OR pg_catalog.abs(row_prev) BETWEEN 1e-200 AND 1e280)
-                   AND (CASE WHEN limit_kind = 'token bucket'
-                             THEN least(row_value + (greatest(now_us - row_ts_us, 0)::float8 * limit_rate)
-                                                    / limit_period::float8, limit_capacity) - count
-                             WHEN limit_kind = 'sliding window'
-                             THEN rate_limiter._sliding_tokens(limit_rate, limit_period, row_value, row_ts_us,
-                                                               row_prev, now_us) - count
-                             -- (A calendar window's refill never takes a
-                             -- value below count <= capacity away: when the
-                             -- value covers count, no need to refill.)
-                             WHEN limit_kind = 'calendar window'
-                             THEN CASE WHEN row_value >= count THEN row_value
-                                       ELSE rate_limiter._calendar_tokens(limit_rate, limit_period, limit_capacity,
-                                                                          limit_zone, row_value, row_ts_us, now_us) END
-                                  - count
-                             ELSE least(row_value + (greatest(now_us - row_ts_us, 0) / limit_period)::float8 * limit_rate,
-                                        limit_capacity) - count END) >= 0 THEN
+                   AND rate_limiter._fast_left(limit_kind, limit_rate, limit_period, limit_capacity, limit_zone,
+                                               row_value, row_ts_us, row_prev, now_us, count) >= 0 THEN
                     SELECT r.value, r.ts, r.prev INTO row_value, row_ts, row_prev
                     FROM rate_limiter.rate_limits AS r
                     WHERE r.ctid = row_ctid AND r.name = rate_limit.name AND r.key = rate_limit.key AND r.shard = 0
@@ -431,13 +419,8 @@ BEGIN
         END IF;
         IF fast THEN
             -- The clock, read once the row is held.
-            IF override IS NULL OR pg_catalog.btrim(override) = '' THEN
-                now_ts := pg_catalog.clock_timestamp();
-                now_us := rate_limiter._micros(now_ts);
-            ELSE
-                now_us := rate_limiter._now();
-                now_ts := rate_limiter._timestamp(now_us);
-            END IF;
+            now_ts := rate_limiter._fast_now(override);
+            now_us := rate_limiter._micros(now_ts);
             IF limit_kind = 'calendar window' THEN
                 -- _calendar_start of now, inline (it runs on every call),
                 -- as a timestamptz (an hour's part of an hour: no days).
@@ -453,16 +436,9 @@ BEGIN
             END IF;
             IF row_ctid IS NULL THEN
                 left_after := limit_capacity - count;
-                new_value := CASE WHEN limit_kind = 'sliding window' THEN count ELSE left_after END;
-                -- A window's start: now less (now - start) modulo the
-                -- period, in bigint (_window_start's numeric is for the ends
-                -- of the range, and for a start after now).
-                row_ts_us := rate_limiter._micros(limit_start);
-                new_ts := CASE WHEN limit_kind = 'token bucket' THEN now_ts
-                               WHEN limit_kind = 'calendar window' THEN calendar_ts
-                               WHEN now_us >= row_ts_us
-                               THEN rate_limiter._timestamp(now_us - (now_us - row_ts_us) % limit_period)
-                               ELSE rate_limiter._timestamp(rate_limiter._window_start(row_ts_us, limit_period, now_us)) END;
+                new_value := rate_limiter._fast_new_value(limit_kind, limit_capacity, count);
+                new_ts := rate_limiter._fast_new_ts(limit_kind, limit_period, rate_limiter._micros(limit_start), now_ts,
+                                                    now_us, calendar_ts);
                 INSERT INTO rate_limiter.rate_limits AS r (name, key, shard, value, ts)
                 SELECT rate_limit.name, rate_limit.key, 0, new_value, new_ts
                 FROM rate_limiter.definitions AS d
@@ -475,11 +451,7 @@ BEGIN
                 ON CONFLICT ON CONSTRAINT rate_limits_name_key_shard_key DO NOTHING;
             ELSE
                 row_ts_us := rate_limiter._micros(row_ts);
-                IF limit_kind = 'token bucket' THEN
-                    new_value := least(row_value + (greatest(now_us - row_ts_us, 0)::float8 * limit_rate)
-                                                   / limit_period::float8, limit_capacity) - count;
-                    new_ts := CASE WHEN now_us <= row_ts_us THEN row_ts ELSE now_ts END;
-                ELSIF limit_kind = 'calendar window' THEN
+                IF limit_kind = 'calendar window' THEN
                     -- As _refill: rate per window of the calendar started
                     -- since the row's.
                     windows := CASE WHEN calendar_ts = row_ts THEN 0
@@ -489,19 +461,16 @@ BEGIN
                                       ELSE row_value END - count;
                     new_ts := CASE WHEN windows > 0 THEN calendar_ts ELSE row_ts END;
                 ELSE
-                    windows := greatest(now_us - row_ts_us, 0) / limit_period;
+                    new_value := rate_limiter._fast_value(limit_kind, limit_rate, limit_period, limit_capacity,
+                                                          row_value, row_ts_us, row_prev, now_us, count);
                     IF limit_kind = 'sliding window' THEN
-                        -- As _refill, _tokens and _evaluate: the counts
-                        -- moved to now's window, this call counted in it.
-                        left_after := rate_limiter._sliding_tokens(limit_rate, limit_period, row_value, row_ts_us,
-                                                                   row_prev, now_us) - count;
-                        new_prev := CASE windows WHEN 0 THEN row_prev WHEN 1 THEN nullif(row_value, 0) END;
-                        new_value := CASE WHEN windows = 0 THEN row_value + count ELSE count END;
-                    ELSE
-                        new_value := least(row_value + windows::float8 * limit_rate, limit_capacity) - count;
+                        left_after := rate_limiter._fast_left(limit_kind, limit_rate, limit_period, limit_capacity,
+                                                              NULL, row_value, row_ts_us, row_prev, now_us, count);
+                        new_prev := rate_limiter._fast_prev(limit_kind, limit_period, row_value, row_ts_us, row_prev,
+                                                            now_us);
                     END IF;
                     IF coalesce(left_after, new_value) >= 0 THEN
-                        new_ts := rate_limiter._timestamp(row_ts_us + windows * limit_period);
+                        new_ts := rate_limiter._fast_ts(limit_kind, limit_period, row_ts, row_ts_us, now_ts, now_us);
                     END IF;
                 END IF;
                 left_after := coalesce(left_after, new_value);
@@ -515,6 +484,18 @@ BEGIN
                 ok := true;
                 retry_after := NULL;
                 remaining := rate_limiter._shown(left_after);
+                RETURN NEXT;
+                RETURN;
+            END IF;
+        ELSIF definition_ctid IS NULL
+              AND (lock_free = 'on' OR lock_free IS NULL OR lock_free = '' OR rate_limiter._lock_free()) THEN
+            -- No definition: a composite's name may take its fast path
+            -- (56_composite.sql).
+            answer := rate_limiter._composite_fast(name, key, count);
+            IF answer.ok THEN
+                ok := true;
+                retry_after := NULL;
+                remaining := rate_limiter._shown(answer.remaining);
                 RETURN NEXT;
                 RETURN;
             END IF;

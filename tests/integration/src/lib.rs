@@ -7,6 +7,7 @@ pub mod calls;
 pub mod citus;
 pub mod doc_blocks;
 pub mod portable;
+pub mod race;
 pub mod stats;
 
 use postgres::error::SqlState;

@@ -12,6 +12,7 @@
 //! capacity.
 
 use postgres::IsolationLevel;
+use rate_limiter_integration_tests::race::race_new_keys;
 use rate_limiter_integration_tests::{hammer_until, portable, unique_name, REFUSALS_TO_STOP};
 use std::time::Duration;
 
@@ -104,7 +105,9 @@ fn sixteen_connections_admit_exactly_the_capacity_at_every_isolation_level() {
 
 /// A composite (docs/composites.md) of a fixed window of 240 and one of
 /// 480: 16 connections calling its name admit exactly 240 at every
-/// isolation level, and the larger member is charged only for those.
+/// isolation level, and the larger member is charged only for those; on
+/// the global key (the general path, 55_all.sql) and on a key (under READ
+/// COMMITTED the composite's fast path, 56_composite.sql).
 #[test]
 fn a_composite_admits_exactly_its_tightest_member_at_every_isolation_level() {
     let mut owner = portable::fresh_database(&format!("{DATABASE}_composite"), "postgres");
@@ -113,42 +116,247 @@ fn a_composite_admits_exactly_its_tightest_member_at_every_isolation_level() {
         IsolationLevel::RepeatableRead,
         IsolationLevel::Serializable,
     ] {
-        let name = unique_name("portable_composite");
-        let (small, large) = (format!("{name}_small"), format!("{name}_large"));
-        owner
-            .batch_execute(&format!(
-                "SELECT rate_limiter.define('{small}', rate_limiter.fixed_window(240, '1 day', start => now() - interval '1 hour'));
-                 SELECT rate_limiter.define('{large}', rate_limiter.fixed_window(480, '1 day', start => now() - interval '1 hour'));
-                 SELECT rate_limiter.define_all('{name}', ARRAY['{large}', '{small}']);"
-            ))
-            .expect("define the composite");
-        let tally = hammer_until(
-            &format!(
-                "{} dbname={DATABASE}_composite",
-                rate_limiter_integration_tests::test_env("RATE_LIMITER_TEST_URL")
-            ),
-            CONNECTIONS,
-            HAMMER_FOR,
-            "SELECT ok FROM rate_limiter.rate_limit($1)",
-            &name,
-            isolation,
-            REFUSALS_TO_STOP,
-        );
-        eprintln!("composite, {isolation:?}: {tally:?}");
-        assert_eq!(
-            tally.admitted, 240,
-            "{isolation:?}: exactly the tightest member's"
-        );
-        for (member, left) in [(&small, 0.0), (&large, 240.0)] {
-            let value: f64 = owner
-                .query_one(
-                    "SELECT value FROM rate_limiter.rate_limits WHERE name = $1",
-                    &[member],
-                )
-                .expect("the stored state")
-                .get(0);
-            assert_eq!(value, left, "{isolation:?}: {member}");
+        for key in [None, Some("k")] {
+            let name = unique_name("portable_composite");
+            let (small, large) = (format!("{name}_small"), format!("{name}_large"));
+            owner
+                .batch_execute(&format!(
+                    "SELECT rate_limiter.define('{small}', rate_limiter.fixed_window(240, '1 day', start => now() - interval '1 hour'));
+                     SELECT rate_limiter.define('{large}', rate_limiter.fixed_window(480, '1 day', start => now() - interval '1 hour'));
+                     SELECT rate_limiter.define_all('{name}', ARRAY['{large}', '{small}']);"
+                ))
+                .expect("define the composite");
+            let call = match key {
+                None => "SELECT ok FROM rate_limiter.rate_limit($1)".to_string(),
+                Some(key) => format!("SELECT ok FROM rate_limiter.rate_limit($1, '{key}')"),
+            };
+            let tally = hammer_until(
+                &format!(
+                    "{} dbname={DATABASE}_composite",
+                    rate_limiter_integration_tests::test_env("RATE_LIMITER_TEST_URL")
+                ),
+                CONNECTIONS,
+                HAMMER_FOR,
+                &call,
+                &name,
+                isolation,
+                REFUSALS_TO_STOP,
+            );
+            eprintln!("composite, {isolation:?}, key {key:?}: {tally:?}");
+            assert_eq!(
+                tally.admitted, 240,
+                "{isolation:?}, key {key:?}: exactly the tightest member's"
+            );
+            for (member, left) in [(&small, 0.0), (&large, 240.0)] {
+                let value: f64 = owner
+                    .query_one(
+                        "SELECT value FROM rate_limiter.rate_limits \
+                         WHERE name = $1 AND key IS NOT DISTINCT FROM $2",
+                        &[member, &key],
+                    )
+                    .expect("the stored state")
+                    .get(0);
+                assert_eq!(value, left, "{isolation:?}, key {key:?}: {member}");
+            }
         }
+    }
+}
+
+/// A composite's fast path (56_composite.sql) on new keys, raced from 4
+/// sessions: one that finds a member's new row inserted first by another
+/// takes the general path; every member ends with one row per key, its
+/// consumption exactly the calls admitted.
+#[test]
+fn racing_composite_inserts_lose_nothing_and_duplicate_nothing() {
+    let database = format!("{DATABASE}_race");
+    let mut owner = portable::fresh_database(&database, "postgres");
+    let name = unique_name("portable_race");
+    let members = [format!("{name}_a"), format!("{name}_b")];
+    for member in &members {
+        owner
+            .execute(
+                "SELECT rate_limiter.define($1, \
+                 rate_limiter.fixed_window(1000000, '1 day', start => '2000-01-01'))",
+                &[member],
+            )
+            .expect("define a member");
+    }
+    owner
+        .execute(
+            "SELECT rate_limiter.define_all($1, ARRAY[$2, $3])",
+            &[&name, &members[0], &members[1]],
+        )
+        .expect("define the composite");
+    race_new_keys(
+        &format!(
+            "{} dbname={database}",
+            rate_limiter_integration_tests::test_env("RATE_LIMITER_TEST_URL")
+        ),
+        &name,
+        "rate_limiter.rate_limit($1, k.key)",
+        &members,
+    );
+}
+
+/// The fast path inserts a composite's new rows one by one, in the lock
+/// order; when another transaction inserted a later one first, the rows
+/// it inserted are withdrawn (deleted) before the general path decides
+/// again, so nothing is consumed twice: a composite of a and b called on a
+/// new key while another transaction holds b's new row (inserted by a
+/// call of b alone) waits for it, then leaves a charged once and b twice.
+#[test]
+fn a_composite_withdraws_its_new_rows_when_another_inserted_one_first() {
+    let database = format!("{DATABASE}_withdraw");
+    let mut owner = portable::fresh_database(&database, "postgres");
+    let name = unique_name("portable_withdraw");
+    let (a, b) = (format!("{name}_a"), format!("{name}_b"));
+    owner
+        .batch_execute(&format!(
+            "SELECT rate_limiter.define('{a}', rate_limiter.token_bucket(100, '1 day'));
+             SELECT rate_limiter.define('{b}', rate_limiter.token_bucket(100, '1 day'));
+             SELECT rate_limiter.define_all('{name}', ARRAY['{b}', '{a}']);"
+        ))
+        .expect("define the composite");
+    let url = format!(
+        "{} dbname={database}",
+        rate_limiter_integration_tests::test_env("RATE_LIMITER_TEST_URL")
+    );
+    let mut holder = postgres::Client::connect(&url, postgres::NoTls).expect("connect");
+    let mut holding = holder.transaction().expect("begin");
+    holding
+        .execute("SELECT rate_limiter.rate_limit($1, 'new')", &[&b])
+        .expect("b's new row, not yet committed");
+    let notices = std::sync::Arc::new(std::sync::Mutex::new(Vec::new()));
+    let mut config: postgres::Config = url.parse().expect("the URL");
+    let seen = notices.clone();
+    config.notice_callback(move |notice| seen.lock().unwrap().push(notice.message().to_string()));
+    let mut caller = config.connect(postgres::NoTls).expect("connect");
+    caller
+        .batch_execute("SET client_min_messages = debug1")
+        .expect("debug notices");
+    let waiting = std::thread::spawn(move || -> bool {
+        caller
+            .query_one(
+                "SELECT ok FROM rate_limiter.rate_limit($1, 'new')",
+                &[&name],
+            )
+            .expect("the composite's call")
+            .get(0)
+    });
+    // The composite's call inserts a's row, then waits on b's.
+    let deadline = std::time::Instant::now() + Duration::from_secs(30);
+    loop {
+        let waits: i64 = owner
+            .query_one(
+                "SELECT count(*) FROM pg_stat_activity \
+                 WHERE datname = $1 AND wait_event_type = 'Lock'",
+                &[&database],
+            )
+            .expect("pg_stat_activity")
+            .get(0);
+        if waits > 0 {
+            break;
+        }
+        assert!(
+            std::time::Instant::now() < deadline,
+            "the call never waited"
+        );
+        std::thread::sleep(Duration::from_millis(20));
+    }
+    holding.commit().expect("commit b's row");
+    assert!(waiting.join().expect("the caller"), "admitted");
+    assert!(
+        notices
+            .lock()
+            .unwrap()
+            .iter()
+            .any(|notice| notice.contains("inserted the same state row")),
+        "the fast path's insert lost the race: {:?}",
+        notices.lock().unwrap()
+    );
+    for (member, left) in [(&a, 99.0), (&b, 98.0)] {
+        let rows = owner
+            .query(
+                "SELECT value FROM rate_limiter.rate_limits WHERE name = $1 AND key = 'new'",
+                &[member],
+            )
+            .expect("the stored state");
+        assert_eq!(rows.len(), 1, "{member}: one row");
+        let value: f64 = rows[0].get(0);
+        assert!(
+            (value - left).abs() < 0.01,
+            "{member}: {value}, not {left} (a refill of at most a few tokens a second aside)"
+        );
+    }
+}
+
+/// A composite's fast path (56_composite.sql) locks its members' rows in
+/// the order rate_limit_all's general path does (55_all.sql), whatever the
+/// order the members or the requests are named in: 4 connections calling
+/// the composite of (b, a) and 4 calling rate_limit_all of (b, a) on the
+/// same key never deadlock, and admit exactly the capacity.
+#[test]
+fn a_composite_and_rate_limit_all_never_deadlock() {
+    let database = format!("{DATABASE}_order");
+    let mut owner = portable::fresh_database(&database, "postgres");
+    let name = unique_name("portable_order");
+    let (a, b) = (format!("{name}_a"), format!("{name}_b"));
+    owner
+        .batch_execute(&format!(
+            "SELECT rate_limiter.define('{a}', rate_limiter.fixed_window(120, '1 day', start => now() - interval '1 hour'));
+             SELECT rate_limiter.define('{b}', rate_limiter.fixed_window(120, '1 day', start => now() - interval '1 hour'));
+             SELECT rate_limiter.define_all('{name}', ARRAY['{b}', '{a}']);
+             SELECT rate_limiter.rate_limit('{name}', 'k', count => 0);"
+        ))
+        .expect("define the composite and create its rows");
+    let url = format!(
+        "{} dbname={database}",
+        rate_limiter_integration_tests::test_env("RATE_LIMITER_TEST_URL")
+    );
+    let composite = "SELECT ok FROM rate_limiter.rate_limit($1, 'k')".to_string();
+    let all = format!(
+        "SELECT bool_and(ok) FROM rate_limiter.rate_limit_all(\
+         ARRAY[('{b}', 'k', 1, NULL), ('{a}', 'k', 1, NULL)]::rate_limiter.request[]) WHERE $1::text IS NOT NULL"
+    );
+    let (one, two) = std::thread::scope(|scope| {
+        let one = scope.spawn(|| {
+            hammer_until(
+                &url,
+                4,
+                HAMMER_FOR,
+                &composite,
+                &name,
+                IsolationLevel::ReadCommitted,
+                1,
+            )
+        });
+        let two = scope.spawn(|| {
+            hammer_until(
+                &url,
+                4,
+                HAMMER_FOR,
+                &all,
+                &name,
+                IsolationLevel::ReadCommitted,
+                1,
+            )
+        });
+        (
+            one.join().expect("composite"),
+            two.join().expect("rate_limit_all"),
+        )
+    });
+    eprintln!("composite {one:?}, rate_limit_all {two:?}");
+    assert_eq!(one.admitted + two.admitted, 120, "exactly the capacity");
+    for member in [&a, &b] {
+        let value: f64 = owner
+            .query_one(
+                "SELECT value FROM rate_limiter.rate_limits WHERE name = $1 AND key = 'k'",
+                &[member],
+            )
+            .expect("stored")
+            .get(0);
+        assert_eq!(value, 0.0, "{member}");
     }
 }
 
