@@ -171,46 +171,59 @@ fn calendar_window_admits_exactly_its_rate_at_every_isolation_level() {
 /// `CAPACITY` admitted, all or nothing (the larger member's row holds
 /// `CAPACITY`: nothing was taken from it by a refused call), and no
 /// deadlock however the calls interleave (every call locks the members'
-/// rows in one order).
+/// rows in one order). The smaller member is a token bucket, then a fixed
+/// window of 8 shards (its shards' rows held and passed over as
+/// `rate_limit_all` holds them: their values sum to zero).
 #[test]
 fn a_composite_admits_exactly_its_tightest_member_at_every_isolation_level() {
     let mut client = connect();
-    for isolation in [
-        IsolationLevel::ReadCommitted,
-        IsolationLevel::RepeatableRead,
-        IsolationLevel::Serializable,
-    ] {
-        let name = unique_name("hammer_composite");
-        let (small, large) = (format!("{name}_small"), format!("{name}_large"));
-        client
-            .execute(
-                "SELECT rate_limiter.define($1, rate_limiter.token_bucket($3, $4::text::interval)), \
-                        rate_limiter.define($2, rate_limiter.token_bucket(2 * $3, $4::text::interval)), \
-                        rate_limiter.define_all($5, ARRAY[$2, $1])",
-                &[&small, &large, &(CAPACITY as f64), &LONG_PERIOD, &name],
-            )
-            .expect("define the composite");
-        let tally = rate_limiter_integration_tests::hammer(
-            CONNECTIONS,
-            HAMMER_FOR,
-            "SELECT ok FROM rate_limiter.rate_limit($1, 'k')",
-            &name,
-            isolation,
-        );
-        println!("composite, {isolation:?}: {tally:?}");
-        assert_eq!(tally.admitted, CAPACITY, "{isolation:?}: {tally:?}");
-        for (member, left) in [(&small, 0.0), (&large, CAPACITY as f64)] {
-            let value: f64 = client
-                .query_one(
-                    "SELECT value FROM rate_limiter.rate_limits WHERE name = $1",
-                    &[member],
+    let smaller = [
+        format!("rate_limiter.token_bucket({CAPACITY}, '{LONG_PERIOD}')"),
+        format!(
+            "rate_limiter.fixed_window({CAPACITY}, '{LONG_PERIOD}', shards => 8, \
+             start => now() - interval '1 hour')"
+        ),
+    ];
+    for small_config in &smaller {
+        for isolation in [
+            IsolationLevel::ReadCommitted,
+            IsolationLevel::RepeatableRead,
+            IsolationLevel::Serializable,
+        ] {
+            let name = unique_name("hammer_composite");
+            let (small, large) = (format!("{name}_small"), format!("{name}_large"));
+            client
+                .execute(
+                    &format!(
+                        "SELECT rate_limiter.define($1, {small_config}), \
+                                rate_limiter.define($2, rate_limiter.token_bucket(2 * $3::float8, $4::text::interval)), \
+                                rate_limiter.define_all($5, ARRAY[$2, $1])"
+                    ),
+                    &[&small, &large, &(CAPACITY as f64), &LONG_PERIOD, &name],
                 )
-                .unwrap()
-                .get(0);
-            assert!(
-                (value - left).abs() < 0.01,
-                "{isolation:?}: {member} holds {value}"
+                .expect("define the composite");
+            let tally = rate_limiter_integration_tests::hammer(
+                CONNECTIONS,
+                HAMMER_FOR,
+                "SELECT ok FROM rate_limiter.rate_limit($1, 'k')",
+                &name,
+                isolation,
             );
+            println!("composite of {small_config}, {isolation:?}: {tally:?}");
+            assert_eq!(tally.admitted, CAPACITY, "{isolation:?}: {tally:?}");
+            for (member, left) in [(&small, 0.0), (&large, CAPACITY as f64)] {
+                let value: f64 = client
+                    .query_one(
+                        "SELECT sum(value) FROM rate_limiter.rate_limits WHERE name = $1",
+                        &[member],
+                    )
+                    .unwrap()
+                    .get(0);
+                assert!(
+                    (value - left).abs() < 0.01,
+                    "{isolation:?}: {member} holds {value}"
+                );
+            }
         }
     }
 }
