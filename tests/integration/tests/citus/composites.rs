@@ -152,3 +152,62 @@ fn a_composite_is_all_or_nothing_from_every_node() {
     );
     forget("cmp");
 }
+
+/// A composite whose members are sharded (docs/composites.md, "On a Citus
+/// cluster"): a token bucket of 4 shards and one unsharded, called from
+/// every node on a key of each worker, admits exactly the unsharded
+/// member's capacity all or nothing: the sharded member's shards, on the
+/// key's node, lose exactly the admitted calls together.
+#[test]
+#[ignore = "needs the Citus cluster of scripts/test.sh"]
+fn a_composite_of_sharded_members_is_all_or_nothing_from_every_node() {
+    forget("cmps");
+    make_distributed();
+    let mut coordinator = coordinator();
+    coordinator
+        .batch_execute(
+            "SELECT rate_limiter.define('cmps_sharded', rate_limiter.token_bucket(40, '1000 days', shards => 4));
+             SELECT rate_limiter.define('cmps_six', rate_limiter.token_bucket(6, '1000 days'));
+             SELECT rate_limiter.define_all('cmps', ARRAY['cmps_sharded', 'cmps_six']);",
+        )
+        .expect("define the composite");
+    let mut clients: Vec<Client> = urls().iter().map(|url| connect(url)).collect();
+    for client in clients.iter_mut() {
+        client
+            .batch_execute("SET rate_limiter.now_override = '2026-01-01 00:00:00+00'")
+            .expect("set the clock");
+    }
+    let (on_worker1, on_worker2) = keys_on_each_worker(&mut clients[0], "cmps-key-");
+    for key in [on_worker1.as_str(), on_worker2.as_str()] {
+        let mut admitted = 0;
+        for _ in 0..4 {
+            for client in clients.iter_mut() {
+                if take(client, "cmps", Some(key)).0 {
+                    admitted += 1;
+                }
+            }
+        }
+        assert_eq!(admitted, 6, "{key}: exactly cmps_six's capacity");
+        let sharded: f64 = coordinator
+            .query_one(
+                "SELECT sum(value) FROM rate_limiter.rate_limits WHERE name = 'cmps_sharded' AND key = $1",
+                &[&key],
+            )
+            .expect("the shards' rows")
+            .get(0);
+        // (Missing shards are full: 10 each.)
+        let rows: i64 = coordinator
+            .query_one(
+                "SELECT count(*) FROM rate_limiter.rate_limits WHERE name = 'cmps_sharded' AND key = $1",
+                &[&key],
+            )
+            .expect("the shards' rows")
+            .get(0);
+        assert_eq!(
+            sharded + 10.0 * (4 - rows) as f64,
+            34.0,
+            "{key}: the sharded member lost exactly the 6 admitted calls"
+        );
+    }
+    forget("cmps");
+}

@@ -454,17 +454,32 @@ fn an_install_distributed_at_0_5_0_updates_and_distribute_again_places_its_overr
         &SqlState::OBJECT_NOT_IN_PREREQUISITE_STATE,
         "{error}"
     );
+    // And so do composites (docs/composites.md): the composites table,
+    // new in 0.6.0, is the coordinator's own.
+    let error = coordinator
+        .batch_execute("SELECT rate_limiter.define_all('old5_both', ARRAY['old5', 'old5_pro'])")
+        .expect_err("a composite before distribute()");
+    assert_eq!(
+        error.as_db_error().expect("db error").code(),
+        &SqlState::OBJECT_NOT_IN_PREREQUISITE_STATE,
+        "{error}"
+    );
     coordinator
         .batch_execute("SELECT rate_limiter.distribute()")
         .expect("distribute() again after the update");
     coordinator
         .batch_execute(
             "SELECT rate_limiter.override('old5', 'a', plan => 'old5_pro'); \
-             SELECT rate_limiter.block('old5', 'b', '1 hour')",
+             SELECT rate_limiter.block('old5', 'b', '1 hour'); \
+             SELECT rate_limiter.define_all('old5_both', ARRAY['old5', 'old5_pro'])",
         )
-        .expect("an override and a block after distribute()");
+        .expect("an override, a block and a composite after distribute()");
     for (node, mut client) in nodes() {
         assert!(!consume(&mut client, "old5", Some("b")), "{node}: blocked");
+        assert!(
+            consume(&mut client, "old5_both", Some("c")),
+            "{node}: the composite, known on every node"
+        );
     }
     for (node, mut client) in nodes() {
         let remaining: f64 = client
