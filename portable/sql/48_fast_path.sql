@@ -11,6 +11,32 @@
 -- operators give what _add, _sub and _mul give). Times are microseconds
 -- since 2000-01-01.
 
+-- Whether a defined limit takes the fast paths for count: a period of 1
+-- to 2^63 - 1 microseconds (period_us, numeric; NULL: no definition, or
+-- sharded), no automatic blocks, rate and capacity in the range above,
+-- count at most the capacity, and a token bucket, a calendar window, or a
+-- fixed or sliding window with a start (its phase is not hashed per key).
+CREATE FUNCTION rate_limiter._fast_limit(kind rate_limiter.kind, rate float8, capacity float8,
+                                         start timestamptz, period_us numeric, block_for interval,
+                                         count float8)
+RETURNS boolean
+LANGUAGE sql IMMUTABLE PARALLEL SAFE
+AS $$
+    SELECT period_us >= 1 AND period_us <= 9223372036854775807 AND block_for IS NULL
+           AND rate >= 1e-280 AND rate <= 1e280 AND capacity <= 1e280 AND count <= capacity
+           AND (kind = 'token bucket' OR start IS NOT NULL OR kind = 'calendar window')
+$$;
+
+-- Whether a stored state is in the fast paths' range: value at most
+-- 1e280 in magnitude, prev NULL or between 1e-200 and 1e280 in magnitude.
+CREATE FUNCTION rate_limiter._fast_state(value float8, prev float8)
+RETURNS boolean
+LANGUAGE sql IMMUTABLE PARALLEL SAFE
+AS $$
+    SELECT value >= -1e280 AND value <= 1e280
+           AND (prev IS NULL OR pg_catalog.abs(prev) BETWEEN 1e-200 AND 1e280)
+$$;
+
 -- What an existing row's limit has left at now once count is taken from
 -- it (negative: the call is refused). Exactly what the call leaves for a
 -- token bucket and a fixed or sliding window; for a calendar window a

@@ -374,11 +374,9 @@ BEGIN
         limit_period_us := CASE WHEN limit_shards = 1 THEN EXTRACT(epoch FROM limit_interval) * 1000000 END;
         lock_free := pg_catalog.current_setting('rate_limiter.lock_free_refusals', true);
         -- (limit_period_us is NULL when there is no definition.)
-        IF limit_period_us >= 1 AND limit_period_us <= 9223372036854775807 AND NOT overridden
-           AND limit_block_for IS NULL
-           AND limit_rate >= 1e-280 AND limit_rate <= 1e280 AND limit_capacity <= 1e280
-           AND count <= limit_capacity
-           AND (limit_kind = 'token bucket' OR limit_start IS NOT NULL OR limit_kind = 'calendar window')
+        IF NOT overridden
+           AND rate_limiter._fast_limit(limit_kind, limit_rate, limit_capacity, limit_start, limit_period_us,
+                                        limit_block_for, count)
            AND (lock_free = 'on' OR lock_free IS NULL OR lock_free = '' OR rate_limiter._lock_free()) THEN
             limit_period := limit_period_us::bigint;
             override := pg_catalog.current_setting('rate_limiter.now_override', true);
@@ -402,16 +400,14 @@ BEGIN
                     now_us := rate_limiter._now();
                 END IF;
                 row_ts_us := rate_limiter._micros(row_ts);
-                IF row_value >= -1e280 AND row_value <= 1e280
-                   AND (row_prev IS NULL OR pg_catalog.abs(row_prev) BETWEEN 1e-200 AND 1e280)
+                IF rate_limiter._fast_state(row_value, row_prev)
                    AND rate_limiter._fast_left(limit_kind, limit_rate, limit_period, limit_capacity, limit_zone,
                                                row_value, row_ts_us, row_prev, now_us, count) >= 0 THEN
                     SELECT r.value, r.ts, r.prev INTO row_value, row_ts, row_prev
                     FROM rate_limiter.rate_limits AS r
                     WHERE r.ctid = row_ctid AND r.name = rate_limit.name AND r.key = rate_limit.key AND r.shard = 0
                     FOR UPDATE;
-                    fast := FOUND AND row_value >= -1e280 AND row_value <= 1e280
-                            AND (row_prev IS NULL OR pg_catalog.abs(row_prev) BETWEEN 1e-200 AND 1e280);
+                    fast := FOUND AND rate_limiter._fast_state(row_value, row_prev);
                 END IF;
             ELSE
                 fast := true;

@@ -213,12 +213,9 @@ BEGIN
         period_us := EXTRACT(epoch FROM period) * 1000000;
         -- (A member named twice: the same name twice in a row.)
         IF NOT FOUND OR (i > 1 AND names[i - 1] = names[i])
-           OR shards <> 1 OR block_for IS NOT NULL OR row_regime IS NOT NULL
-           OR NOT (period_us >= 1 AND period_us <= 9223372036854775807)
-           OR NOT (kind = 'token bucket' OR (kind IN ('fixed window', 'sliding window') AND start IS NOT NULL))
-           OR NOT (rate >= 1e-280 AND rate <= 1e280 AND capacity <= 1e280 AND count <= capacity)
-           OR NOT coalesce(row_value >= -1e280 AND row_value <= 1e280
-                           AND (row_prev IS NULL OR pg_catalog.abs(row_prev) BETWEEN 1e-200 AND 1e280), true) THEN
+           OR shards <> 1 OR row_regime IS NOT NULL OR kind = 'calendar window'
+           OR NOT rate_limiter._fast_limit(kind, rate, capacity, start, period_us, block_for, count)
+           OR NOT (row_ctid IS NULL OR rate_limiter._fast_state(row_value, row_prev)) THEN
             RETURN;
         END IF;
         definition_ctids[i] := definition_ctid;
@@ -233,11 +230,7 @@ BEGIN
         row_prevs[i] := row_prev;
     END LOOP;
     override := pg_catalog.current_setting('rate_limiter.now_override', true);
-    IF override IS NULL OR pg_catalog.btrim(override) = '' THEN
-        now_us := rate_limiter._micros(pg_catalog.clock_timestamp());
-    ELSE
-        now_us := rate_limiter._now();
-    END IF;
+    now_us := rate_limiter._micros(rate_limiter._fast_now(override));
     -- As committed: every member admits (refusals never wait).
     FOR i IN 1..member_count LOOP
         IF row_ctids[i] IS NULL THEN
@@ -254,8 +247,7 @@ BEGIN
         FROM rate_limiter.rate_limits AS r
         WHERE r.ctid = row_ctids[i] AND r.name = names[i] AND r.key = _composite_fast.key AND r.shard = 0
         FOR UPDATE;
-        IF NOT FOUND OR NOT (row_value >= -1e280 AND row_value <= 1e280)
-           OR NOT (row_prev IS NULL OR pg_catalog.abs(row_prev) BETWEEN 1e-200 AND 1e280) THEN
+        IF NOT FOUND OR NOT rate_limiter._fast_state(row_value, row_prev) THEN
             RETURN;
         END IF;
         row_values[i] := row_value;

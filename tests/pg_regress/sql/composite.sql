@@ -59,6 +59,11 @@ SELECT * FROM rate_limiter.rate_wait('comp_api', 'k2', 1, timeout => '0 seconds'
 -- The global key.
 SELECT * FROM rate_limiter.rate_limit('comp_api', NULL, 3);
 SELECT name, key, value FROM rate_limiter.rate_limits WHERE name LIKE 'comp\_%' AND key IS NULL ORDER BY name;
+-- More members than rate_limiter.max_requests: 54000 on a key too (where
+-- the call could otherwise be decided as its members' single calls are).
+SET rate_limiter.max_requests = 1;
+SELECT * FROM rate_limiter.rate_limit('comp_api', 'k3');
+RESET rate_limiter.max_requests;
 
 -- A member in shadow mode does not refuse (as in rate_limit_all); a
 -- composite in shadow mode answers a refusal as admitted and consumes
