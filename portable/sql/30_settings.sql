@@ -190,7 +190,8 @@ AS $bound$
 DECLARE
     chosen text;
 BEGIN
-    IF rate_limiter._may_override() OR pg_catalog.has_parameter_privilege(session_user, setting, 'SET') THEN
+    -- (The privilege first: a superuser's answer needs no catalog read.)
+    IF pg_catalog.has_parameter_privilege(session_user, setting, 'SET') OR rate_limiter._may_override() THEN
         chosen := pg_catalog.current_setting(setting, true);
     ELSE
         SELECT pg_catalog.substr(config, pg_catalog.length(setting) + 2) INTO chosen

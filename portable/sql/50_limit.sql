@@ -387,7 +387,9 @@ BEGIN
             -- lock that version (its name and key checked: a TID may be
             -- reused once the version is gone) and decide again under the
             -- lock. A version changed or deleted meanwhile is not found:
-            -- general path.
+            -- general path (on a minor release whose TID scan rechecks no
+            -- TID after a wait, the latest version, decided on again; one
+            -- of another regime is not found either way).
             SELECT r.ctid, r.value, r.ts, r.regime, r.prev INTO row_ctid, row_value, row_ts, row_regime, row_prev
             FROM rate_limiter.rate_limits AS r
             WHERE r.name = rate_limit.name AND r.key = rate_limit.key AND r.shard = 0;
@@ -406,6 +408,7 @@ BEGIN
                     SELECT r.value, r.ts, r.prev INTO row_value, row_ts, row_prev
                     FROM rate_limiter.rate_limits AS r
                     WHERE r.ctid = row_ctid AND r.name = rate_limit.name AND r.key = rate_limit.key AND r.shard = 0
+                      AND r.regime IS NULL
                     FOR UPDATE;
                     fast := FOUND AND rate_limiter._fast_state(row_value, row_prev);
                 END IF;

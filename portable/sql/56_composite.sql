@@ -105,6 +105,36 @@ BEGIN
 END
 $composite$;
 
+-- One member of a composite as its fast path reads it in one statement
+-- (_composite_fast): its definition (version, kind, rate, capacity,
+-- shards, start, period, block_for) and the key's row (version, value, ts,
+-- prev, regime; all NULL: no row). Internal, and only the portable
+-- edition's: the native extension does this in C. (A DO block, not
+-- CREATE TYPE: every run of the portable edition's functions, install
+-- and update, makes sure it is there.)
+DO $fast_member$
+BEGIN
+    IF pg_catalog.to_regtype('rate_limiter._fast_member') IS NULL THEN
+        CREATE TYPE rate_limiter._fast_member AS (
+            name            text,
+            definition_ctid tid,
+            kind            rate_limiter.kind,
+            rate            float8,
+            capacity        float8,
+            shards          int,
+            start           timestamptz,
+            period          interval,
+            block_for       interval,
+            row_ctid        tid,
+            value           float8,
+            ts              timestamptz,
+            prev            float8,
+            regime          bigint
+        );
+    END IF;
+END
+$fast_member$;
+
 -- The fast path of a consuming call of a composite (rate_limit's, in
 -- 50_limit.sql, for several rows; as rate_limit_all does it natively,
 -- src/storage/all_or_nothing.rs): a composite of at most 8 (and at most
@@ -113,199 +143,234 @@ $composite$;
 -- blocks, none with an override or a block for the key or a row of
 -- another regime, called with a key under READ COMMITTED (rate_limit has
 -- checked the call itself) and admitted by every member without a debt.
--- A statement per member reads its definition and row as committed (no
+-- One statement reads the members' definitions and rows as committed (no
 -- lock: a refusal takes the general path, which answers it without a
--- lock); then the existing rows are locked one by one in the lock order
--- (name bytewise: rate_limit_all's, 55_all.sql), each at the version read
--- (a version changed or deleted meanwhile is not found), the clock is read
--- and every member decides again (48_fast_path.sql's arithmetic); the new
--- rows, which must all come after the existing ones in that order, are
--- inserted once decided (while the version of their definition read is
--- still the committed one), then the existing rows updated. Anything else
--- answers ok NULL and the call takes the general path, which then holds
--- what this held: always the rows before some point of the lock order (so
--- calls never wait for each other in a cycle). A new row that another
--- transaction inserted first (or whose definition changed) deletes the
--- rows this call inserted before it takes the general path (they stay
--- held, as the rows before the one it lost, until the transaction ends).
--- ok true: admitted, remaining the least of the members'.
+-- lock); they are put in the lock order (name bytewise: rate_limit_all's,
+-- 55_all.sql), the clock is read and every member decides
+-- (48_fast_path.sql's arithmetic).
+-- * Every member has a row: each row is updated in that order only if the
+--   version read is still the committed one (a TID scan: it waits for a
+--   holder, then finds the version it committed is another), so every
+--   decision was made on the rows as they were when the clock was read
+--   and still are once held. A version changed or deleted meanwhile: the
+--   rows updated before it get their states back (held, as the rows
+--   before it), and the general path decides again.
+-- * Else the existing rows, which must all come before the new ones in
+--   that order, are locked one by one at the versions read (a version
+--   changed or deleted meanwhile is not found, or is the latest version
+--   on a minor release whose TID scan rechecks no TID after a wait, then
+--   decided on), the clock is read again
+--   and they decide again; the new rows are inserted in order (each while
+--   the version of its definition read is still the committed one), then
+--   the existing rows updated. A new row that another transaction
+--   inserted first (or whose definition changed) deletes the rows this
+--   call inserted before it takes the general path (they stay held, as
+--   the rows before the one it lost, until the transaction ends).
+-- Anything else answers ok NULL and the call takes the general path,
+-- which then holds what this held: always the rows before some point of
+-- the lock order (so calls never wait for each other in a cycle), with
+-- the states they had. ok true: admitted, remaining the least of the
+-- members'.
 CREATE FUNCTION rate_limiter._composite_fast(name text, key text, count float8,
                                              OUT ok boolean, OUT remaining float8)
 LANGUAGE plpgsql VOLATILE
 AS $composite_fast$
 DECLARE
-    -- Per member, in lock order: its definition (version, kind, rate,
-    -- capacity, period and start in microseconds) and its row (version,
-    -- state as committed, then as locked), then the state to store.
+    -- The composite's members as named, and as read, in lock order.
     names text[];
-    definition_ctids tid[];
-    kinds rate_limiter.kind[];
-    rates float8[];
-    capacities float8[];
+    members rate_limiter._fast_member[];
+    member_count int;
+    overridden boolean;
+    -- One member, as read.
+    m rate_limiter._fast_member;
+    j int;
+    period_us numeric;
+    -- Per member: the period in microseconds, the row as read (then as
+    -- locked), the state to store.
     periods bigint[];
-    starts bigint[];
-    row_ctids tid[];
     row_values float8[];
     row_tss timestamptz[];
     row_prevs float8[];
     new_values float8[];
+    new_tss timestamptz[];
     new_prevs float8[];
-    member_count int;
-    overridden boolean;
-    -- The first member without a row (the new rows: it and those after).
+    -- The first member without a row (the new rows: it and those after),
+    -- the last with one, and whether the existing rows are locked.
     first_new int;
-    -- One member's, as read.
-    member text;
-    definition_ctid tid;
-    kind rate_limiter.kind;
-    rate float8;
-    capacity float8;
-    shards int;
-    start timestamptz;
-    period interval;
-    block_for interval;
-    row_ctid tid;
-    row_value float8;
-    row_ts timestamptz;
-    row_prev float8;
-    row_regime bigint;
-    period_us numeric;
-    j int;
+    last_existing int;
+    locked boolean := false;
     override text;
     now_ts timestamptz;
     now_us bigint;
+    row_value float8;
+    row_ts timestamptz;
+    row_prev float8;
+    row_ctid tid;
     row_ts_us bigint;
+    member text;
+    definition_ctid tid;
     left_after float8;
     least_left float8;
 BEGIN
-    -- The members, and whether any has an override or a block for the key.
+    -- The members with their definitions and rows, and whether any has an
+    -- override or a block for the key. (A member named twice, or not
+    -- defined, makes fewer definitions than names.)
     SELECT c.members,
            EXISTS (SELECT FROM rate_limiter.overrides AS o WHERE o.name = ANY (c.members) AND o.key = _composite_fast.key)
-           OR EXISTS (SELECT FROM rate_limiter.blocks AS b WHERE b.name = ANY (c.members) AND b.key = _composite_fast.key)
-    INTO names, overridden
+           OR EXISTS (SELECT FROM rate_limiter.blocks AS b WHERE b.name = ANY (c.members) AND b.key = _composite_fast.key),
+           ARRAY(SELECT ROW(d.name, d.ctid, d.kind, d.rate, coalesce(d.capacity, d.rate), d.shards, d.start, d.period,
+                            d.block_for, r.ctid, r.value, r.ts, r.prev, r.regime)::rate_limiter._fast_member
+                 FROM rate_limiter.definitions AS d
+                 LEFT JOIN rate_limiter.rate_limits AS r
+                        ON r.name = d.name AND r.key = _composite_fast.key AND r.shard = 0
+                 WHERE d.name = ANY (c.members))
+    INTO names, overridden, members
     FROM rate_limiter.composites AS c WHERE c.name = _composite_fast.name;
     member_count := coalesce(pg_catalog.cardinality(names), 0);
     -- (More members than rate_limiter.max_requests: the general path's
     -- 54000.)
-    IF member_count = 0 OR member_count > 8 OR overridden
+    IF member_count = 0 OR member_count > 8 OR overridden OR pg_catalog.cardinality(members) <> member_count
        OR member_count > rate_limiter._bound('rate_limiter.max_requests', 1000) THEN
         RETURN;
     END IF;
     -- In the lock order (bytewise; an insertion sort of at most 8).
     FOR i IN 2..member_count LOOP
-        member := names[i];
-        j := i - 1;
-        WHILE j >= 1 AND names[j] COLLATE "C" > member COLLATE "C" LOOP
-            names[j + 1] := names[j];
-            j := j - 1;
-        END LOOP;
-        names[j + 1] := member;
+        IF members[i - 1].name COLLATE "C" > members[i].name COLLATE "C" THEN
+            m := members[i];
+            j := i - 1;
+            WHILE j >= 1 AND members[j].name COLLATE "C" > m.name COLLATE "C" LOOP
+                members[j + 1] := members[j];
+                j := j - 1;
+            END LOOP;
+            members[j + 1] := m;
+        END IF;
     END LOOP;
-    -- Each member's definition and row, as committed.
+    -- Each member takes this path; the existing rows come first.
     FOR i IN 1..member_count LOOP
-        SELECT d.ctid, d.kind, d.rate, coalesce(d.capacity, d.rate), d.shards, d.start, d.period, d.block_for,
-               r.ctid, r.value, r.ts, r.prev, r.regime
-        INTO definition_ctid, kind, rate, capacity, shards, start, period, block_for,
-             row_ctid, row_value, row_ts, row_prev, row_regime
-        FROM rate_limiter.definitions AS d
-        LEFT JOIN rate_limiter.rate_limits AS r ON r.name = d.name AND r.key = _composite_fast.key AND r.shard = 0
-        WHERE d.name = names[i];
-        period_us := EXTRACT(epoch FROM period) * 1000000;
-        -- (A member named twice: the same name twice in a row.)
-        IF NOT FOUND OR (i > 1 AND names[i - 1] = names[i])
-           OR shards <> 1 OR row_regime IS NOT NULL OR kind = 'calendar window'
-           OR NOT rate_limiter._fast_limit(kind, rate, capacity, start, period_us, block_for, count)
-           OR NOT (row_ctid IS NULL OR rate_limiter._fast_state(row_value, row_prev)) THEN
+        m := members[i];
+        period_us := EXTRACT(epoch FROM m.period) * 1000000;
+        IF m.shards <> 1 OR m.regime IS NOT NULL OR m.kind = 'calendar window'
+           OR NOT rate_limiter._fast_limit(m.kind, m.rate, m.capacity, m.start, period_us, m.block_for, count) THEN
             RETURN;
         END IF;
-        definition_ctids[i] := definition_ctid;
-        kinds[i] := kind;
-        rates[i] := rate;
-        capacities[i] := capacity;
         periods[i] := period_us::bigint;
-        starts[i] := rate_limiter._micros(start);
-        row_ctids[i] := row_ctid;
-        row_values[i] := row_value;
-        row_tss[i] := row_ts;
-        row_prevs[i] := row_prev;
-    END LOOP;
-    override := pg_catalog.current_setting('rate_limiter.now_override', true);
-    now_us := rate_limiter._micros(rate_limiter._fast_now(override));
-    -- As committed: every member admits (refusals never wait).
-    FOR i IN 1..member_count LOOP
-        IF row_ctids[i] IS NULL THEN
+        IF m.row_ctid IS NULL THEN
             first_new := coalesce(first_new, i);
-        ELSIF first_new IS NOT NULL
-              OR rate_limiter._fast_left(kinds[i], rates[i], periods[i], capacities[i], NULL, row_values[i],
-                                         rate_limiter._micros(row_tss[i]), row_prevs[i], now_us, count) < 0 THEN
+        ELSIF first_new IS NOT NULL OR NOT rate_limiter._fast_state(m.value, m.prev) THEN
             RETURN;
-        END IF;
-    END LOOP;
-    -- The existing rows, locked in order, each at the version read.
-    FOR i IN 1..coalesce(first_new - 1, member_count) LOOP
-        SELECT r.value, r.ts, r.prev INTO row_value, row_ts, row_prev
-        FROM rate_limiter.rate_limits AS r
-        WHERE r.ctid = row_ctids[i] AND r.name = names[i] AND r.key = _composite_fast.key AND r.shard = 0
-        FOR UPDATE;
-        IF NOT FOUND OR NOT rate_limiter._fast_state(row_value, row_prev) THEN
-            RETURN;
-        END IF;
-        row_values[i] := row_value;
-        row_tss[i] := row_ts;
-        row_prevs[i] := row_prev;
-    END LOOP;
-    -- The clock, read once the rows are held; every member decides again.
-    now_ts := rate_limiter._fast_now(override);
-    now_us := rate_limiter._micros(now_ts);
-    FOR i IN 1..member_count LOOP
-        IF i >= first_new THEN
-            left_after := capacities[i] - count;
-            new_values[i] := rate_limiter._fast_new_value(kinds[i], capacities[i], count);
         ELSE
+            row_values[i] := m.value;
+            row_tss[i] := m.ts;
+            row_prevs[i] := m.prev;
+        END IF;
+    END LOOP;
+    last_existing := coalesce(first_new - 1, member_count);
+    override := pg_catalog.current_setting('rate_limiter.now_override', true);
+    -- The existing rows decide on the rows as read (refusals never wait);
+    -- with new rows, again once locked.
+    LOOP
+        now_ts := rate_limiter._fast_now(override);
+        now_us := rate_limiter._micros(now_ts);
+        least_left := NULL;
+        FOR i IN 1..last_existing LOOP
+            m := members[i];
             row_ts_us := rate_limiter._micros(row_tss[i]);
-            left_after := rate_limiter._fast_left(kinds[i], rates[i], periods[i], capacities[i], NULL, row_values[i],
+            left_after := rate_limiter._fast_left(m.kind, m.rate, periods[i], m.capacity, NULL, row_values[i],
                                                   row_ts_us, row_prevs[i], now_us, count);
             IF left_after < 0 THEN
                 RETURN;
             END IF;
-            new_values[i] := rate_limiter._fast_value(kinds[i], rates[i], periods[i], capacities[i], row_values[i],
+            new_values[i] := rate_limiter._fast_value(m.kind, m.rate, periods[i], m.capacity, row_values[i],
                                                       row_ts_us, row_prevs[i], now_us, count);
-            new_prevs[i] := rate_limiter._fast_prev(kinds[i], periods[i], row_values[i], row_ts_us, row_prevs[i],
+            new_tss[i] := rate_limiter._fast_ts(m.kind, periods[i], row_tss[i], row_ts_us, now_ts, now_us);
+            new_prevs[i] := rate_limiter._fast_prev(m.kind, periods[i], row_values[i], row_ts_us, row_prevs[i],
                                                     now_us);
-        END IF;
-        least_left := least(least_left, left_after);
+            least_left := least(least_left, left_after);
+        END LOOP;
+        EXIT WHEN first_new IS NULL OR last_existing = 0 OR locked;
+        -- The existing rows, locked in order, each at the version read.
+        FOR i IN 1..last_existing LOOP
+            row_ctid := members[i].row_ctid;
+            member := members[i].name;
+            SELECT r.value, r.ts, r.prev INTO row_value, row_ts, row_prev
+            FROM rate_limiter.rate_limits AS r
+            WHERE r.ctid = row_ctid AND r.name = member AND r.key = _composite_fast.key AND r.shard = 0
+              AND r.regime IS NULL
+            FOR UPDATE;
+            IF NOT FOUND OR NOT rate_limiter._fast_state(row_value, row_prev) THEN
+                RETURN;
+            END IF;
+            row_values[i] := row_value;
+            row_tss[i] := row_ts;
+            row_prevs[i] := row_prev;
+        END LOOP;
+        locked := true;
     END LOOP;
-    -- The new rows, in order, each while the version of its definition
-    -- read is still the committed one.
-    FOR i IN coalesce(first_new, member_count + 1)..member_count LOOP
-        row_ts := rate_limiter._fast_new_ts(kinds[i], periods[i], starts[i], now_ts, now_us, NULL);
-        row_value := new_values[i];
-        member := names[i];
-        definition_ctid := definition_ctids[i];
-        INSERT INTO rate_limiter.rate_limits AS r (name, key, shard, value, ts)
-        SELECT member, _composite_fast.key, 0, row_value, row_ts
-        FROM rate_limiter.definitions AS d
-        WHERE d.ctid = definition_ctid AND d.name = member
-        ON CONFLICT ON CONSTRAINT rate_limits_name_key_shard_key DO NOTHING;
-        IF NOT FOUND THEN
-            -- Inserted first by another transaction (or the definition
-            -- changed): withdraw what this call inserted.
-            RAISE DEBUG 'rate_limiter: another transaction inserted the same state row; looking again';
-            DELETE FROM rate_limiter.rate_limits AS r
-            WHERE r.name = ANY (names[first_new:i - 1]) AND r.key = _composite_fast.key AND r.shard = 0;
-            RETURN;
-        END IF;
-    END LOOP;
-    -- The existing rows, each at the version locked (a TID scan).
-    FOR i IN 1..coalesce(first_new - 1, member_count) LOOP
-        row_ts := rate_limiter._fast_ts(kinds[i], periods[i], row_tss[i], rate_limiter._micros(row_tss[i]), now_ts,
-                                        now_us);
-        row_value := new_values[i];
-        row_prev := new_prevs[i];
-        row_ctid := row_ctids[i];
-        UPDATE rate_limiter.rate_limits AS r SET value = row_value, ts = row_ts, prev = row_prev
-        WHERE r.ctid = row_ctid;
-    END LOOP;
+    IF first_new IS NULL THEN
+        -- Every member has a row: each updated if still as read.
+        FOR i IN 1..member_count LOOP
+            row_ctid := members[i].row_ctid;
+            member := members[i].name;
+            row_value := new_values[i];
+            row_ts := new_tss[i];
+            row_prev := new_prevs[i];
+            -- (The state read checked too: a minor release whose TID scan
+            -- rechecks no TID after a wait would update the latest version.)
+            UPDATE rate_limiter.rate_limits AS r SET value = row_value, ts = row_ts, prev = row_prev
+            WHERE r.ctid = row_ctid AND r.name = member AND r.key = _composite_fast.key AND r.shard = 0
+              AND r.value = row_values[i] AND r.ts = row_tss[i] AND r.prev IS NOT DISTINCT FROM row_prevs[i]
+              AND r.regime IS NULL;
+            IF NOT FOUND THEN
+                -- Changed meanwhile: the rows updated before it as they
+                -- were (this transaction's versions, held).
+                RAISE DEBUG 'rate_limiter: a state row changed since the call read it; looking again';
+                FOR j IN 1..i - 1 LOOP
+                    member := members[j].name;
+                    row_value := row_values[j];
+                    row_ts := row_tss[j];
+                    row_prev := row_prevs[j];
+                    UPDATE rate_limiter.rate_limits AS r SET value = row_value, ts = row_ts, prev = row_prev
+                    WHERE r.name = member AND r.key = _composite_fast.key AND r.shard = 0;
+                END LOOP;
+                RETURN;
+            END IF;
+        END LOOP;
+    ELSE
+        -- The new rows, in order, each while the version of its
+        -- definition read is still the committed one.
+        FOR i IN first_new..member_count LOOP
+            m := members[i];
+            least_left := least(least_left, m.capacity - count);
+            row_value := rate_limiter._fast_new_value(m.kind, m.capacity, count);
+            row_ts := rate_limiter._fast_new_ts(m.kind, periods[i], rate_limiter._micros(m.start), now_ts, now_us,
+                                                NULL);
+            member := m.name;
+            definition_ctid := m.definition_ctid;
+            INSERT INTO rate_limiter.rate_limits AS r (name, key, shard, value, ts)
+            SELECT member, _composite_fast.key, 0, row_value, row_ts
+            FROM rate_limiter.definitions AS d
+            WHERE d.ctid = definition_ctid AND d.name = member
+            ON CONFLICT ON CONSTRAINT rate_limits_name_key_shard_key DO NOTHING;
+            IF NOT FOUND THEN
+                -- Inserted first by another transaction (or the definition
+                -- changed): withdraw what this call inserted.
+                RAISE DEBUG 'rate_limiter: another transaction inserted the same state row; looking again';
+                DELETE FROM rate_limiter.rate_limits AS r
+                WHERE r.name = ANY (ARRAY(SELECT n.name FROM pg_catalog.unnest(members[first_new:i - 1]) AS n))
+                  AND r.key = _composite_fast.key AND r.shard = 0;
+                RETURN;
+            END IF;
+        END LOOP;
+        -- The existing rows, each at the version locked (a TID scan).
+        FOR i IN 1..last_existing LOOP
+            row_ctid := members[i].row_ctid;
+            row_value := new_values[i];
+            row_ts := new_tss[i];
+            row_prev := new_prevs[i];
+            UPDATE rate_limiter.rate_limits AS r SET value = row_value, ts = row_ts, prev = row_prev
+            WHERE r.ctid = row_ctid;
+        END LOOP;
+    END IF;
     ok := true;
     remaining := least_left;
 END

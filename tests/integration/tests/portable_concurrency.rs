@@ -198,23 +198,29 @@ fn racing_composite_inserts_lose_nothing_and_duplicate_nothing() {
     );
 }
 
-/// The fast path inserts a composite's new rows one by one, in the lock
-/// order; when another transaction inserted a later one first, the rows
-/// it inserted are withdrawn (deleted) before the general path decides
-/// again, so nothing is consumed twice: a composite of a and b called on a
-/// new key while another transaction holds b's new row (inserted by a
-/// call of b alone) waits for it, then leaves a charged once and b twice.
-#[test]
-fn a_composite_withdraws_its_new_rows_when_another_inserted_one_first() {
-    let database = format!("{DATABASE}_withdraw");
-    let mut owner = portable::fresh_database(&database, "postgres");
-    let name = unique_name("portable_withdraw");
+/// A composite of a and b (a token bucket of 100 each) in a database of
+/// its own, called on key while another transaction holds b's row (a call
+/// of b alone, after `setup`): the composite's call waits for it, the
+/// holder commits, and the call, admitted, left the DEBUG notice `notice`,
+/// a's state `a_left` and b's `b_left`, one row each.
+fn call_while_b_is_held(
+    database: &str,
+    setup: &str,
+    key: &str,
+    notice: &str,
+    a_left: f64,
+    b_left: f64,
+) {
+    let mut owner = portable::fresh_database(database, "postgres");
+    let name = unique_name(database);
     let (a, b) = (format!("{name}_a"), format!("{name}_b"));
     owner
         .batch_execute(&format!(
             "SELECT rate_limiter.define('{a}', rate_limiter.token_bucket(100, '1 day'));
              SELECT rate_limiter.define('{b}', rate_limiter.token_bucket(100, '1 day'));
-             SELECT rate_limiter.define_all('{name}', ARRAY['{b}', '{a}']);"
+             SELECT rate_limiter.define_all('{name}', ARRAY['{b}', '{a}']);
+             {}",
+            setup.replace("$name", &name)
         ))
         .expect("define the composite");
     let url = format!(
@@ -224,8 +230,8 @@ fn a_composite_withdraws_its_new_rows_when_another_inserted_one_first() {
     let mut holder = postgres::Client::connect(&url, postgres::NoTls).expect("connect");
     let mut holding = holder.transaction().expect("begin");
     holding
-        .execute("SELECT rate_limiter.rate_limit($1, 'new')", &[&b])
-        .expect("b's new row, not yet committed");
+        .execute("SELECT rate_limiter.rate_limit($1, $2)", &[&b, &key])
+        .expect("b's row, not yet committed");
     let notices = std::sync::Arc::new(std::sync::Mutex::new(Vec::new()));
     let mut config: postgres::Config = url.parse().expect("the URL");
     let seen = notices.clone();
@@ -234,16 +240,17 @@ fn a_composite_withdraws_its_new_rows_when_another_inserted_one_first() {
     caller
         .batch_execute("SET client_min_messages = debug1")
         .expect("debug notices");
+    let caller_key = key.to_string();
     let waiting = std::thread::spawn(move || -> bool {
         caller
             .query_one(
-                "SELECT ok FROM rate_limiter.rate_limit($1, 'new')",
-                &[&name],
+                "SELECT ok FROM rate_limiter.rate_limit($1, $2)",
+                &[&name, &caller_key],
             )
             .expect("the composite's call")
             .get(0)
     });
-    // The composite's call inserts a's row, then waits on b's.
+    // The composite's call writes a's row, then waits on b's.
     let deadline = std::time::Instant::now() + Duration::from_secs(30);
     loop {
         let waits: i64 = owner
@@ -270,15 +277,15 @@ fn a_composite_withdraws_its_new_rows_when_another_inserted_one_first() {
             .lock()
             .unwrap()
             .iter()
-            .any(|notice| notice.contains("inserted the same state row")),
-        "the fast path's insert lost the race: {:?}",
+            .any(|seen| seen.contains(notice)),
+        "no notice {notice:?}: {:?}",
         notices.lock().unwrap()
     );
-    for (member, left) in [(&a, 99.0), (&b, 98.0)] {
+    for (member, left) in [(&a, a_left), (&b, b_left)] {
         let rows = owner
             .query(
-                "SELECT value FROM rate_limiter.rate_limits WHERE name = $1 AND key = 'new'",
-                &[member],
+                "SELECT value FROM rate_limiter.rate_limits WHERE name = $1 AND key = $2",
+                &[member, &key],
             )
             .expect("the stored state");
         assert_eq!(rows.len(), 1, "{member}: one row");
@@ -288,6 +295,42 @@ fn a_composite_withdraws_its_new_rows_when_another_inserted_one_first() {
             "{member}: {value}, not {left} (a refill of at most a few tokens a second aside)"
         );
     }
+}
+
+/// The fast path inserts a composite's new rows one by one, in the lock
+/// order; when another transaction inserted a later one first, the rows
+/// it inserted are withdrawn (deleted) before the general path decides
+/// again, so nothing is consumed twice: a composite of a and b called on a
+/// new key while another transaction holds b's new row (inserted by a
+/// call of b alone) waits for it, then leaves a charged once and b twice.
+#[test]
+fn a_composite_withdraws_its_new_rows_when_another_inserted_one_first() {
+    call_while_b_is_held(
+        &format!("{DATABASE}_withdraw"),
+        "",
+        "new",
+        "inserted the same state row",
+        99.0,
+        98.0,
+    );
+}
+
+/// When every member has a row, the fast path updates each only if it is
+/// still the version read; a row changed meanwhile gives the rows updated
+/// before it their states back before the general path decides again, so
+/// nothing is consumed twice: a composite of a and b called on an existing
+/// key while another transaction holds b's row (a call of b alone) updates
+/// a, waits for b, then leaves a charged once and b twice.
+#[test]
+fn a_composite_gives_back_what_it_updated_when_a_row_changed_meanwhile() {
+    call_while_b_is_held(
+        &format!("{DATABASE}_give_back"),
+        "SELECT rate_limiter.rate_limit('$name', 'old');",
+        "old",
+        "changed since the call read it",
+        98.0,
+        97.0,
+    );
 }
 
 /// A composite's fast path (56_composite.sql) locks its members' rows in

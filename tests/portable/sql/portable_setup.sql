@@ -16,7 +16,8 @@ ORDER BY c.relname, a.attnum;
 SELECT conrelid::regclass AS "table", conname, pg_get_constraintdef(oid) AS definition
 FROM pg_constraint WHERE connamespace = 'rate_limiter'::regnamespace AND contype <> 'n' ORDER BY 1, 2;
 
--- Same types.
+-- Same types (and the portable edition's internal ones, named _*, which
+-- the native extension has in C).
 SELECT t.typname, t.typtype,
        (SELECT string_agg(e.enumlabel, ', ' ORDER BY e.enumsortorder) FROM pg_enum e WHERE e.enumtypid = t.oid) AS labels,
        (SELECT string_agg(a.attname || ' ' || format_type(a.atttypid, a.atttypmod), ', ' ORDER BY a.attnum)
@@ -24,6 +25,7 @@ SELECT t.typname, t.typtype,
 FROM pg_type t
 WHERE t.typnamespace = 'rate_limiter'::regnamespace AND t.typtype IN ('e', 'c')
   AND (t.typtype = 'e' OR (SELECT relkind FROM pg_class WHERE oid = t.typrelid) = 'c')
+  AND t.typname !~ '^_'
 ORDER BY 1;
 
 -- Every function of the API, with the native signature, defaults and
