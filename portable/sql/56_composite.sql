@@ -107,8 +107,8 @@ $composite$;
 
 -- One member of a composite as its fast path reads it in one statement
 -- (_composite_fast): its definition (version, kind, rate, capacity,
--- shards, start, period, block_for) and the key's row (version, value, ts,
--- prev, regime; all NULL: no row). Internal, and only the portable
+-- shards, start, period, block_for) and the key's row (version and the
+-- transaction that wrote it, value, ts, prev, regime; all NULL: no row). Internal, and only the portable
 -- edition's: the native extension does this in C. (A DO block, not
 -- CREATE TYPE: every run of the portable edition's functions, install
 -- and update, makes sure it is there.)
@@ -126,6 +126,7 @@ BEGIN
             period          interval,
             block_for       interval,
             row_ctid        tid,
+            row_xmin        xid,
             value           float8,
             ts              timestamptz,
             prev            float8,
@@ -154,7 +155,11 @@ $fast_member$;
 --   decision was made on the rows as they were when the clock was read
 --   and still are once held. A version changed or deleted meanwhile: the
 --   rows updated before it get their states back (held, as the rows
---   before it), and the general path decides again.
+--   before it), and the general path decides again. Writes that took a
+--   millisecond or more and four times as long as the read before them
+--   (they waited for a holder that left a row as it was) decide and
+--   write again at the clock read then: a call that waited is charged
+--   when it proceeds, as when the clock is read after the locks.
 -- * Else the existing rows, which must all come before the new ones in
 --   that order, are locked one by one at the versions read (a version
 --   changed or deleted meanwhile is not found, or is the latest version
@@ -185,12 +190,9 @@ DECLARE
     m rate_limiter._fast_member;
     j int;
     period_us numeric;
-    -- Per member: the period in microseconds, the row as read (then as
-    -- locked), the state to store.
+    -- Per member: the period in microseconds, the state to store (the
+    -- row as read, then as locked: members[i]).
     periods bigint[];
-    row_values float8[];
-    row_tss timestamptz[];
-    row_prevs float8[];
     new_values float8[];
     new_tss timestamptz[];
     new_prevs float8[];
@@ -199,7 +201,13 @@ DECLARE
     first_new int;
     last_existing int;
     locked boolean := false;
+    -- Whether every row was written (then the least left as written).
+    written boolean := false;
+    least_written float8;
     override text;
+    -- The clock when the call began, and when its writes were done.
+    started_us bigint;
+    finished_us bigint;
     now_ts timestamptz;
     now_us bigint;
     row_value float8;
@@ -212,6 +220,8 @@ DECLARE
     left_after float8;
     least_left float8;
 BEGIN
+    override := pg_catalog.current_setting('rate_limiter.now_override', true);
+    started_us := rate_limiter._micros(rate_limiter._fast_now(override));
     -- The members with their definitions and rows, and whether any has an
     -- override or a block for the key. (A member named twice, or not
     -- defined, makes fewer definitions than names.)
@@ -219,7 +229,7 @@ BEGIN
            EXISTS (SELECT FROM rate_limiter.overrides AS o WHERE o.name = ANY (c.members) AND o.key = _composite_fast.key)
            OR EXISTS (SELECT FROM rate_limiter.blocks AS b WHERE b.name = ANY (c.members) AND b.key = _composite_fast.key),
            ARRAY(SELECT ROW(d.name, d.ctid, d.kind, d.rate, coalesce(d.capacity, d.rate), d.shards, d.start, d.period,
-                            d.block_for, r.ctid, r.value, r.ts, r.prev, r.regime)::rate_limiter._fast_member
+                            d.block_for, r.ctid, r.xmin, r.value, r.ts, r.prev, r.regime)::rate_limiter._fast_member
                  FROM rate_limiter.definitions AS d
                  LEFT JOIN rate_limiter.rate_limits AS r
                         ON r.name = d.name AND r.key = _composite_fast.key AND r.shard = 0
@@ -258,14 +268,9 @@ BEGIN
             first_new := coalesce(first_new, i);
         ELSIF first_new IS NOT NULL OR NOT rate_limiter._fast_state(m.value, m.prev) THEN
             RETURN;
-        ELSE
-            row_values[i] := m.value;
-            row_tss[i] := m.ts;
-            row_prevs[i] := m.prev;
         END IF;
     END LOOP;
     last_existing := coalesce(first_new - 1, member_count);
-    override := pg_catalog.current_setting('rate_limiter.now_override', true);
     -- The existing rows decide on the rows as read (refusals never wait);
     -- with new rows, again once locked.
     LOOP
@@ -274,20 +279,74 @@ BEGIN
         least_left := NULL;
         FOR i IN 1..last_existing LOOP
             m := members[i];
-            row_ts_us := rate_limiter._micros(row_tss[i]);
-            left_after := rate_limiter._fast_left(m.kind, m.rate, periods[i], m.capacity, NULL, row_values[i],
-                                                  row_ts_us, row_prevs[i], now_us, count);
+            row_ts_us := rate_limiter._micros(m.ts);
+            left_after := rate_limiter._fast_left(m.kind, m.rate, periods[i], m.capacity, NULL, m.value, row_ts_us,
+                                                  m.prev, now_us, count);
             IF left_after < 0 THEN
+                -- (Written: cannot be, what a row leaves never shrinks as
+                -- the clock moves on; the first write stands.)
+                IF written THEN
+                    ok := true;
+                    remaining := least_written;
+                END IF;
                 RETURN;
             END IF;
-            new_values[i] := rate_limiter._fast_value(m.kind, m.rate, periods[i], m.capacity, row_values[i],
-                                                      row_ts_us, row_prevs[i], now_us, count);
-            new_tss[i] := rate_limiter._fast_ts(m.kind, periods[i], row_tss[i], row_ts_us, now_ts, now_us);
-            new_prevs[i] := rate_limiter._fast_prev(m.kind, periods[i], row_values[i], row_ts_us, row_prevs[i],
-                                                    now_us);
+            new_values[i] := rate_limiter._fast_value(m.kind, m.rate, periods[i], m.capacity, m.value, row_ts_us,
+                                                      m.prev, now_us, count);
+            new_tss[i] := rate_limiter._fast_ts(m.kind, periods[i], m.ts, row_ts_us, now_ts, now_us);
+            new_prevs[i] := rate_limiter._fast_prev(m.kind, periods[i], m.value, row_ts_us, m.prev, now_us);
             least_left := least(least_left, left_after);
         END LOOP;
-        EXIT WHEN first_new IS NULL OR last_existing = 0 OR locked;
+        IF first_new IS NULL AND written THEN
+            -- Written again at this clock (the rows held: this
+            -- transaction's versions).
+            FOR i IN 1..member_count LOOP
+                member := members[i].name;
+                row_value := new_values[i];
+                row_ts := new_tss[i];
+                row_prev := new_prevs[i];
+                UPDATE rate_limiter.rate_limits AS r SET value = row_value, ts = row_ts, prev = row_prev
+                WHERE r.name = member AND r.key = _composite_fast.key AND r.shard = 0;
+            END LOOP;
+            EXIT;
+        ELSIF first_new IS NULL THEN
+            -- Every member has a row: each updated if still as read.
+            FOR i IN 1..member_count LOOP
+                m := members[i];
+                row_value := new_values[i];
+                row_ts := new_tss[i];
+                row_prev := new_prevs[i];
+                -- (The version's inserter checked too: a minor release
+                -- whose TID scan rechecks no TID after a wait would update
+                -- the latest version.)
+                UPDATE rate_limiter.rate_limits AS r SET value = row_value, ts = row_ts, prev = row_prev
+                WHERE r.ctid = m.row_ctid AND r.name = m.name AND r.key = _composite_fast.key AND r.shard = 0
+                  AND r.xmin = m.row_xmin AND r.regime IS NULL;
+                IF NOT FOUND THEN
+                    -- Changed meanwhile: the rows updated before it as they
+                    -- were (this transaction's versions, held).
+                    RAISE DEBUG 'rate_limiter: a state row changed since the call read it; looking again';
+                    FOR j IN 1..i - 1 LOOP
+                        m := members[j];
+                        UPDATE rate_limiter.rate_limits AS r SET value = m.value, ts = m.ts, prev = m.prev
+                        WHERE r.name = m.name AND r.key = _composite_fast.key AND r.shard = 0;
+                    END LOOP;
+                    RETURN;
+                END IF;
+            END LOOP;
+            -- A call that waited is charged when it proceeds: writes that
+            -- took a millisecond or more and four times as long as the
+            -- read before them (they waited for a holder that left a row
+            -- as it was) decide again at the clock read now. (Relative,
+            -- so that a backend slower throughout, e.g. under valgrind,
+            -- does not.)
+            finished_us := rate_limiter._micros(rate_limiter._fast_now(override));
+            EXIT WHEN finished_us - now_us < greatest(1000, 4 * (now_us - started_us));
+            written := true;
+            least_written := least_left;
+            CONTINUE;
+        END IF;
+        EXIT WHEN last_existing = 0 OR locked;
         -- The existing rows, locked in order, each at the version read.
         FOR i IN 1..last_existing LOOP
             row_ctid := members[i].row_ctid;
@@ -300,42 +359,15 @@ BEGIN
             IF NOT FOUND OR NOT rate_limiter._fast_state(row_value, row_prev) THEN
                 RETURN;
             END IF;
-            row_values[i] := row_value;
-            row_tss[i] := row_ts;
-            row_prevs[i] := row_prev;
+            m := members[i];
+            m.value := row_value;
+            m.ts := row_ts;
+            m.prev := row_prev;
+            members[i] := m;
         END LOOP;
         locked := true;
     END LOOP;
-    IF first_new IS NULL THEN
-        -- Every member has a row: each updated if still as read.
-        FOR i IN 1..member_count LOOP
-            row_ctid := members[i].row_ctid;
-            member := members[i].name;
-            row_value := new_values[i];
-            row_ts := new_tss[i];
-            row_prev := new_prevs[i];
-            -- (The state read checked too: a minor release whose TID scan
-            -- rechecks no TID after a wait would update the latest version.)
-            UPDATE rate_limiter.rate_limits AS r SET value = row_value, ts = row_ts, prev = row_prev
-            WHERE r.ctid = row_ctid AND r.name = member AND r.key = _composite_fast.key AND r.shard = 0
-              AND r.value = row_values[i] AND r.ts = row_tss[i] AND r.prev IS NOT DISTINCT FROM row_prevs[i]
-              AND r.regime IS NULL;
-            IF NOT FOUND THEN
-                -- Changed meanwhile: the rows updated before it as they
-                -- were (this transaction's versions, held).
-                RAISE DEBUG 'rate_limiter: a state row changed since the call read it; looking again';
-                FOR j IN 1..i - 1 LOOP
-                    member := members[j].name;
-                    row_value := row_values[j];
-                    row_ts := row_tss[j];
-                    row_prev := row_prevs[j];
-                    UPDATE rate_limiter.rate_limits AS r SET value = row_value, ts = row_ts, prev = row_prev
-                    WHERE r.name = member AND r.key = _composite_fast.key AND r.shard = 0;
-                END LOOP;
-                RETURN;
-            END IF;
-        END LOOP;
-    ELSE
+    IF first_new IS NOT NULL THEN
         -- The new rows, in order, each while the version of its
         -- definition read is still the committed one.
         FOR i IN first_new..member_count LOOP
