@@ -108,10 +108,11 @@ $composite$;
 -- One member of a composite as its fast path reads it in one statement
 -- (_composite_fast): its definition (version, kind, rate, capacity,
 -- shards, start, period, block_for) and the key's row (version and the
--- transaction that wrote it, value, ts, prev, regime; all NULL: no row). Internal, and only the portable
--- edition's: the native extension does this in C. (A DO block, not
--- CREATE TYPE: every run of the portable edition's functions, install
--- and update, makes sure it is there.)
+-- transaction that wrote it, value, ts, prev, regime; all NULL: no
+-- row). Internal, and only the portable edition's: the native extension
+-- does this in C. (A DO block, not CREATE TYPE: every run of the portable
+-- edition's functions, install and update, makes sure it is there; a
+-- release that changes its fields must ALTER it here too.)
 DO $fast_member$
 BEGIN
     IF pg_catalog.to_regtype('rate_limiter._fast_member') IS NULL THEN
@@ -297,19 +298,9 @@ BEGIN
             new_prevs[i] := rate_limiter._fast_prev(m.kind, periods[i], m.value, row_ts_us, m.prev, now_us);
             least_left := least(least_left, left_after);
         END LOOP;
-        IF first_new IS NULL AND written THEN
-            -- Written again at this clock (the rows held: this
-            -- transaction's versions).
-            FOR i IN 1..member_count LOOP
-                member := members[i].name;
-                row_value := new_values[i];
-                row_ts := new_tss[i];
-                row_prev := new_prevs[i];
-                UPDATE rate_limiter.rate_limits AS r SET value = row_value, ts = row_ts, prev = row_prev
-                WHERE r.name = member AND r.key = _composite_fast.key AND r.shard = 0;
-            END LOOP;
-            EXIT;
-        ELSIF first_new IS NULL THEN
+        -- (Written, then decided again: written again below.)
+        EXIT WHEN written;
+        IF first_new IS NULL THEN
             -- Every member has a row: each updated if still as read.
             FOR i IN 1..member_count LOOP
                 m := members[i];
@@ -393,14 +384,18 @@ BEGIN
                 RETURN;
             END IF;
         END LOOP;
-        -- The existing rows, each at the version locked (a TID scan).
+    END IF;
+    -- The existing rows held (locked, or written and decided again after
+    -- a wait) get the last decision's states: this transaction holds
+    -- them, so each is the version its key finds.
+    IF first_new IS NOT NULL OR written THEN
         FOR i IN 1..last_existing LOOP
-            row_ctid := members[i].row_ctid;
+            member := members[i].name;
             row_value := new_values[i];
             row_ts := new_tss[i];
             row_prev := new_prevs[i];
             UPDATE rate_limiter.rate_limits AS r SET value = row_value, ts = row_ts, prev = row_prev
-            WHERE r.ctid = row_ctid;
+            WHERE r.name = member AND r.key = _composite_fast.key AND r.shard = 0;
         END LOOP;
     END IF;
     ok := true;
