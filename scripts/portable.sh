@@ -134,6 +134,9 @@ functions() {
     echo
     portable_postgrest_limit
     echo
+    echo "-- sql/concurrency.sql: the concurrency limits' PL/pgSQL, with their comments"
+    sed -n '/^-- Both editions -/,$p' sql/concurrency.sql
+    echo
     echo "-- sql/citus_internal_functions.sql: the internal functions of a distributed install"
     citus_internals
     comments

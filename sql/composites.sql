@@ -83,6 +83,13 @@ BEGIN
                 USING ERRCODE = '42704',
                       HINT = 'Define every member with rate_limiter.define() first.';
         END IF;
+        -- (A concurrency limit counts what is in flight, not tokens:
+        -- docs/concurrency.md.)
+        IF EXISTS (SELECT FROM rate_limiter.definitions AS d WHERE d.name = member AND d.kind::text = 'concurrency') THEN
+            RAISE EXCEPTION 'member "%" is a concurrency limit: a composite is made of rate limits', member
+                USING ERRCODE = '22023',
+                      HINT = 'Call rate_limiter.acquire() for the concurrency limit in the same transaction.';
+        END IF;
     END LOOP;
     INSERT INTO rate_limiter.composites AS c (name, members, enforce)
     VALUES (define_all.name, define_all.members, define_all.enforce)
@@ -94,7 +101,7 @@ COMMENT ON FUNCTION rate_limiter.define_all(text, text[], boolean) IS
 'Creates or replaces the composite limit name, made of the defined limits members: a call of name (rate_limit, rate_check, rate_wait, guard, postgrest_limit) consumes the same key and count from every member, all or nothing; '
 'remaining is the least of the members'', retry_after the greatest of the refusing members''; status answers for the member that is tightest, http_headers one policy per member, rate_credit and rate_reset act on every member. '
 'enforce => false is shadow mode: a refusal is answered as admitted and consumes nothing. '
-'Errors: 22004 NULL name/members/enforce/member; 22023 no members, a member named twice, the name itself, a member that is a composite, a name that is a definition; 42704 a member that is not defined; 54000 more members than rate_limiter.max_requests; 25006 in a read-only transaction.';
+'Errors: 22004 NULL name/members/enforce/member; 22023 no members, a member named twice, the name itself, a member that is a composite or a concurrency limit, a name that is a definition; 42704 a member that is not defined; 54000 more members than rate_limiter.max_requests; 25006 in a read-only transaction.';
 
 CREATE TRIGGER composites_changed
 AFTER INSERT OR UPDATE OR DELETE OR TRUNCATE ON rate_limiter.composites

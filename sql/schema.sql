@@ -3,9 +3,9 @@
 -- sql/privileges.sql, which runs last.
 
 -- The algorithm of a limit.
-CREATE TYPE rate_limiter.kind AS ENUM ('token bucket', 'fixed window', 'sliding window', 'calendar window');
+CREATE TYPE rate_limiter.kind AS ENUM ('token bucket', 'fixed window', 'sliding window', 'calendar window', 'concurrency');
 COMMENT ON TYPE rate_limiter.kind IS
-    'Rate-limit algorithm: ''token bucket'' (continuous refill), ''fixed window'' (rate tokens per window), ''sliding window'' (the weighted two-window counter) or ''calendar window'' (rate tokens per calendar unit in a time zone)';
+    'Rate-limit algorithm: ''token bucket'' (continuous refill), ''fixed window'' (rate tokens per window), ''sliding window'' (the weighted two-window counter), ''calendar window'' (rate tokens per calendar unit in a time zone) or ''concurrency'' (at most rate operations in flight, docs/concurrency.md)';
 
 -- A limit's configuration; build one with rate_limiter.token_bucket(),
 -- rate_limiter.fixed_window() or rate_limiter.sliding_window(), and
@@ -175,6 +175,24 @@ CREATE TABLE rate_limiter.composites (
 COMMENT ON TABLE rate_limiter.composites IS
     'Composite limits: a name whose calls consume from every member (a defined limit) all or nothing; write it with rate_limiter.define_all() and rate_limiter.undefine()';
 
+-- Timed leases of concurrency limits (docs/concurrency.md): which slot
+-- (the state row (name, key, shard = slot)) lease id holds, and for how
+-- long each renew() extends it. The slot row says until when (ts; value 1
+-- while a timed lease holds it): this row only finds the slot from the id
+-- that release() and renew() are given. At most one row per slot (a new
+-- timed lease of a slot replaces its last one's row), so the table is
+-- never larger than the state rows of concurrency limits.
+CREATE TABLE rate_limiter.leases (
+    id       bigint PRIMARY KEY,
+    name     text COLLATE "C" NOT NULL,
+    key      text COLLATE "C",
+    slot     int2 NOT NULL,
+    duration interval NOT NULL,
+    CONSTRAINT leases_slot UNIQUE NULLS NOT DISTINCT (name, key, slot)
+);
+COMMENT ON TABLE rate_limiter.leases IS
+    'Timed leases of concurrency limits: the slot (name, key, slot) lease id holds and the duration renew() extends it by; write it with rate_limiter.acquire(), release() and renew()';
+
 -- pg_dump keeps definitions and state (a restore must not hand everyone a
 -- full bucket).
 SELECT pg_catalog.pg_extension_config_dump('rate_limiter.definitions', '');
@@ -182,3 +200,4 @@ SELECT pg_catalog.pg_extension_config_dump('rate_limiter.rate_limits', '');
 SELECT pg_catalog.pg_extension_config_dump('rate_limiter.overrides', '');
 SELECT pg_catalog.pg_extension_config_dump('rate_limiter.blocks', '');
 SELECT pg_catalog.pg_extension_config_dump('rate_limiter.composites', '');
+SELECT pg_catalog.pg_extension_config_dump('rate_limiter.leases', '');

@@ -76,6 +76,62 @@ fn malformed(error: &dyn std::fmt::Display) -> LimitError {
     )
 }
 
+/// The tuple of a `rate_limiter.config` argument, for [`kind_label`] and
+/// [`ConfigValues::from_header`] (a composite datum's header).
+pub fn header_of(config: PgHeapTuple<'_, AllocatedByRust>) -> pg_sys::HeapTupleHeader {
+    // SAFETY: the tuple pgrx made of the argument; its header stays
+    // allocated for the call.
+    unsafe { (*config.into_pg()).t_data }
+}
+
+/// The label of a `rate_limiter.config` value's kind (`None` when NULL):
+/// `define` sends `'concurrency'` to `rate_limiter._define_concurrency`
+/// (sql/concurrency.sql).
+pub fn kind_label(header: pg_sys::HeapTupleHeader) -> Option<String> {
+    // SAFETY: as in `ConfigValues::from_header`: attribute 1 is the kind,
+    // an enum value, whose datum is its pg_enum row's OID.
+    unsafe {
+        let mut is_null = false;
+        let kind = pg_sys::GetAttributeByNum(header, 1, &mut is_null);
+        if is_null {
+            return None;
+        }
+        let (label, _, _) =
+            pgrx::enum_helper::lookup_enum_by_oid(pg_sys::Oid::from(kind.value() as u32));
+        Some(label)
+    }
+}
+
+/// A `rate_limiter.config` argument (the tuple [`header_of`] gave, or
+/// NULL) passed on to an SPI statement, typed as the config type.
+pub fn argument(config: Option<pg_sys::HeapTupleHeader>) -> pgrx::datum::DatumWithOid<'static> {
+    match config {
+        // SAFETY: a composite datum is the pointer to its tuple header,
+        // whose type is the one its header names.
+        Some(header) => unsafe {
+            let type_id = pg_sys::Oid::from((*header).t_choice.t_datum.datum_typeid);
+            pgrx::datum::DatumWithOid::new(pg_sys::Datum::from(header), type_id)
+        },
+        None => pgrx::datum::DatumWithOid::null_oid(crate::catalog::objects().config_type),
+    }
+}
+
+/// The message of [`unknown_kind`] for a concurrency limit.
+const CONCURRENCY_KIND: &str = "this is a concurrency limit, not a rate limit";
+
+/// The error of a concurrency limit's kind where a rate limit's is read
+/// (docs/concurrency.md: a concurrency limit takes no tokens), else of a
+/// kind this library does not know.
+pub fn unknown_kind(label: &str) -> LimitError {
+    if label == "concurrency" {
+        return LimitError {
+            hint: Some("Take a slot with rate_limiter.acquire(): a concurrency limit counts operations in flight, not tokens."),
+            ..LimitError::invalid("kind", CONCURRENCY_KIND.to_string())
+        };
+    }
+    LimitError::invalid("kind", format!("unknown kind {label}"))
+}
+
 impl ConfigValues {
     /// Reads a `rate_limiter.config` value. (pgrx cannot read an enum
     /// attribute through `PgHeapTuple`, so this reads the tuple with
@@ -83,11 +139,15 @@ impl ConfigValues {
     /// `kind`, `rate`, `period` or `shards` are `22004` errors naming the
     /// field.
     pub fn from_tuple(config: PgHeapTuple<'_, AllocatedByRust>) -> Result<Self, LimitError> {
+        Self::from_header(header_of(config))
+    }
+
+    /// [`ConfigValues::from_tuple`] of the tuple [`header_of`] gave.
+    pub fn from_header(header: pg_sys::HeapTupleHeader) -> Result<Self, LimitError> {
         // SAFETY: PostgreSQL passes a value of type rate_limiter.config for
         // this argument (sql/functions.sql), whose attributes are, in order,
         // kind, rate, period, capacity, max_reserved, shards, start.
         unsafe {
-            let header = (*config.into_pg()).t_data;
             let attribute = |number: i16| {
                 let mut is_null = false;
                 let datum = pg_sys::GetAttributeByNum(header, number, &mut is_null);
@@ -100,8 +160,7 @@ impl ConfigValues {
             // An enum value is the OID of its pg_enum row.
             let (label, _, _) =
                 pgrx::enum_helper::lookup_enum_by_oid(pg_sys::Oid::from(kind.value() as u32));
-            let kind = Kind::from_label(&label)
-                .ok_or_else(|| LimitError::invalid("kind", format!("unknown kind {label}")))?;
+            let kind = Kind::from_label(&label).ok_or_else(|| unknown_kind(&label))?;
             let (rate, is_null) = attribute(2);
             let (period, period_is_null) = attribute(3);
             let (capacity, capacity_is_null) = attribute(4);
@@ -262,10 +321,22 @@ impl ConfigValues {
 pub fn inline_config(
     config: Option<PgHeapTuple<'_, AllocatedByRust>>,
 ) -> Result<Option<Config>, LimitError> {
+    inline_config_of(config.map(header_of))
+}
+
+/// [`inline_config`] of the tuple [`header_of`] gave.
+pub fn inline_config_of(config: Option<pg_sys::HeapTupleHeader>) -> Result<Option<Config>, LimitError> {
     match config {
         None => Ok(None),
-        Some(tuple) => ConfigValues::from_tuple(tuple)?.to_config().map(Some),
+        Some(header) => ConfigValues::from_header(header)?.to_config().map(Some),
     }
+}
+
+/// Whether `error` is [`unknown_kind`]'s of a concurrency limit: a
+/// function that answers for both kinds (`status`) then asks
+/// sql/concurrency.sql.
+pub fn is_concurrency_kind(error: &LimitError) -> bool {
+    error.parameter == "kind" && error.message == CONCURRENCY_KIND
 }
 
 /// The SQL value of checked `values`, or their error raised (a

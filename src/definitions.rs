@@ -17,7 +17,7 @@ use crate::storage::text_argument;
 use pgrx::prelude::*;
 use pgrx::spi::SpiClient;
 use pgrx::PgOid;
-use rate_limiter_algorithm::{Config, Decision, Kind, LimitError, Micros};
+use rate_limiter_algorithm::{Config, Decision, Kind, Micros};
 use std::cell::{Cell, RefCell};
 use std::collections::HashMap;
 
@@ -497,8 +497,7 @@ fn lookup_uncached(client: &SpiClient<'_>, name: &[u8]) -> Result<Option<Named>,
     }
     let row = table.first();
     let label: String = required(row.get(1)?, "kind")?;
-    let kind = Kind::from_label(&label)
-        .ok_or_else(|| LimitError::invalid("kind", format!("unknown kind {label}")))?;
+    let kind = Kind::from_label(&label).ok_or_else(|| crate::config::unknown_kind(&label))?;
     let values = ConfigValues {
         kind,
         rate: required(row.get(2)?, "rate")?,

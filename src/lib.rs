@@ -40,7 +40,8 @@
 //! tables), `functions.sql` (every `CREATE FUNCTION`, pointing at the
 //! `*_wrapper` symbols that `#[pg_extern(sql = false)]` generates here, or
 //! that `api::rate_limit` defines as plain C entry points),
-//! `composites.sql` (`define_all`, PL/pgSQL in both editions), the Citus
+//! `composites.sql` (`define_all`, PL/pgSQL in both editions),
+//! `concurrency.sql` (concurrency limits, PL/pgSQL in both editions), the Citus
 //! functions (`citus_*.sql`) and `privileges.sql`.
 
 use pgrx::prelude::*;
@@ -85,9 +86,14 @@ extension_sql_file!(
     requires = ["functions"]
 );
 extension_sql_file!(
+    "../sql/concurrency.sql",
+    name = "concurrency",
+    requires = ["composites"]
+);
+extension_sql_file!(
     "../sql/citus_distribute.sql",
     name = "citus_distribute",
-    requires = ["composites"]
+    requires = ["concurrency"]
 );
 extension_sql_file!(
     "../sql/citus_prepare_node.sql",

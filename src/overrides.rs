@@ -207,9 +207,8 @@ fn select(name: &[u8], key: &[u8]) -> Result<Option<Override>, CallError> {
             let config = match row.get::<String>(2)? {
                 None => None,
                 Some(label) => {
-                    let kind = Kind::from_label(&label).ok_or_else(|| {
-                        LimitError::invalid("kind", format!("unknown kind {label}"))
-                    })?;
+                    let kind = Kind::from_label(&label)
+                        .ok_or_else(|| crate::config::unknown_kind(&label))?;
                     let values = crate::config::ConfigValues {
                         kind,
                         rate: crate::config::required(row.get(3)?, "rate")?,
@@ -364,8 +363,7 @@ unsafe fn decode(values: &[pg_sys::Datum], nulls: &[bool]) -> Result<Override, C
         let (kind, _) = at(KIND);
         let (label, _, _) =
             pgrx::enum_helper::lookup_enum_by_oid(pg_sys::Oid::from(kind.value() as u32));
-        let kind = Kind::from_label(&label)
-            .ok_or_else(|| LimitError::invalid("kind", format!("unknown kind {label}")))?;
+        let kind = Kind::from_label(&label).ok_or_else(|| crate::config::unknown_kind(&label))?;
         let field = |column: usize, name: &'static str| {
             let (datum, null) = at(column);
             crate::config::required((!null).then_some(datum), name)

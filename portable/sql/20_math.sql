@@ -146,6 +146,11 @@ AS $config_nulls$
 BEGIN
     IF config.kind IS NULL THEN
         RAISE EXCEPTION 'kind must not be NULL' USING ERRCODE = '22004';
+    ELSIF config.kind::text = 'concurrency' THEN
+        -- (docs/concurrency.md: as the native config::unknown_kind.)
+        RAISE EXCEPTION 'this is a concurrency limit, not a rate limit'
+            USING ERRCODE = '22023',
+                  HINT = 'Take a slot with rate_limiter.acquire(): a concurrency limit counts operations in flight, not tokens.';
     ELSIF config.rate IS NULL THEN
         RAISE EXCEPTION 'rate must not be NULL' USING ERRCODE = '22004';
     ELSIF config.period IS NULL THEN

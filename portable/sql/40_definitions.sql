@@ -211,6 +211,12 @@ BEGIN
     ELSIF pg_catalog.num_nulls(config) = 1 THEN
         RAISE EXCEPTION 'config must not be NULL' USING ERRCODE = '22004';
     END IF;
+    -- A concurrency limit (docs/concurrency.md): sql/concurrency.sql, as
+    -- the native define sends it there.
+    IF config.kind::text = 'concurrency' THEN
+        PERFORM rate_limiter._define_concurrency(name, config, enforce);
+        RETURN;
+    END IF;
     -- As the native define: the config's NULL fields, then enforce, then
     -- the config's values.
     PERFORM rate_limiter._config_nulls(config);

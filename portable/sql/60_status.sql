@@ -58,6 +58,14 @@ LANGUAGE plpgsql VOLATILE ROWS 1 SECURITY DEFINER
 SET search_path = pg_catalog, pg_temp
 AS $status$
 BEGIN
+    -- A concurrency limit (sql/concurrency.sql).
+    IF name IS NOT NULL
+       AND (CASE WHEN pg_catalog.num_nulls(config) = 0 THEN config.kind::text = 'concurrency'
+                 ELSE EXISTS (SELECT FROM rate_limiter.definitions AS d
+                              WHERE d.name = status.name AND d.kind::text = 'concurrency') END) THEN
+        RETURN QUERY SELECT * FROM rate_limiter._concurrency_status(name, key, config);
+        RETURN;
+    END IF;
     -- A composite's name (56_composite.sql): its tightest member's (the
     -- fewest tokens now; of two alike, the one full later).
     IF config IS NULL AND name IS NOT NULL AND rate_limiter._composite_of(name) THEN

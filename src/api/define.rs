@@ -51,6 +51,9 @@ const DEFINE_BLOCKS: &str = "
     WHERE name = $1
       AND (block_for, max_block, forget_after, time_zone) IS DISTINCT FROM ($2, $3, $4, $5)";
 
+/// `define` of a concurrency limit (sql/concurrency.sql).
+const DEFINE_CONCURRENCY: &str = "SELECT rate_limiter._define_concurrency($1, $2, $3)";
+
 /// Tokens a shard should hold at least (below this, `define` warns).
 const MIN_TOKENS_PER_SHARD: f64 = 5.0;
 
@@ -108,9 +111,15 @@ fn define_limit(
     config: Option<PgHeapTuple<'_, AllocatedByRust>>,
     enforce: Result<bool, LimitError>,
 ) {
+    let header = config.map(crate::config::header_of);
+    if let Some(header) = header {
+        if crate::config::kind_label(header).as_deref() == Some("concurrency") {
+            return define_concurrency(name, header, enforce.ok());
+        }
+    }
     let checked = (|| {
         let name = required(name, "name")?;
-        let values = ConfigValues::from_tuple(required(config, "config")?)?;
+        let values = ConfigValues::from_header(required(header, "config")?)?;
         let enforce = enforce?;
         values.to_config()?;
         Ok::<_, LimitError>((name, values, enforce))
@@ -172,6 +181,26 @@ fn define_limit(
         Err(error) => Err(CallError::Limit(error)),
     };
     if let Err(error) = result {
+        report(error)
+    }
+}
+
+/// `define` of a concurrency limit (kind `'concurrency'`): the PL/pgSQL
+/// both editions share (sql/concurrency.sql), as the extension's owner
+/// (the caller may execute `define`, not the internal function).
+fn define_concurrency(name: Option<&[u8]>, config: pg_sys::HeapTupleHeader, enforce: Option<bool>) {
+    let config = crate::config::argument(Some(config));
+    let name = match name {
+        Some(name) => text_argument(name),
+        None => pgrx::datum::DatumWithOid::null::<&str>(),
+    };
+    let written = crate::security::write_as_owner(c"define()", |client| {
+        client
+            .update(DEFINE_CONCURRENCY, None, &[name, config, enforce.into()])
+            .map(|_| ())
+            .map_err(CallError::from)
+    });
+    if let Err(error) = written {
         report(error)
     }
 }

@@ -106,7 +106,7 @@ fn headers(
     remaining: Option<f64>,
     config: Option<PgHeapTuple<'_, AllocatedByRust>>,
 ) -> Result<serde_json::Value, CallError> {
-    let shown = status::shown(name, key, config)?;
+    let shown = status::shown(name, key, config.map(crate::config::header_of))?;
     if remaining.is_some_and(f64::is_nan) {
         return Err(
             LimitError::invalid("remaining", "remaining must be a number".to_string()).into(),

@@ -15,10 +15,12 @@
 //!   while;
 //! - [`prune`]: deleting the state rows that change no later answer;
 //! - [`status`]: where a limit stands without consuming;
-//! - [`http_headers`]: the IETF RateLimit fields.
+//! - [`http_headers`]: the IETF RateLimit fields;
+//! - [`concurrency`]: the native helpers of `acquire`, `release` and `renew`.
 
 pub mod blocks;
 pub mod composite;
+pub mod concurrency;
 pub mod define;
 pub mod http_headers;
 pub mod overrides;

@@ -4,14 +4,12 @@
 //! ONLY` and on a hot standby.
 
 use crate::clock;
-use crate::config::{inline_config, required};
+use crate::config::{inline_config_of, required};
 use crate::definitions::{self, Definition};
 use crate::errors::{report, CallError};
 use crate::placement;
 use crate::storage;
-use pgrx::heap_tuple::PgHeapTuple;
 use pgrx::prelude::*;
-use pgrx::AllocatedByRust;
 use rate_limiter_algorithm::{LimitId, Micros, Status};
 
 /// The status of (name, key) under `definition` at the current time,
@@ -46,10 +44,10 @@ pub fn current(
 pub fn arguments<'a>(
     name: Option<&'a [u8]>,
     key: Option<&[u8]>,
-    config: Option<PgHeapTuple<'_, AllocatedByRust>>,
+    config: Option<pg_sys::HeapTupleHeader>,
 ) -> Result<(&'a [u8], Definition), CallError> {
     let name = required(name, "name")?;
-    let inline = inline_config(config)?;
+    let inline = inline_config_of(config)?;
     placement::before_read()?;
     Ok((name, definitions::resolve_shown(name, key, inline)?))
 }
@@ -67,7 +65,7 @@ pub enum Shown<'a> {
 pub fn shown<'a>(
     name: Option<&'a [u8]>,
     key: Option<&[u8]>,
-    config: Option<PgHeapTuple<'_, AllocatedByRust>>,
+    config: Option<pg_sys::HeapTupleHeader>,
 ) -> Result<Shown<'a>, CallError> {
     let inline = config.is_some();
     match arguments(name, key, config) {
@@ -116,10 +114,11 @@ fn status(
     (
         name!(value, f64),
         name!(capacity, f64),
-        name!(full_at, TimestampWithTimeZone),
+        name!(full_at, Option<TimestampWithTimeZone>),
         name!(shards, i32),
     ),
 > {
+    let config = config.map(crate::config::header_of);
     let result = shown(name, key, config).and_then(|shown| {
         let (status, config) = match shown {
             Shown::Limit(name, definition) => {
@@ -131,12 +130,52 @@ fn status(
         Ok((
             rate_limiter_algorithm::shown(status.value),
             status.capacity,
-            full_at,
+            Some(full_at),
             config.shards,
         ))
     });
     match result {
         Ok(row) => TableIterator::once(row),
+        Err(CallError::Limit(error)) if crate::config::is_concurrency_kind(&error) => {
+            match concurrency_status(name, key, config) {
+                Ok(row) => TableIterator::once(row),
+                Err(error) => report(error),
+            }
+        }
         Err(error) => report(error),
     }
 }
+
+/// `status` of a concurrency limit (docs/concurrency.md): the PL/pgSQL
+/// both editions share (sql/concurrency.sql), as the extension's owner.
+/// (It counts the slots held without a lock; full_at NULL when a
+/// transaction lease holds one.)
+fn concurrency_status(
+    name: Option<&[u8]>,
+    key: Option<&[u8]>,
+    config: Option<pg_sys::HeapTupleHeader>,
+) -> Result<(f64, f64, Option<TimestampWithTimeZone>, i32), CallError> {
+    let arguments = [
+        name.map_or_else(pgrx::datum::DatumWithOid::null::<&str>, storage::text_argument),
+        key.map_or_else(pgrx::datum::DatumWithOid::null::<&str>, storage::text_argument),
+        crate::config::argument(config),
+    ];
+    crate::security::as_owner(|| {
+        // (connect_mut and update: the function is VOLATILE, and an error
+        // it raises then reaches the caller as it was raised.)
+        pgrx::spi::Spi::connect_mut(|client| {
+            let table = client.update(CONCURRENCY_STATUS, Some(1), &arguments)?;
+            let row = table.first();
+            Ok((
+                required(row.get::<f64>(1)?, "value")?,
+                required(row.get::<f64>(2)?, "capacity")?,
+                row.get::<TimestampWithTimeZone>(3)?,
+                required(row.get::<i32>(4)?, "shards")?,
+            ))
+        })
+    })
+}
+
+/// [`concurrency_status`]'s statement.
+const CONCURRENCY_STATUS: &str =
+    "SELECT value, capacity, full_at, shards FROM rate_limiter._concurrency_status($1, $2, $3)";

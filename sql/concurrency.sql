@@ -1,0 +1,569 @@
+-- Concurrency limits (docs/concurrency.md): at most max operations in
+-- flight per (name, key). PL/pgSQL in both editions: scripts/portable.sh
+-- takes every function below the line "Both editions" from here. The
+-- slots of (name, key) are its state rows, shard = slot, 0 .. max - 1:
+-- value 0 free (ts: when it was last written), value 1 held by a timed
+-- lease until ts. A transaction lease is a row lock on a free slot's row,
+-- taken with SKIP LOCKED: nothing is written once the row exists, and the
+-- slot is free again when the transaction ends, however it ends.
+
+-- Native only: what the portable edition has in portable/sql/ ------------
+
+-- The clock of rate_limiter.now_override, else clock_timestamp()
+-- (src/clock.rs; portable: _now()).
+CREATE FUNCTION rate_limiter._clock()
+RETURNS timestamptz
+LANGUAGE c VOLATILE
+AS 'MODULE_PATHNAME', 'clock_wrapper';
+
+-- A name or key as error messages show it (src/names.rs).
+CREATE FUNCTION rate_limiter._for_message(value text)
+RETURNS text
+LANGUAGE c IMMUTABLE STRICT
+AS 'MODULE_PATHNAME', 'for_message_wrapper';
+
+-- The SQLSTATE of a refusal with throws => true (rate_limiter.sqlstate,
+-- checked when SET; _clock() has loaded the library that defines it).
+CREATE FUNCTION rate_limiter._sqlstate()
+RETURNS text
+LANGUAGE sql STABLE
+AS $$ SELECT pg_catalog.current_setting('rate_limiter.sqlstate') $$;
+
+-- Both editions ---------------------------------------------------------
+
+-- The max and lease of a concurrency config (22004 for a NULL max, 22023
+-- for anything else out of place).
+CREATE FUNCTION rate_limiter._concurrency_values(config rate_limiter.config, OUT max int4, OUT lease interval)
+LANGUAGE plpgsql IMMUTABLE
+AS $concurrency_values$
+BEGIN
+    IF config.kind IS NULL THEN
+        RAISE EXCEPTION 'kind must not be NULL' USING ERRCODE = '22004';
+    ELSIF config.kind::text <> 'concurrency' THEN
+        RAISE EXCEPTION 'a % config is a rate limit: acquire() takes a concurrency limit', config.kind
+            USING ERRCODE = '22023',
+                  HINT = 'Build it with rate_limiter.concurrency(max), or call rate_limiter.rate_limit() for a rate limit.';
+    ELSIF config.rate IS NULL THEN
+        RAISE EXCEPTION 'max must not be NULL' USING ERRCODE = '22004';
+    ELSIF NOT (config.rate >= 1 AND config.rate <= 32767 AND config.rate = pg_catalog.trunc(config.rate)) THEN
+        RAISE EXCEPTION 'max must be a whole number from 1 to 32767, got %', config.rate
+            USING ERRCODE = '22023',
+                  HINT = 'max is the number of slots, and a slot is a state row numbered by the smallint shard column.';
+    ELSIF config.period IS NOT NULL AND config.period <= interval '0' THEN
+        RAISE EXCEPTION 'lease must be greater than zero, got %', config.period USING ERRCODE = '22023';
+    ELSIF pg_catalog.num_nonnulls(config.capacity, config.max_reserved, config.start, config.block_for,
+                                  config.max_block, config.forget_after, config.time_zone) > 0
+          OR coalesce(config.shards, 1) <> 1 THEN
+        RAISE EXCEPTION 'a concurrency limit has only max and lease'
+            USING ERRCODE = '22023',
+                  HINT = 'Build it with rate_limiter.concurrency(max, lease).';
+    END IF;
+    max := config.rate::int4;
+    lease := config.period;
+END
+$concurrency_values$;
+
+CREATE FUNCTION rate_limiter.concurrency(max int4, lease interval DEFAULT NULL)
+RETURNS rate_limiter.config
+LANGUAGE plpgsql IMMUTABLE PARALLEL SAFE SECURITY DEFINER
+SET search_path = pg_catalog, pg_temp
+AS $concurrency$
+DECLARE
+    made rate_limiter.config := ROW('concurrency', max, lease, NULL, NULL, 1, NULL,
+                                      NULL, NULL, NULL, NULL)::rate_limiter.config;
+BEGIN
+    PERFORM rate_limiter._concurrency_values(made);
+    RETURN made;
+END
+$concurrency$;
+
+COMMENT ON FUNCTION rate_limiter.concurrency(int4, interval) IS
+'A concurrency limit''s config (kind ''concurrency''): at most max (1 to 32767) operations in flight per key, for define() or acquire(config => ...). '
+'lease: the default of acquire()''s lease (NULL: transaction leases). Errors: 22004 NULL max; 22023 max out of range, lease not greater than zero.';
+
+-- define() of a concurrency config (both editions' define() come here for
+-- kind 'concurrency'). The slots of a limit that stays a concurrency
+-- limit are kept, leases in them too; a rate limit's state rows are
+-- deleted (their numbers are tokens, not slots), as define() deletes them
+-- when a kind changes.
+CREATE FUNCTION rate_limiter._define_concurrency(name text, config rate_limiter.config, enforce boolean)
+RETURNS void
+LANGUAGE plpgsql VOLATILE
+AS $define_concurrency$
+DECLARE
+    checked record;
+    previous text;
+BEGIN
+    IF name IS NULL THEN
+        RAISE EXCEPTION 'name must not be NULL' USING ERRCODE = '22004';
+    ELSIF enforce IS NULL THEN
+        RAISE EXCEPTION 'enforce must not be NULL' USING ERRCODE = '22004';
+    END IF;
+    checked := rate_limiter._concurrency_values(config);
+    IF pg_catalog.current_setting('transaction_read_only')::boolean THEN
+        RAISE EXCEPTION 'cannot execute define() in a read-only transaction' USING ERRCODE = '25006';
+    END IF;
+    IF EXISTS (SELECT FROM rate_limiter.composites AS c WHERE c.name = _define_concurrency.name) THEN
+        RAISE EXCEPTION '"%" is a composite (define_all): a limit needs a name of its own', rate_limiter._for_message(name)
+            USING ERRCODE = '22023',
+                  HINT = 'Choose another name, or undefine() the composite first.';
+    END IF;
+    IF EXISTS (SELECT FROM rate_limiter.composites AS c WHERE _define_concurrency.name = ANY (c.members)) THEN
+        RAISE EXCEPTION 'rate limit "%" is a member of a composite: it cannot become a concurrency limit', rate_limiter._for_message(name)
+            USING ERRCODE = '22023',
+                  HINT = 'undefine() the composite first.';
+    END IF;
+    SELECT d.kind::text INTO previous FROM rate_limiter.definitions AS d
+    WHERE d.name = _define_concurrency.name FOR UPDATE;
+    IF previous IS DISTINCT FROM 'concurrency' THEN
+        DELETE FROM rate_limiter.rate_limits AS r WHERE r.name = _define_concurrency.name;
+    END IF;
+    INSERT INTO rate_limiter.definitions AS d (name, kind, rate, period, shards, enforce)
+    VALUES (name, config.kind, checked.max, coalesce(checked.lease, interval '0'), 1, enforce)
+    ON CONFLICT ON CONSTRAINT definitions_pkey DO UPDATE SET
+        kind = excluded.kind, rate = excluded.rate, period = excluded.period, capacity = NULL,
+        max_reserved = NULL, shards = 1, start = NULL, enforce = excluded.enforce, block_for = NULL,
+        max_block = NULL, forget_after = NULL, time_zone = NULL;
+END
+$define_concurrency$;
+
+-- The concurrency limit a call of (name, config) uses: max, lease (the
+-- default of the call's), enforce. 42704 no definition and no config;
+-- 22023 a rate limit's name; 42501 a config for a defined name.
+CREATE FUNCTION rate_limiter._concurrency_limit(name text, config rate_limiter.config,
+                                                OUT max int4, OUT lease interval, OUT enforce boolean)
+LANGUAGE plpgsql STABLE
+AS $concurrency_limit$
+DECLARE
+    defined rate_limiter.definitions;
+    checked record;
+BEGIN
+    SELECT * INTO defined FROM rate_limiter.definitions AS d WHERE d.name = _concurrency_limit.name;
+    IF pg_catalog.num_nulls(config) = 0 THEN
+        IF defined.name IS NOT NULL THEN
+            RAISE EXCEPTION 'permission denied to override the definition of limit "%" with an inline config',
+                rate_limiter._for_message(name)
+                USING ERRCODE = '42501',
+                      HINT = 'The limit is defined: call it without config => ..., or change the definition with rate_limiter.define().';
+        END IF;
+        checked := rate_limiter._concurrency_values(config);
+        max := checked.max;
+        lease := checked.lease;
+        enforce := true;
+        RETURN;
+    END IF;
+    IF defined.name IS NULL THEN
+        RAISE EXCEPTION 'concurrency limit "%" is not defined', rate_limiter._for_message(name)
+            USING ERRCODE = '42704',
+                  HINT = 'Define it with rate_limiter.define(name, rate_limiter.concurrency(max)), or pass config => rate_limiter.concurrency(...).';
+    ELSIF defined.kind::text <> 'concurrency' THEN
+        RAISE EXCEPTION '"%" is a rate limit, not a concurrency limit', rate_limiter._for_message(name)
+            USING ERRCODE = '22023',
+                  HINT = 'Call rate_limiter.rate_limit() for a rate limit.';
+    END IF;
+    max := defined.rate::int4;
+    lease := nullif(defined.period, interval '0');
+    enforce := defined.enforce;
+END
+$concurrency_limit$;
+
+-- The advisory lock that a caller inserting the row of slot (name, key,
+-- slot) holds until its transaction ends, so that another caller passes
+-- over that slot instead of waiting for the insert (an insert of the same
+-- unique key would wait): the SKIP LOCKED of a row that does not exist yet.
+CREATE FUNCTION rate_limiter._slot_lock(name text, key text, slot int4)
+RETURNS bigint
+LANGUAGE sql IMMUTABLE PARALLEL SAFE
+AS $$
+    SELECT pg_catalog.hashtextextended(
+        pg_catalog.length(name) || ':' || name || ':' || coalesce(pg_catalog.length(key) || ':' || key, '-'),
+        slot)
+$$;
+
+-- The slots of (name, key) that this transaction holds with transaction
+-- leases (a row lock of its own would not be passed over by SKIP LOCKED),
+-- kept in a transaction-local setting: a subtransaction rolled back
+-- forgets its own, as it releases their row locks.
+CREATE FUNCTION rate_limiter._held_slots(name text, key text)
+RETURNS int4[]
+LANGUAGE sql STABLE
+AS $$
+    SELECT pg_catalog.array_agg(held.slot)
+    FROM pg_catalog.jsonb_to_recordset(
+             coalesce(nullif(pg_catalog.current_setting('rate_limiter_internal.held_slots', true), ''), '[]')::jsonb)
+         AS held(n text, k text, slot int4)
+    WHERE held.n = name AND held.k IS NOT DISTINCT FROM key
+$$;
+
+-- Takes a free slot of (name, key) for this transaction, without waiting:
+-- the slot number, or NULL when every slot is held. A row of a free slot
+-- is locked (SKIP LOCKED: a slot another transaction holds is passed
+-- over; at READ COMMITTED the lock rechecks the newest version, so a
+-- timed lease committed meanwhile is seen); else a slot without a row is
+-- inserted, under its _slot_lock. A free slot is value = 0, or a timed
+-- lease that expired before at.
+CREATE FUNCTION rate_limiter._take_slot(name text, key text, most int4, at timestamptz)
+RETURNS int4
+LANGUAGE plpgsql VOLATILE
+AS $take_slot$
+DECLARE
+    taken int4;
+    own int4[] := coalesce(rate_limiter._held_slots(name, key), '{}');
+    existing int4[];
+    candidate int4;
+BEGIN
+    IF key IS NULL THEN
+        SELECT r.shard INTO taken FROM rate_limiter.rate_limits AS r
+        WHERE r.name = _take_slot.name AND r.key IS NULL AND r.shard < most
+          AND NOT (r.value > 0 AND r.ts > at) AND r.shard <> ALL (own)
+        ORDER BY r.shard LIMIT 1
+        FOR UPDATE SKIP LOCKED;
+    ELSE
+        SELECT r.shard INTO taken FROM rate_limiter.rate_limits AS r
+        WHERE r.name = _take_slot.name AND r.key = _take_slot.key AND r.shard < most
+          AND NOT (r.value > 0 AND r.ts > at) AND r.shard <> ALL (own)
+        ORDER BY r.shard LIMIT 1
+        FOR UPDATE SKIP LOCKED;
+    END IF;
+    IF taken IS NOT NULL THEN
+        RETURN taken;
+    END IF;
+    IF key IS NULL THEN
+        SELECT pg_catalog.array_agg(r.shard) INTO existing FROM rate_limiter.rate_limits AS r
+        WHERE r.name = _take_slot.name AND r.key IS NULL AND r.shard < most;
+    ELSE
+        SELECT pg_catalog.array_agg(r.shard) INTO existing FROM rate_limiter.rate_limits AS r
+        WHERE r.name = _take_slot.name AND r.key = _take_slot.key AND r.shard < most;
+    END IF;
+    IF coalesce(pg_catalog.cardinality(existing), 0) >= most THEN
+        RETURN NULL;
+    END IF;
+    FOR candidate IN
+        SELECT s FROM pg_catalog.generate_series(0, most - 1) AS s
+        WHERE s <> ALL (coalesce(existing, '{}'))
+    LOOP
+        IF pg_catalog.pg_try_advisory_xact_lock(rate_limiter._slot_lock(name, key, candidate)) THEN
+            INSERT INTO rate_limiter.rate_limits AS r (name, key, shard, value, ts)
+            VALUES (name, key, candidate::int2, 0, at)
+            ON CONFLICT ON CONSTRAINT rate_limits_name_key_shard_key DO NOTHING;
+            IF FOUND THEN
+                RETURN candidate;
+            END IF;
+        END IF;
+    END LOOP;
+    RETURN NULL;
+END
+$take_slot$;
+
+-- The earliest end of a timed lease that holds a slot of (name, key) at
+-- at; NULL when none does.
+CREATE FUNCTION rate_limiter._earliest_expiry(name text, key text, most int4, at timestamptz)
+RETURNS timestamptz
+LANGUAGE sql STABLE
+AS $$
+    SELECT pg_catalog.min(r.ts) FROM rate_limiter.rate_limits AS r
+    WHERE r.name = _earliest_expiry.name AND key IS NULL AND r.key IS NULL AND r.shard < most
+      AND r.value > 0 AND r.ts > at
+    UNION ALL
+    SELECT pg_catalog.min(r.ts) FROM rate_limiter.rate_limits AS r
+    WHERE r.name = _earliest_expiry.name AND r.key = _earliest_expiry.key AND r.shard < most
+      AND r.value > 0 AND r.ts > at
+    ORDER BY 1 NULLS LAST LIMIT 1
+$$;
+
+-- A new lease id: 63 random bits (gen_random_uuid, a strong random
+-- source), never 0.
+CREATE FUNCTION rate_limiter._lease_id()
+RETURNS bigint
+LANGUAGE sql VOLATILE
+AS $$
+    SELECT greatest(1, ('x' || pg_catalog.substr(pg_catalog.md5(pg_catalog.gen_random_uuid()::text), 1, 16))::bit(64)::bigint
+                       & 9223372036854775807)
+$$;
+
+CREATE FUNCTION rate_limiter.acquire(
+    name   text,
+    key    text                DEFAULT NULL,
+    wait   interval            DEFAULT '0',
+    lease  interval            DEFAULT NULL,
+    throws boolean             DEFAULT false,
+    config rate_limiter.config DEFAULT NULL)
+RETURNS TABLE (ok boolean, lease_id bigint, in_flight int4, retry_after interval)
+LANGUAGE plpgsql VOLATILE ROWS 1 SECURITY DEFINER
+SET search_path = pg_catalog, pg_temp
+AS $acquire$
+DECLARE
+    limited record;
+    duration interval;
+    deadline timestamptz;
+    at timestamptz;
+    slot int4;
+    pause float8 := 0.001;
+    id bigint;
+    earliest timestamptz;
+BEGIN
+    IF name IS NULL THEN
+        RAISE EXCEPTION 'name must not be NULL' USING ERRCODE = '22004';
+    ELSIF wait IS NULL THEN
+        RAISE EXCEPTION 'wait must not be NULL' USING ERRCODE = '22004';
+    ELSIF throws IS NULL THEN
+        RAISE EXCEPTION 'throws must not be NULL' USING ERRCODE = '22004';
+    ELSIF wait < interval '0' THEN
+        RAISE EXCEPTION 'wait must not be negative, got %', wait USING ERRCODE = '22023';
+    ELSIF lease <= interval '0' THEN
+        RAISE EXCEPTION 'lease must be greater than zero, got %', lease USING ERRCODE = '22023';
+    END IF;
+    limited := rate_limiter._concurrency_limit(name, config);
+    duration := coalesce(lease, limited.lease);
+    deadline := pg_catalog.clock_timestamp() + wait;
+    LOOP
+        at := rate_limiter._clock();
+        slot := rate_limiter._take_slot(name, key, limited.max, at);
+        EXIT WHEN slot IS NOT NULL OR pg_catalog.clock_timestamp() >= deadline;
+        -- Holding nothing (a refused _take_slot keeps no lock it needs):
+        -- pg_sleep is cancellable, and statement_timeout applies.
+        PERFORM pg_catalog.pg_sleep(least(pause,
+            EXTRACT(epoch FROM deadline - pg_catalog.clock_timestamp())::float8));
+        pause := least(pause * 2, 0.05);
+    END LOOP;
+    IF slot IS NOT NULL THEN
+        IF duration IS NULL THEN
+            PERFORM pg_catalog.set_config('rate_limiter_internal.held_slots',
+                (coalesce(nullif(pg_catalog.current_setting('rate_limiter_internal.held_slots', true), ''), '[]')::jsonb
+                 || pg_catalog.jsonb_build_object('n', name, 'k', key, 'slot', slot))::text, true);
+        ELSE
+            id := rate_limiter._lease_id();
+            IF key IS NULL THEN
+                UPDATE rate_limiter.rate_limits AS r SET value = 1, ts = at + duration
+                WHERE r.name = acquire.name AND r.key IS NULL AND r.shard = slot;
+            ELSE
+                UPDATE rate_limiter.rate_limits AS r SET value = 1, ts = at + duration
+                WHERE r.name = acquire.name AND r.key = acquire.key AND r.shard = slot;
+            END IF;
+            INSERT INTO rate_limiter.leases AS l (id, name, key, slot, duration)
+            VALUES (id, name, key, slot::int2, duration)
+            ON CONFLICT ON CONSTRAINT leases_slot DO UPDATE SET id = excluded.id, duration = excluded.duration;
+        END IF;
+        RETURN QUERY SELECT true, id, NULL::int4, NULL::interval;
+        RETURN;
+    END IF;
+    earliest := rate_limiter._earliest_expiry(name, key, limited.max, at);
+    IF NOT limited.enforce THEN
+        -- Shadow mode: the refusal answered as admitted, holding nothing.
+        RETURN QUERY SELECT true, NULL::bigint, limited.max, NULL::interval;
+        RETURN;
+    END IF;
+    IF throws THEN
+        RAISE EXCEPTION USING
+            ERRCODE = rate_limiter._sqlstate(),
+            MESSAGE = CASE WHEN key IS NULL
+                           THEN pg_catalog.format('concurrency limit "%s" is full (global limit)', rate_limiter._for_message(name))
+                           ELSE pg_catalog.format('concurrency limit "%s" is full for key "%s"', rate_limiter._for_message(name),
+                                                  rate_limiter._for_message(key)) END,
+            DETAIL = pg_catalog.json_build_object(
+                'name', name, 'key', key, 'in_flight', limited.max, 'max', limited.max,
+                'retry_after_ms', EXTRACT(epoch FROM earliest - at) * 1000)::text,
+            HINT = CASE WHEN earliest IS NULL
+                        THEN 'Retry when one of the operations in flight ends (wait => ... waits for it).'
+                        ELSE 'Retry when one of the operations in flight ends, at the latest when the first lease ends.' END;
+    END IF;
+    RETURN QUERY SELECT false, NULL::bigint, limited.max, earliest - at;
+END
+$acquire$;
+
+COMMENT ON FUNCTION rate_limiter.acquire(text, text, interval, interval, boolean, rate_limiter.config) IS
+'Takes one of the max slots of concurrency limit (name, key). lease NULL (and no lease in the definition): a transaction lease, held until this transaction ends, lease_id NULL; '
+'lease given: a timed lease, committed with the transaction, held until release(name, lease_id) or now + lease (renew() extends it). '
+'Returns one row: ok, lease_id, in_flight (max when refused; NULL when admitted), retry_after (refused: until the earliest timed lease ends; NULL when only transaction leases hold slots). '
+'wait: how long to wait for a slot, holding nothing meanwhile. Shadow mode (define(..., enforce => false)): a refusal is answered ok = true, holding nothing. '
+'Errors: 22004 NULL name/wait/throws, NULL max in config; 42704 no config and no definition; 22023 a rate limit''s name or config, negative wait, lease not greater than zero; '
+'42501 an inline config for a defined name; the rate_limiter.sqlstate SQLSTATE (default RL429, JSON DETAIL with in_flight and max) when refused with throws => true.';
+
+-- Whether transaction id xid (a row's xmin or xmax, 32 bits; 0: none) is
+-- still running, given the newest full transaction id: its full id has
+-- the newest one's epoch, or the one before when its low 32 bits are past
+-- the newest's. (A row locked by more than one transaction names a
+-- multixact, not a transaction: pg_xact_status fails or answers for
+-- another id, and the row counts as held.)
+CREATE FUNCTION rate_limiter._running(xid bigint, newest bigint)
+RETURNS boolean
+LANGUAGE plpgsql VOLATILE
+AS $running$
+DECLARE
+    full_id bigint := (newest & ~4294967295::bigint) | xid;
+BEGIN
+    IF xid = 0 THEN
+        RETURN false;
+    END IF;
+    IF full_id > newest THEN
+        full_id := full_id - 4294967296;
+    END IF;
+    RETURN pg_catalog.pg_xact_status(full_id::text::xid8) = 'in progress';
+EXCEPTION WHEN OTHERS THEN
+    RETURN true;
+END
+$running$;
+
+-- status() of a concurrency limit (both editions' status() come here for
+-- kind 'concurrency'): value = the slots free now (max - in flight),
+-- capacity = max, full_at = when every slot is free if nothing more is
+-- taken (now when none is held; the last timed lease's end when only
+-- timed leases hold; NULL when a transaction lease holds one: its end is
+-- not known), shards 1. It takes no lock: a transaction lease is seen as
+-- a row whose locker (xmax) is still running, or, for a slot whose row is
+-- being inserted, its _slot_lock in pg_locks. (A row locked by more than
+-- one transaction names a multixact, not a transaction: counted as held.)
+CREATE FUNCTION rate_limiter._concurrency_status(name text, key text, config rate_limiter.config)
+RETURNS TABLE (value float8, capacity float8, full_at timestamptz, shards int4)
+LANGUAGE plpgsql VOLATILE ROWS 1
+AS $concurrency_status$
+DECLARE
+    limited record;
+    at timestamptz := rate_limiter._clock();
+    newest bigint := pg_catalog.pg_snapshot_xmax(pg_catalog.pg_current_snapshot())::text::bigint;
+    slot record;
+    locked boolean;
+    held int4 := 0;
+    by_transactions boolean := false;
+    last_end timestamptz;
+    existing int4[] := '{}';
+BEGIN
+    IF name IS NULL THEN
+        RAISE EXCEPTION 'name must not be NULL' USING ERRCODE = '22004';
+    END IF;
+    limited := rate_limiter._concurrency_limit(name, config);
+    FOR slot IN
+        SELECT r.shard, r.value, r.ts, r.xmin::text::bigint AS xmin, r.xmax::text::bigint AS xmax FROM rate_limiter.rate_limits AS r
+        WHERE _concurrency_status.key IS NULL AND r.name = _concurrency_status.name AND r.key IS NULL
+          AND r.shard < limited.max
+        UNION ALL
+        SELECT r.shard, r.value, r.ts, r.xmin::text::bigint AS xmin, r.xmax::text::bigint AS xmax FROM rate_limiter.rate_limits AS r
+        WHERE r.name = _concurrency_status.name AND r.key = _concurrency_status.key AND r.shard < limited.max
+    LOOP
+        existing := existing || slot.shard::int4;
+        IF slot.value > 0 AND slot.ts > at THEN
+            held := held + 1;
+            last_end := greatest(last_end, slot.ts);
+            CONTINUE;
+        END IF;
+        -- Held by a transaction still running: the one that locked the
+        -- row (xmax), or the one that inserted it (xmin: the caller's own
+        -- insert, which it sees; another's it does not see at all).
+        locked := rate_limiter._running(slot.xmax, newest) OR rate_limiter._running(slot.xmin, newest);
+        IF locked THEN
+            held := held + 1;
+            by_transactions := true;
+        END IF;
+    END LOOP;
+    -- Slots without a row that another transaction is inserting.
+    SELECT held + count(*), by_transactions OR count(*) > 0 INTO held, by_transactions
+    FROM pg_catalog.generate_series(0, limited.max - 1) AS s, pg_catalog.pg_locks AS l
+    WHERE pg_catalog.cardinality(existing) < limited.max AND s <> ALL (existing) AND l.locktype = 'advisory' AND l.granted AND l.objsubid = 1
+      AND l.database = (SELECT d.oid FROM pg_catalog.pg_database AS d WHERE d.datname = pg_catalog.current_database())
+      AND l.classid::text::bigint = (rate_limiter._slot_lock(_concurrency_status.name, _concurrency_status.key, s) >> 32) & 4294967295
+      AND l.objid::text::bigint = rate_limiter._slot_lock(_concurrency_status.name, _concurrency_status.key, s) & 4294967295;
+    value := limited.max - least(held, limited.max);
+    capacity := limited.max;
+    full_at := CASE WHEN by_transactions THEN NULL ELSE coalesce(last_end, at) END;
+    shards := 1;
+    RETURN NEXT;
+END
+$concurrency_status$;
+
+-- The lease id of (name) and its slot row, locked: what release() and
+-- renew() act on. NULL when lease_id is no lease of name.
+CREATE FUNCTION rate_limiter._lease(name text, lease_id bigint)
+RETURNS rate_limiter.leases
+LANGUAGE plpgsql VOLATILE
+AS $lease$
+DECLARE
+    held rate_limiter.leases;
+BEGIN
+    IF name IS NULL THEN
+        RAISE EXCEPTION 'name must not be NULL' USING ERRCODE = '22004';
+    ELSIF lease_id IS NULL THEN
+        RAISE EXCEPTION 'lease_id must not be NULL' USING ERRCODE = '22004';
+    END IF;
+    SELECT * INTO held FROM rate_limiter.leases AS l
+    WHERE l.id = lease_id AND l.name = _lease.name
+    FOR UPDATE;
+    RETURN held;
+END
+$lease$;
+
+-- Sets the end of the timed lease held of slot (held) to until, if it
+-- still holds it at at: whether it did.
+CREATE FUNCTION rate_limiter._set_lease_end(held rate_limiter.leases, at timestamptz, until timestamptz)
+RETURNS boolean
+LANGUAGE plpgsql VOLATILE
+AS $set_lease_end$
+BEGIN
+    IF held.key IS NULL THEN
+        UPDATE rate_limiter.rate_limits AS r
+        SET value = CASE WHEN until > at THEN 1 ELSE 0 END, ts = until
+        WHERE r.name = held.name AND r.key IS NULL AND r.shard = held.slot AND r.value > 0 AND r.ts > at;
+    ELSE
+        UPDATE rate_limiter.rate_limits AS r
+        SET value = CASE WHEN until > at THEN 1 ELSE 0 END, ts = until
+        WHERE r.name = held.name AND r.key = held.key AND r.shard = held.slot AND r.value > 0 AND r.ts > at;
+    END IF;
+    RETURN FOUND;
+END
+$set_lease_end$;
+
+CREATE FUNCTION rate_limiter.release(name text, lease_id bigint)
+RETURNS boolean
+LANGUAGE plpgsql VOLATILE SECURITY DEFINER
+SET search_path = pg_catalog, pg_temp
+AS $release$
+DECLARE
+    held rate_limiter.leases := rate_limiter._lease(name, lease_id);
+    at timestamptz;
+    freed boolean;
+BEGIN
+    IF held.id IS NULL THEN
+        RETURN false;
+    END IF;
+    at := rate_limiter._clock();
+    freed := rate_limiter._set_lease_end(held, at, at);
+    DELETE FROM rate_limiter.leases AS l WHERE l.id = held.id;
+    RETURN freed;
+END
+$release$;
+
+COMMENT ON FUNCTION rate_limiter.release(text, bigint) IS
+'Frees the slot of timed lease lease_id of concurrency limit name (from acquire(lease => ...)) at once. '
+'Returns true if the lease held its slot; false when it had expired, was released already, or is not a lease of name (nothing is changed then). '
+'Errors: 22004 NULL name/lease_id; 25006 in a read-only transaction.';
+
+CREATE FUNCTION rate_limiter.renew(name text, lease_id bigint, lease interval DEFAULT NULL)
+RETURNS boolean
+LANGUAGE plpgsql VOLATILE SECURITY DEFINER
+SET search_path = pg_catalog, pg_temp
+AS $renew$
+DECLARE
+    held rate_limiter.leases;
+    at timestamptz;
+BEGIN
+    IF lease <= interval '0' THEN
+        RAISE EXCEPTION 'lease must be greater than zero, got %', lease USING ERRCODE = '22023';
+    END IF;
+    held := rate_limiter._lease(name, lease_id);
+    IF held.id IS NULL THEN
+        RETURN false;
+    END IF;
+    at := rate_limiter._clock();
+    IF NOT rate_limiter._set_lease_end(held, at, at + coalesce(lease, held.duration)) THEN
+        RETURN false;
+    END IF;
+    IF lease IS NOT NULL AND lease <> held.duration THEN
+        UPDATE rate_limiter.leases AS l SET duration = renew.lease WHERE l.id = held.id;
+    END IF;
+    RETURN true;
+END
+$renew$;
+
+COMMENT ON FUNCTION rate_limiter.renew(text, bigint, interval) IS
+'Extends timed lease lease_id of concurrency limit name to now + lease (NULL: the lease it was taken or last renewed with), while it still holds its slot. '
+'Returns true if it did; false when the lease had expired, was released, or is not a lease of name (nothing is changed then). '
+'Errors: 22004 NULL name/lease_id; 22023 lease not greater than zero; 25006 in a read-only transaction.';
