@@ -22,6 +22,14 @@ RETURNS text
 LANGUAGE c IMMUTABLE STRICT
 AS 'MODULE_PATHNAME', 'for_message_wrapper';
 
+-- Counts a decision of acquire() in rate_limiter.stats (src/api/
+-- concurrency.rs; portable: nothing): 0 admitted, 1 refused, 2 refused in
+-- shadow mode.
+CREATE FUNCTION rate_limiter._stats_count(name text, verdict int4)
+RETURNS void
+LANGUAGE c VOLATILE STRICT
+AS 'MODULE_PATHNAME', 'stats_count_wrapper';
+
 -- The SQLSTATE of a refusal with throws => true (rate_limiter.sqlstate,
 -- checked when SET; _clock() has loaded the library that defines it).
 CREATE FUNCTION rate_limiter._sqlstate()
@@ -344,15 +352,18 @@ BEGIN
             VALUES (id, name, key, slot::int2, duration)
             ON CONFLICT ON CONSTRAINT leases_slot DO UPDATE SET id = excluded.id, duration = excluded.duration;
         END IF;
+        PERFORM rate_limiter._stats_count(name, 0);
         RETURN QUERY SELECT true, id, NULL::int4, NULL::interval;
         RETURN;
     END IF;
     earliest := rate_limiter._earliest_expiry(name, key, limited.max, at);
     IF NOT limited.enforce THEN
         -- Shadow mode: the refusal answered as admitted, holding nothing.
+        PERFORM rate_limiter._stats_count(name, 2);
         RETURN QUERY SELECT true, NULL::bigint, limited.max, NULL::interval;
         RETURN;
     END IF;
+    PERFORM rate_limiter._stats_count(name, 1);
     IF throws THEN
         RAISE EXCEPTION USING
             ERRCODE = rate_limiter._sqlstate(),

@@ -34,3 +34,10 @@ CREATE FUNCTION rate_limiter._clock()
 RETURNS timestamptz
 LANGUAGE sql VOLATILE
 AS $$ SELECT rate_limiter._timestamp(rate_limiter._now()) $$;
+
+-- The native extension counts acquire()'s decisions in rate_limiter.stats;
+-- the portable edition has no statistics (80_surface.sql).
+CREATE FUNCTION rate_limiter._stats_count(name text, verdict int4)
+RETURNS void
+LANGUAGE sql IMMUTABLE
+AS $$ SELECT $$;

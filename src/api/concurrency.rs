@@ -1,6 +1,7 @@
 //! The native helpers of the concurrency limits' PL/pgSQL, which both
 //! editions share (sql/concurrency.sql; the portable edition has its own
-//! in portable/sql/): the clock and a name as messages show it.
+//! in portable/sql/): the clock, a name as messages show it, and the
+//! statistics of `acquire`.
 
 use pgrx::prelude::*;
 
@@ -20,4 +21,30 @@ fn clock() -> TimestampWithTimeZone {
 #[pg_extern(sql = false)]
 fn for_message(value: &[u8]) -> String {
     crate::names::for_message(value)
+}
+
+/// `rate_limiter._stats_count(name, verdict)`: counts one decision of
+/// `acquire` in `rate_limiter.stats` (docs/monitoring.md): verdict 0
+/// admitted (one token: a slot), 1 refused, 2 refused in shadow mode
+/// (answered as admitted). Any other verdict counts nothing. (The
+/// portable edition, which has no statistics, has a no-op.)
+#[pg_extern(sql = false)]
+fn stats_count(name: &[u8], verdict: i32) {
+    let verdict = match verdict {
+        0 => rate_limiter_algorithm::Verdict::Admitted,
+        1 => rate_limiter_algorithm::Verdict::Refused,
+        2 => rate_limiter_algorithm::Verdict::ShadowRefused,
+        _ => return,
+    };
+    crate::stats::count(
+        name,
+        crate::stats::Counted {
+            verdict,
+            count: 1.0,
+            reserved: false,
+            near_limit: false,
+            contended: false,
+            blocked: false,
+        },
+    );
 }
