@@ -125,6 +125,32 @@ SELECT ok FROM rate_limiter.acquire('one', config => rate_limiter.concurrency(1)
 SELECT * FROM rate_limiter.acquire('one', wait => '10 milliseconds', config => rate_limiter.concurrency(1));
 COMMIT;
 
+-- guard_slot(): the writing transaction holds a slot per key, however
+-- many rows it writes.
+SELECT rate_limiter.define('report_jobs', rate_limiter.concurrency(1));
+CREATE TABLE report_runs (tenant text, started timestamptz DEFAULT '2026-01-01');
+CREATE TRIGGER one_report_per_tenant BEFORE INSERT ON report_runs
+    FOR EACH ROW EXECUTE FUNCTION rate_limiter.guard_slot('report_jobs', 'tenant');
+BEGIN;
+INSERT INTO report_runs (tenant) VALUES ('acme'), ('acme');
+INSERT INTO report_runs (tenant) VALUES ('globex');
+-- The slot of acme is this transaction's: another call finds none free.
+SELECT ok, in_flight FROM rate_limiter.acquire('report_jobs', 'acme');
+COMMIT;
+SELECT ok FROM rate_limiter.acquire('report_jobs', 'acme');
+INSERT INTO report_runs (tenant) VALUES (NULL);
+\echo :LAST_ERROR_SQLSTATE
+SELECT rate_limiter.define('report_jobs', rate_limiter.concurrency(1, '1 minute'));
+INSERT INTO report_runs (tenant) VALUES ('acme');
+\echo :LAST_ERROR_SQLSTATE
+DROP TRIGGER one_report_per_tenant ON report_runs;
+CREATE TRIGGER after_insert AFTER INSERT ON report_runs
+    FOR EACH ROW EXECUTE FUNCTION rate_limiter.guard_slot('report_jobs');
+INSERT INTO report_runs (tenant) VALUES ('acme');
+\echo :LAST_ERROR_SQLSTATE
+DROP TABLE report_runs;
+SELECT rate_limiter.undefine('report_jobs');
+
 -- A concurrency limit takes no tokens: 22023 from the rate-limit calls.
 SELECT * FROM rate_limiter.rate_limit('exports', 'acme');
 \echo :LAST_ERROR_SQLSTATE
