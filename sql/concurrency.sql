@@ -579,6 +579,28 @@ COMMENT ON FUNCTION rate_limiter.renew(text, bigint, interval) IS
 'Returns true if it did; false when the lease had expired, was released, or is not a lease of name (nothing is changed then). '
 'Errors: 22004 NULL name/lease_id; 22023 lease not greater than zero; 25006 in a read-only transaction.';
 
+-- prune() of rate_limiter.leases (both editions' prune() call it): the
+-- rows of leases that hold no slot any more (released rows are deleted by
+-- release(); these ended, or their slot's row was pruned). How many.
+CREATE FUNCTION rate_limiter._prune_leases()
+RETURNS bigint
+LANGUAGE plpgsql VOLATILE
+AS $prune_leases$
+DECLARE
+    at timestamptz := rate_limiter._clock();
+    gone bigint;
+BEGIN
+    DELETE FROM rate_limiter.leases AS l
+    WHERE NOT EXISTS (SELECT FROM rate_limiter.rate_limits AS r
+                      WHERE r.name = l.name AND r.key = l.key AND r.shard = l.slot AND r.value > 0 AND r.ts > at)
+      AND NOT (l.key IS NULL AND EXISTS (SELECT FROM rate_limiter.rate_limits AS r
+                                         WHERE r.name = l.name AND r.key IS NULL AND r.shard = l.slot
+                                           AND r.value > 0 AND r.ts > at));
+    GET DIAGNOSTICS gone = ROW_COUNT;
+    RETURN gone;
+END
+$prune_leases$;
+
 -- guard_slot(): a trigger that holds a slot of a concurrency limit for the
 -- transaction that writes the table (docs/concurrency.md, "Guarding a
 -- table"). Invoker's rights, as guard(): the writing role needs EXECUTE on

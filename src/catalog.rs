@@ -35,6 +35,9 @@ pub struct Objects {
     /// `rate_limiter.composites` (0.6.0 and later; invalid if missing:
     /// then no name is a composite).
     pub composites: pg_sys::Oid,
+    /// `rate_limiter.leases`, the timed leases of concurrency limits
+    /// (0.6.0 and later; invalid if missing: then there are none).
+    pub leases: pg_sys::Oid,
     /// The owner of the table: the role the functions act as.
     pub owner: pg_sys::Oid,
     /// `rate_limiter.define(text, rate_limiter.config, boolean)` (before
@@ -243,6 +246,7 @@ fn look_up() -> Objects {
             let blocks = pg_sys::get_relname_relid(c"blocks".as_ptr(), schema);
             let blocks_index = pg_sys::get_relname_relid(c"blocks_name_key".as_ptr(), schema);
             let composites = pg_sys::get_relname_relid(c"composites".as_ptr(), schema);
+            let leases = pg_sys::get_relname_relid(c"leases".as_ptr(), schema);
             let regime_column = pg_sys::get_attnum(table, c"regime".as_ptr()) > 0;
             let enforce_column = definitions != pg_sys::InvalidOid
                 && pg_sys::get_attnum(definitions, c"enforce".as_ptr()) > 0;
@@ -278,6 +282,7 @@ fn look_up() -> Objects {
                 blocks,
                 blocks_index,
                 composites,
+                leases,
                 owner,
                 define: pg_sys::InvalidOid,
                 enforce_column,

@@ -147,10 +147,8 @@ BEGIN
     IF config.kind IS NULL THEN
         RAISE EXCEPTION 'kind must not be NULL' USING ERRCODE = '22004';
     ELSIF config.kind::text = 'concurrency' THEN
-        -- (docs/concurrency.md: as the native config::unknown_kind.)
-        RAISE EXCEPTION 'this is a concurrency limit, not a rate limit'
-            USING ERRCODE = '22023',
-                  HINT = 'Take a slot with rate_limiter.acquire(): a concurrency limit counts operations in flight, not tokens.';
+        -- (docs/concurrency.md: 42_overrides.sql.)
+        PERFORM rate_limiter._not_a_rate_limit();
     ELSIF config.rate IS NULL THEN
         RAISE EXCEPTION 'rate must not be NULL' USING ERRCODE = '22004';
     ELSIF config.period IS NULL THEN

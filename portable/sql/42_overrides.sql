@@ -150,7 +150,20 @@ BEGIN
 END
 $managing$;
 
--- Raises 42704 unless name is defined: as committed now (a definition
+-- Raises the 22023 of a concurrency limit where a rate limit is needed
+-- (as the native config::unknown_kind).
+CREATE FUNCTION rate_limiter._not_a_rate_limit()
+RETURNS void
+LANGUAGE plpgsql IMMUTABLE
+AS $not_a_rate_limit$
+BEGIN
+    RAISE EXCEPTION 'this is a concurrency limit, not a rate limit'
+        USING ERRCODE = '22023',
+              HINT = 'Take a slot with rate_limiter.acquire(): a concurrency limit counts operations in flight, not tokens.';
+END
+$not_a_rate_limit$;
+
+-- Raises 42704 unless name is defined (22023 for a concurrency limit): as committed now (a definition
 -- committed after a REPEATABLE READ snapshot is 40001, as in _resolve).
 CREATE FUNCTION rate_limiter._defined(name text)
 RETURNS void
@@ -158,6 +171,12 @@ LANGUAGE plpgsql VOLATILE
 AS $defined$
 BEGIN
     IF EXISTS (SELECT FROM rate_limiter.definitions AS d WHERE d.name = _defined.name) THEN
+        -- Overrides and blocks are a rate limit's (docs/concurrency.md), as
+        -- the native lookup of a concurrency limit refuses them.
+        IF EXISTS (SELECT FROM rate_limiter.definitions AS d
+                   WHERE d.name = _defined.name AND d.kind::text = 'concurrency') THEN
+            PERFORM rate_limiter._not_a_rate_limit();
+        END IF;
         RETURN;
     END IF;
     IF pg_catalog.current_setting('transaction_isolation') <> 'read committed'

@@ -49,6 +49,12 @@ BEGIN
     IF name IS NULL THEN
         RAISE EXCEPTION 'name must not be NULL' USING ERRCODE = '22004';
     END IF;
+    -- A concurrency limit's slots are not tokens: forgetting them would
+    -- free slots that timed leases hold (docs/concurrency.md).
+    IF EXISTS (SELECT FROM rate_limiter.definitions AS d
+               WHERE d.name = rate_reset.name AND d.kind::text = 'concurrency') THEN
+        PERFORM rate_limiter._not_a_rate_limit();
+    END IF;
     IF pg_catalog.current_setting('transaction_read_only')::boolean THEN
         RAISE EXCEPTION 'cannot execute rate_reset() in a read-only transaction' USING ERRCODE = '25006';
     END IF;

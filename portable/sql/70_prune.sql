@@ -28,6 +28,12 @@ DECLARE
     refilled record;
     initial record;
 BEGIN
+    -- A concurrency limit's slot (docs/concurrency.md): a row not held by a
+    -- timed lease carries nothing (a transaction lease's row is locked,
+    -- and the delete passes over locked rows), as natively.
+    IF defined.kind::text = 'concurrency' THEN
+        RETURN NOT (value > 0 AND ts > now);
+    END IF;
     IF defined.name IS NOT NULL THEN
         IF overridden AND key IS NOT NULL THEN
             applies := rate_limiter._resolve(name, key, NULL, false);
@@ -72,6 +78,7 @@ DECLARE
     now_ bigint;
     expired bigint;
     ended bigint;
+    leases bigint;
 BEGIN
     IF older_than IS NOT NULL THEN
         IF (EXTRACT(year FROM older_than), EXTRACT(month FROM older_than),
@@ -124,7 +131,12 @@ BEGIN
     IF ended > 0 THEN
         RAISE NOTICE 'rate_limiter.prune() deleted % ended blocks', ended;
     END IF;
-    RETURN deleted + expired + ended;
+    -- The timed leases that have ended (sql/concurrency.sql).
+    leases := rate_limiter._prune_leases();
+    IF leases > 0 THEN
+        RAISE NOTICE 'rate_limiter.prune() deleted % ended leases', leases;
+    END IF;
+    RETURN deleted + expired + ended + leases;
 END
 $prune$;
 

@@ -1,8 +1,8 @@
 //! `rate_limiter.prune()`: housekeeping. Deletes the state rows that change
 //! no later answer, and optionally old rows of names without a definition
 //! (`local::prune` says which and how; on a distributed install every node
-//! prunes its own shards), the overrides that have expired and the blocks
-//! that have ended.
+//! prunes its own shards), the overrides that have expired, the blocks
+//! that have ended and the timed leases that have ended.
 
 use crate::errors::{report, CallError};
 use crate::placement;
@@ -28,7 +28,11 @@ fn prune(older_than: Option<Interval>) -> i64 {
         if blocks > 0 {
             pgrx::notice!("rate_limiter.prune() deleted {blocks} ended blocks");
         }
-        Ok(deleted + overrides + blocks)
+        let leases = prune_leases()?;
+        if leases > 0 {
+            pgrx::notice!("rate_limiter.prune() deleted {leases} ended leases");
+        }
+        Ok(deleted + overrides + blocks + leases)
     });
     match pruned {
         Ok(deleted) => deleted,
@@ -52,6 +56,22 @@ fn prune_blocks() -> Result<i64, CallError> {
     let now = timestamp(crate::clock::now())?;
     crate::security::write_as_owner(c"prune()", |client| {
         Ok(client.update(PRUNE_BLOCKS, None, &[now.into()])?.len() as i64)
+    })
+}
+
+/// Deletes the rows of `rate_limiter.leases` whose lease has ended
+/// (sql/concurrency.sql's `_prune_leases`, which both editions share): how
+/// many.
+fn prune_leases() -> Result<i64, CallError> {
+    if crate::catalog::objects().leases == pgrx::pg_sys::InvalidOid {
+        return Ok(0);
+    }
+    crate::security::write_as_owner(c"prune()", |client| {
+        Ok(client
+            .update("SELECT rate_limiter._prune_leases()", Some(1), &[])?
+            .first()
+            .get_one::<i64>()?
+            .unwrap_or(0))
     })
 }
 

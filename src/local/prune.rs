@@ -158,6 +158,14 @@ fn read_rows(mut table: SpiTupleTable<'_>) -> Result<Vec<Row>, CallError> {
     Ok(rows)
 }
 
+/// What a name's rows are: a rate limit's (its definition, if any, and
+/// whether it has overrides), or a concurrency limit's slots.
+#[derive(Clone, Copy)]
+enum Slots {
+    Limit(Option<(Definition, bool)>),
+    Concurrency,
+}
+
 /// The rows among `rows` that change no later answer at `now` (see the
 /// module documentation): judged under what applies to the row's key (its
 /// override, else the definition); a row of another regime than that one
@@ -166,20 +174,34 @@ fn doomed(
     rows: &[Row],
     now: Micros,
     older_than: Option<Micros>,
-    definitions: &mut HashMap<Vec<u8>, Option<(Definition, bool)>>,
+    definitions: &mut HashMap<Vec<u8>, Slots>,
 ) -> Result<Vec<pg_sys::ItemPointerData>, CallError> {
     let mut doomed = Vec::new();
     for row in rows {
         let named = match definitions.get(&row.name) {
             Some(named) => *named,
             None => {
-                let named = match definitions::lookup(&row.name)? {
-                    Some(definition) => Some((definition, definitions::has_overrides(&row.name)?)),
-                    None => None,
+                let named = match definitions::lookup(&row.name) {
+                    Ok(Some(definition)) => Slots::Limit(Some((definition, definitions::has_overrides(&row.name)?))),
+                    Ok(None) => Slots::Limit(None),
+                    Err(CallError::Limit(error)) if crate::config::is_concurrency_kind(&error) => Slots::Concurrency,
+                    Err(error) => return Err(error),
                 };
                 definitions.insert(row.name.clone(), named);
                 named
             }
+        };
+        // A concurrency limit's slot (docs/concurrency.md): a row not
+        // held by a timed lease carries nothing (a transaction lease's row
+        // is locked, so the lock below passes over it).
+        let named = match named {
+            Slots::Concurrency => {
+                if !(row.state.value > 0.0 && row.state.ts > now) {
+                    doomed.push(row.tid);
+                }
+                continue;
+            }
+            Slots::Limit(named) => named,
         };
         let applies = match (named, row.key.as_deref()) {
             (Some((_, true)), Some(key)) => Some(definitions::resolve(&row.name, Some(key), None)?),

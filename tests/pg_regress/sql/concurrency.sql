@@ -160,6 +160,28 @@ SELECT * FROM rate_limiter.rate_limit_all(ARRAY[ROW('exports', 'acme', 1, NULL)]
 \echo :LAST_ERROR_SQLSTATE
 SELECT * FROM rate_limiter.rate_limit('unnamed', config => rate_limiter.concurrency(1));
 \echo :LAST_ERROR_SQLSTATE
+SELECT * FROM rate_limiter.rate_wait('exports', 'acme');
+\echo :LAST_ERROR_SQLSTATE
+SELECT rate_limiter.rate_credit('exports', 'acme');
+\echo :LAST_ERROR_SQLSTATE
+SELECT * FROM rate_limiter.postgrest_limit('exports', 'acme');
+\echo :LAST_ERROR_SQLSTATE
+-- rate_reset would free slots that timed leases hold.
+SELECT rate_limiter.rate_reset('exports', 'acme');
+\echo :LAST_ERROR_SQLSTATE
+-- Overrides and blocks are a rate limit's.
+SELECT rate_limiter.override('exports', 'acme', config => rate_limiter.concurrency(5));
+\echo :LAST_ERROR_SQLSTATE
+SELECT rate_limiter.block('exports', 'acme', '1 hour');
+\echo :LAST_ERROR_SQLSTATE
+SELECT * FROM rate_limiter.blocked('exports', 'acme');
+\echo :LAST_ERROR_SQLSTATE
+SELECT rate_limiter.define('per_minute', rate_limiter.token_bucket(10, '1 minute'));
+SELECT rate_limiter.override('per_minute', 'acme', config => rate_limiter.concurrency(5));
+\echo :LAST_ERROR_SQLSTATE
+SELECT rate_limiter.override('per_minute', 'acme', plan => 'exports');
+\echo :LAST_ERROR_SQLSTATE
+SELECT rate_limiter.undefine('per_minute');
 -- A composite is made of rate limits.
 SELECT rate_limiter.define('per_second', rate_limiter.token_bucket(10, '1 second'));
 SELECT rate_limiter.define_all('both', ARRAY['per_second', 'exports']);
@@ -212,6 +234,15 @@ SELECT rate_limiter.define(NULL, rate_limiter.concurrency(1));
 \echo :LAST_ERROR_SQLSTATE
 SELECT rate_limiter.define('exports', rate_limiter.concurrency(1), enforce => NULL);
 \echo :LAST_ERROR_SQLSTATE
+-- prune() deletes the slot rows that carry nothing: not a timed lease's
+-- that has not ended, nor a row a transaction lease holds (locked); and
+-- the leases that have ended.
+SELECT name, key, shard, value, ts FROM rate_limiter.rate_limits WHERE name = 'workers' ORDER BY key, shard;
+SELECT count(*) AS leases FROM rate_limiter.leases WHERE name = 'workers';
+SET rate_limiter.now_override = '2026-01-01 00:20:00+00';
+SELECT rate_limiter.prune();
+SELECT name, key, shard, value, ts FROM rate_limiter.rate_limits WHERE name IN ('workers', 'exports', 'mixed') ORDER BY name, key, shard;
+SELECT count(*) AS leases FROM rate_limiter.leases WHERE name = 'workers';
 -- Nothing above changed the definitions.
 SELECT name, kind, rate, period, enforce FROM rate_limiter.definitions WHERE kind::text = 'concurrency' ORDER BY name;
 SELECT rate_limiter.undefine('exports');
