@@ -1,0 +1,99 @@
+#!/usr/bin/env bash
+# What a concurrency limit costs and how busy it keeps its slots
+# (docs/concurrency.md), in both editions, in the same run:
+#   1. acquire + commit of a transaction lease on a warm key against a
+#      token bucket's rate_limit + commit (S1's setup: one pgbench client,
+#      one call per transaction, KEYS existing keys picked at random):
+#      transactions per second, ROUNDS interleaved rounds of SECONDS each,
+#      the median; the ratio is the token bucket's rate over acquire's
+#      (the time of an acquire + commit over a rate_limit + commit);
+#   2. 300% demand on one key with max = 8 (S8's style: closed-loop
+#      clients, each asking again as soon as it is answered): 24 pgbench
+#      clients; an admitted transaction holds its slot WORK_MS (pg_sleep)
+#      and counts itself in an unlogged table, a refused one ends at once;
+#      the throughput is admitted / (8 / WORK_MS), the slots' busy share,
+#      and the mean latency of all transactions shows that refusals do not
+#      wait (an admitted one takes WORK_MS).
+#
+#   bash bench/concurrency.sh   (about five minutes; prints two Markdown tables)
+set -euo pipefail
+cd "$(dirname "$0")/.."
+source scripts/lib.sh
+KEYS=${KEYS:-1000}
+ROUNDS=${ROUNDS:-7}
+SECONDS_PER_ROUND=${SECONDS_PER_ROUND:-5}
+WORK_MS=${WORK_MS:-50}
+OVERLOAD_SECONDS=${OVERLOAD_SECONDS:-20}
+prepare_bench
+bash scripts/portable.sh >/dev/null
+
+work=$(mktemp -d /tmp/rate_limiter_concurrency.XXXXXX)
+chmod a+rx "$work"
+trap 'stop_cluster "$work/pg"; rm -rf "$work"' EXIT
+RL_PRELOAD=0 start_cluster "$work/pg"
+psql_as() { sudo -u postgres "$PG_BIN/psql" -X -q -v ON_ERROR_STOP=1 -h "$work/pg" -p "$RL_PORT" "$@"; }
+pgbench_as() { sudo -u postgres "$PG_BIN/pgbench" -h "$work/pg" -p "$RL_PORT" -n "$@"; }
+define="SELECT rate_limiter.define('bucket', rate_limiter.token_bucket(1000000, '1 day'));
+SELECT rate_limiter.define('slots', rate_limiter.concurrency(4));
+SELECT rate_limiter.define('pool', rate_limiter.concurrency(8));
+CREATE UNLOGGED TABLE done (n int);"
+warm="SELECT count(*) FROM generate_series(1, $KEYS) AS g,
+    LATERAL (SELECT rate_limiter.rate_limit('bucket', g::text)) AS b,
+    LATERAL (SELECT rate_limiter.acquire('slots', g::text)) AS a"
+psql_as -d postgres -c "CREATE DATABASE native" -c "CREATE DATABASE portable" >/dev/null
+psql_as -d native -c "CREATE EXTENSION rate_limiter" -c "$define" -c "$warm" -c "VACUUM ANALYZE" >/dev/null
+psql_as -d portable -f dist/rate_limiter-portable.sql -c "$define" -c "$warm" -c "VACUUM ANALYZE" >/dev/null
+
+cat >"$work/bucket.sql" <<EOF
+\set k random(1, $KEYS)
+SELECT ok FROM rate_limiter.rate_limit('bucket', :k::text);
+EOF
+cat >"$work/acquire.sql" <<EOF
+\set k random(1, $KEYS)
+SELECT ok FROM rate_limiter.acquire('slots', :k::text);
+EOF
+cat >"$work/overload.sql" <<EOF
+BEGIN;
+SELECT ok FROM rate_limiter.acquire('pool', 'k') \gset
+\if :ok
+SELECT pg_sleep($WORK_MS / 1000.0);
+INSERT INTO done VALUES (1);
+\endif
+COMMIT;
+EOF
+chmod a+r "$work"/*.sql
+tps() { pgbench_as -c 1 -T "$SECONDS_PER_ROUND" -f "$work/$2.sql" "$1" | sed -n 's/^tps = \([0-9.]*\).*/\1/p'; }
+median() { python3 -c "import statistics, sys; print(statistics.median(float(x) for x in sys.argv[1:]))" "$@"; }
+
+declare -A rates
+for round in $(seq 1 "$ROUNDS"); do
+    for database in native portable; do
+        for script in bucket acquire; do
+            rates[$database.$script]+="$(tps "$database" "$script") "
+        done
+    done
+done
+echo "| one client, a call + commit per transaction, $KEYS warm keys (median of $ROUNDS rounds of ${SECONDS_PER_ROUND} s) | token bucket rate_limit, tps | acquire (transaction lease), tps | acquire / rate_limit, time |"
+echo "|---|---:|---:|---:|"
+for database in native portable; do
+    # shellcheck disable=SC2086
+    bucket=$(median ${rates[$database.bucket]})
+    # shellcheck disable=SC2086
+    acquire=$(median ${rates[$database.acquire]})
+    python3 -c "print(f'| $database edition | {$bucket:.0f} | {$acquire:.0f} | {$bucket / $acquire:.3f}x |')"
+done
+echo
+
+# 300% demand: 24 clients for 8 slots.
+echo "| 300% demand on one key: 24 clients, max = 8, ${WORK_MS} ms of work, ${OVERLOAD_SECONDS} s | admitted/s | throughput / (8 / work) | refused/s | mean latency, ms (all) |"
+echo "|---|---:|---:|---:|---:|"
+for database in native portable; do
+    psql_as -d "$database" -c "TRUNCATE done" >/dev/null
+    out=$(pgbench_as -c 24 -j 2 -T "$OVERLOAD_SECONDS" -f "$work/overload.sql" "$database")
+    total=$(sed -n 's/^number of transactions actually processed: \([0-9]*\).*/\1/p' <<<"$out")
+    latency=$(sed -n 's/^latency average = \([0-9.]*\) ms.*/\1/p' <<<"$out")
+    admitted=$(psql_as -d "$database" -At -c "SELECT count(*) FROM done")
+    python3 -c "
+a, t, s = $admitted, $total, $OVERLOAD_SECONDS
+print(f'| $database edition | {a / s:.1f} | {a * $WORK_MS / 1000 / (8 * s):.3f} | {(t - a) / s:.1f} | $latency |')"
+done
