@@ -1536,6 +1536,19 @@ RETURNS void
 LANGUAGE c VOLATILE STRICT
 AS 'MODULE_PATHNAME', 'stats_count_wrapper';
 
+-- acquire() (src/api/acquire.rs): a free slot of a defined limit taken in
+-- one statement, anything else by _acquire() below.
+CREATE FUNCTION rate_limiter.acquire(
+    name   text,
+    key    text                DEFAULT NULL,
+    wait   interval            DEFAULT '0',
+    lease  interval            DEFAULT NULL,
+    throws boolean             DEFAULT false,
+    config rate_limiter.config DEFAULT NULL)
+RETURNS TABLE (ok boolean, lease_id bigint, in_flight int4, retry_after interval)
+LANGUAGE c VOLATILE ROWS 1
+AS 'MODULE_PATHNAME', 'acquire_wrapper';
+
 -- The SQLSTATE of a refusal with throws => true (rate_limiter.sqlstate,
 -- checked when SET; _clock() has loaded the library that defines it).
 CREATE FUNCTION rate_limiter._sqlstate()
@@ -1722,7 +1735,8 @@ LANGUAGE plpgsql VOLATILE
 AS $take_slot$
 DECLARE
     taken int4;
-    own int4[] := coalesce(rate_limiter._held_slots(name, key), '{}');
+    own int4[] := CASE WHEN coalesce(pg_catalog.current_setting('rate_limiter_internal.held_slots', true), '') = ''
+                       THEN '{}' ELSE coalesce(rate_limiter._held_slots(name, key), '{}') END;
     existing int4[];
     candidate int4;
 BEGIN
@@ -1795,19 +1809,37 @@ AS $$
                        & 9223372036854775807)
 $$;
 
-CREATE FUNCTION rate_limiter.acquire(
-    name   text,
-    key    text                DEFAULT NULL,
-    wait   interval            DEFAULT '0',
-    lease  interval            DEFAULT NULL,
-    throws boolean             DEFAULT false,
-    config rate_limiter.config DEFAULT NULL)
+-- The texts of a refusal with throws => true (the native acquire raises
+-- them itself: a SQLSTATE of rate_limiter.sqlstate does not pass through
+-- its SPI call).
+CREATE FUNCTION rate_limiter._concurrency_refusal(name text, key text, most int4, retry_after interval,
+                                                  OUT message text, OUT detail text, OUT hint text)
+LANGUAGE sql STABLE
+AS $$
+    SELECT CASE WHEN key IS NULL
+                THEN pg_catalog.format('concurrency limit "%s" is full (global limit)', rate_limiter._for_message(name))
+                ELSE pg_catalog.format('concurrency limit "%s" is full for key "%s"', rate_limiter._for_message(name),
+                                       rate_limiter._for_message(key)) END,
+           pg_catalog.json_build_object('name', name, 'key', key, 'in_flight', most, 'max', most,
+                                        'retry_after_ms', EXTRACT(epoch FROM retry_after) * 1000)::text,
+           CASE WHEN retry_after IS NULL
+                THEN 'Retry when one of the operations in flight ends (wait => ... waits for it).'
+                ELSE 'Retry when one of the operations in flight ends, at the latest when the first lease ends.' END
+$$;
+
+-- acquire(): the native extension's takes a free slot of a defined limit
+-- itself (src/api/acquire.rs) and calls this for everything else; the
+-- portable edition's calls it (portable/sql/58_concurrency.sql).
+CREATE FUNCTION rate_limiter._acquire(name text, key text, wait interval, lease interval, throws boolean,
+                                      config rate_limiter.config)
 RETURNS TABLE (ok boolean, lease_id bigint, in_flight int4, retry_after interval)
-LANGUAGE plpgsql VOLATILE ROWS 1 SECURITY DEFINER
-SET search_path = pg_catalog, pg_temp
+LANGUAGE plpgsql VOLATILE ROWS 1
 AS $acquire$
 DECLARE
     limited record;
+    defined_kind text;
+    most int4;
+    enforcing boolean;
     duration interval;
     deadline timestamptz;
     at timestamptz;
@@ -1815,6 +1847,8 @@ DECLARE
     pause float8 := 0.001;
     id bigint;
     earliest timestamptz;
+    held text := pg_catalog.current_setting('rate_limiter_internal.held_slots', true);
+    refusal record;
 BEGIN
     IF name IS NULL THEN
         RAISE EXCEPTION 'name must not be NULL' USING ERRCODE = '22004';
@@ -1827,12 +1861,42 @@ BEGIN
     ELSIF lease <= interval '0' THEN
         RAISE EXCEPTION 'lease must be greater than zero, got %', lease USING ERRCODE = '22023';
     END IF;
-    limited := rate_limiter._concurrency_limit(name, config);
-    duration := coalesce(lease, limited.lease);
+    -- A defined limit, read here (the common case: one statement); else
+    -- _concurrency_limit, which also raises every error.
+    IF pg_catalog.num_nulls(config) = 1 THEN
+        SELECT d.kind::text, d.rate::int4, coalesce(lease, nullif(d.period, interval '0')), d.enforce
+        INTO defined_kind, most, duration, enforcing
+        FROM rate_limiter.definitions AS d WHERE d.name = _acquire.name;
+    END IF;
+    IF defined_kind IS DISTINCT FROM 'concurrency' THEN
+        limited := rate_limiter._concurrency_limit(name, config);
+        most := limited.max;
+        duration := coalesce(lease, limited.lease);
+        enforcing := limited.enforce;
+    END IF;
     deadline := pg_catalog.clock_timestamp() + wait;
     LOOP
         at := rate_limiter._clock();
-        slot := rate_limiter._take_slot(name, key, limited.max, at);
+        -- The first try of _take_slot, here when this transaction holds
+        -- no slot yet (the common case): a free slot's row, locked.
+        IF held IS NULL OR held = '' THEN
+            IF key IS NULL THEN
+                SELECT r.shard INTO slot FROM rate_limiter.rate_limits AS r
+                WHERE r.name = _acquire.name AND r.key IS NULL AND r.shard < most
+                  AND NOT (r.value > 0 AND r.ts > at)
+                ORDER BY r.shard LIMIT 1
+                FOR UPDATE SKIP LOCKED;
+            ELSE
+                SELECT r.shard INTO slot FROM rate_limiter.rate_limits AS r
+                WHERE r.name = _acquire.name AND r.key = _acquire.key AND r.shard < most
+                  AND NOT (r.value > 0 AND r.ts > at)
+                ORDER BY r.shard LIMIT 1
+                FOR UPDATE SKIP LOCKED;
+            END IF;
+        END IF;
+        IF slot IS NULL THEN
+            slot := rate_limiter._take_slot(name, key, most, at);
+        END IF;
         EXIT WHEN slot IS NOT NULL OR pg_catalog.clock_timestamp() >= deadline;
         -- Holding nothing (a refused _take_slot keeps no lock it needs):
         -- pg_sleep is cancellable, and statement_timeout applies.
@@ -1845,14 +1909,15 @@ BEGIN
             PERFORM pg_catalog.set_config('rate_limiter_internal.held_slots',
                 (coalesce(nullif(pg_catalog.current_setting('rate_limiter_internal.held_slots', true), ''), '[]')::jsonb
                  || pg_catalog.jsonb_build_object('n', name, 'k', key, 'slot', slot))::text, true);
+            held := 'taken';
         ELSE
             id := rate_limiter._lease_id();
             IF key IS NULL THEN
                 UPDATE rate_limiter.rate_limits AS r SET value = 1, ts = at + duration
-                WHERE r.name = acquire.name AND r.key IS NULL AND r.shard = slot;
+                WHERE r.name = _acquire.name AND r.key IS NULL AND r.shard = slot;
             ELSE
                 UPDATE rate_limiter.rate_limits AS r SET value = 1, ts = at + duration
-                WHERE r.name = acquire.name AND r.key = acquire.key AND r.shard = slot;
+                WHERE r.name = _acquire.name AND r.key = _acquire.key AND r.shard = slot;
             END IF;
             INSERT INTO rate_limiter.leases AS l (id, name, key, slot, duration)
             VALUES (id, name, key, slot::int2, duration)
@@ -1862,29 +1927,21 @@ BEGIN
         RETURN QUERY SELECT true, id, NULL::int4, NULL::interval;
         RETURN;
     END IF;
-    earliest := rate_limiter._earliest_expiry(name, key, limited.max, at);
-    IF NOT limited.enforce THEN
+    earliest := rate_limiter._earliest_expiry(name, key, most, at);
+    IF NOT enforcing THEN
         -- Shadow mode: the refusal answered as admitted, holding nothing.
         PERFORM rate_limiter._stats_count(name, 2);
-        RETURN QUERY SELECT true, NULL::bigint, limited.max, NULL::interval;
+        RETURN QUERY SELECT true, NULL::bigint, most, NULL::interval;
         RETURN;
     END IF;
     PERFORM rate_limiter._stats_count(name, 1);
     IF throws THEN
+        refusal := rate_limiter._concurrency_refusal(name, key, most, earliest - at);
         RAISE EXCEPTION USING
             ERRCODE = rate_limiter._sqlstate(),
-            MESSAGE = CASE WHEN key IS NULL
-                           THEN pg_catalog.format('concurrency limit "%s" is full (global limit)', rate_limiter._for_message(name))
-                           ELSE pg_catalog.format('concurrency limit "%s" is full for key "%s"', rate_limiter._for_message(name),
-                                                  rate_limiter._for_message(key)) END,
-            DETAIL = pg_catalog.json_build_object(
-                'name', name, 'key', key, 'in_flight', limited.max, 'max', limited.max,
-                'retry_after_ms', EXTRACT(epoch FROM earliest - at) * 1000)::text,
-            HINT = CASE WHEN earliest IS NULL
-                        THEN 'Retry when one of the operations in flight ends (wait => ... waits for it).'
-                        ELSE 'Retry when one of the operations in flight ends, at the latest when the first lease ends.' END;
+            MESSAGE = refusal.message, DETAIL = refusal.detail, HINT = refusal.hint;
     END IF;
-    RETURN QUERY SELECT false, NULL::bigint, limited.max, earliest - at;
+    RETURN QUERY SELECT false, NULL::bigint, most, earliest - at;
 END
 $acquire$;
 
@@ -2186,7 +2243,7 @@ BEGIN
     FOR function_name IN
         SELECT p.oid::pg_catalog.regprocedure::text FROM pg_catalog.pg_proc AS p
         WHERE p.pronamespace = 'rate_limiter'::pg_catalog.regnamespace
-          AND p.proname = ANY (ARRAY['_clock', '_for_message', '_stats_count', '_sqlstate', '_concurrency_values', 'concurrency', '_define_concurrency', '_concurrency_limit', '_slot_lock', '_held_slots', '_take_slot', '_earliest_expiry', '_lease_id', 'acquire', '_running', '_concurrency_status', '_lease', '_set_lease_end', 'release', 'renew', '_prune_leases', 'guard_slot'])
+          AND p.proname = ANY (ARRAY['_clock', '_for_message', '_stats_count', 'acquire', '_sqlstate', '_concurrency_values', 'concurrency', '_define_concurrency', '_concurrency_limit', '_slot_lock', '_held_slots', '_take_slot', '_earliest_expiry', '_lease_id', '_concurrency_refusal', '_acquire', '_running', '_concurrency_status', '_lease', '_set_lease_end', 'release', 'renew', '_prune_leases', 'guard_slot'])
     LOOP
         EXECUTE pg_catalog.format('REVOKE ALL ON FUNCTION %s FROM PUBLIC', function_name);
         FOR grantee_name IN

@@ -325,6 +325,16 @@ impl Refusal {
         }
     }
 
+    /// A refusal whose texts were made elsewhere (a concurrency limit's,
+    /// by sql/concurrency.sql's `_concurrency_refusal`).
+    pub fn from_texts(message: &str, detail: &str, hint: &str) -> Refusal {
+        Refusal {
+            message: palloc_cstring(message),
+            detail: palloc_cstring(detail),
+            hint: palloc_cstring(hint),
+        }
+    }
+
     /// Raises it: SQLSTATE from `rate_limiter.sqlstate`, a message naming
     /// the limit and key, a JSON DETAIL and a HINT. Never returns.
     ///

@@ -41,3 +41,22 @@ CREATE FUNCTION rate_limiter._stats_count(name text, verdict int4)
 RETURNS void
 LANGUAGE sql IMMUTABLE
 AS $$ SELECT $$;
+
+-- acquire(): sql/concurrency.sql's _acquire (the native acquire takes a
+-- free slot of a defined limit in C first, with the same answer).
+CREATE FUNCTION rate_limiter.acquire(
+    name   text,
+    key    text                DEFAULT NULL,
+    wait   interval            DEFAULT '0',
+    lease  interval            DEFAULT NULL,
+    throws boolean             DEFAULT false,
+    config rate_limiter.config DEFAULT NULL)
+RETURNS TABLE (ok boolean, lease_id bigint, in_flight int4, retry_after interval)
+LANGUAGE plpgsql VOLATILE ROWS 1 SECURITY DEFINER
+SET search_path = pg_catalog, pg_temp
+AS $acquire$
+BEGIN
+    -- (PL/pgSQL: _acquire comes later in the file.)
+    RETURN QUERY SELECT * FROM rate_limiter._acquire(name, key, wait, lease, throws, config);
+END
+$acquire$;

@@ -16,8 +16,10 @@
 //! - [`prune`]: deleting the state rows that change no later answer;
 //! - [`status`]: where a limit stands without consuming;
 //! - [`http_headers`]: the IETF RateLimit fields;
+//! - [`acquire`]: a concurrency limit's slot, its common case;
 //! - [`concurrency`]: the native helpers of `acquire`, `release` and `renew`.
 
+pub mod acquire;
 pub mod blocks;
 pub mod composite;
 pub mod concurrency;

@@ -1,0 +1,245 @@
+//! `rate_limiter.acquire()` natively (docs/concurrency.md). Its common
+//! case, a defined concurrency limit without a default lease, a
+//! transaction lease and a free slot whose row exists, is one kept
+//! statement here: the definition read and the slot's row locked
+//! (`SKIP LOCKED`) together. Everything else (refusals, waits, timed
+//! leases, new slot rows, inline configs, errors) is the PL/pgSQL both
+//! editions share, `rate_limiter._acquire` (sql/concurrency.sql), whose
+//! first try is the same statement: the answer is the same either way.
+
+use crate::errors::{report, CallError, Refusal};
+use crate::plans::kept_plan;
+use crate::storage::text_argument;
+use pgrx::datum::DatumWithOid;
+use pgrx::prelude::*;
+use pgrx::PgOid;
+
+/// The free slot of a defined concurrency limit without a default lease
+/// (`period` 0), keyed: the definition and the row of its lowest free slot
+/// (not a timed lease that has not ended at `$3`), locked, in one statement.
+const TAKE_KEYED: &str = "
+    SELECT r.shard FROM rate_limiter.definitions AS d,
+        LATERAL (SELECT r.shard FROM rate_limiter.rate_limits AS r
+                 WHERE r.name = d.name AND r.key = $2 AND r.shard < d.rate
+                   AND NOT (r.value > 0 AND r.ts > $3)
+                 ORDER BY r.shard LIMIT 1
+                 FOR UPDATE OF r SKIP LOCKED) AS r
+    WHERE d.name = $1 AND d.kind = 'concurrency' AND d.period = interval '0'";
+
+/// [`TAKE_KEYED`] of the global limit (key NULL).
+const TAKE_GLOBAL: &str = "
+    SELECT r.shard FROM rate_limiter.definitions AS d,
+        LATERAL (SELECT r.shard FROM rate_limiter.rate_limits AS r
+                 WHERE r.name = d.name AND r.key IS NULL AND r.shard < d.rate
+                   AND NOT (r.value > 0 AND r.ts > $2)
+                 ORDER BY r.shard LIMIT 1
+                 FOR UPDATE OF r SKIP LOCKED) AS r
+    WHERE d.name = $1 AND d.kind = 'concurrency' AND d.period = interval '0'";
+
+/// Everything but the common case.
+const GENERAL: &str = "SELECT ok, lease_id, in_flight, retry_after FROM rate_limiter._acquire($1, $2, $3, $4, $5, $6)";
+
+/// The transaction-local setting in which a transaction's transaction
+/// leases are listed (sql/concurrency.sql, `_held_slots`).
+const HELD: &std::ffi::CStr = c"rate_limiter_internal.held_slots";
+
+type Row = (bool, Option<i64>, Option<i32>, Option<Interval>);
+
+#[pg_extern(sql = false)]
+fn acquire(
+    name: Option<&[u8]>,
+    key: Option<&[u8]>,
+    wait: Option<Interval>,
+    lease: Option<Interval>,
+    throws: Option<bool>,
+    config: Option<pgrx::composite_type!("rate_limiter.config")>,
+) -> TableIterator<
+    'static,
+    (
+        name!(ok, bool),
+        name!(lease_id, Option<i64>),
+        name!(in_flight, Option<i32>),
+        name!(retry_after, Option<Interval>),
+    ),
+> {
+    let config = config.map(crate::config::header_of);
+    let common = match (name, wait, throws, lease, config) {
+        (Some(name), Some(wait), Some(_), None, None)
+            if wait.months() >= 0
+                && wait.days() >= 0
+                && wait.micros() >= 0
+                && name.is_ascii()
+                && key.is_none_or(<[u8]>::is_ascii)
+                && nothing_held() =>
+        {
+            Some(name)
+        }
+        _ => None,
+    };
+    let answer = (|| {
+        if let Some(name) = common {
+            if let Some(slot) = take_free_slot(name, key)? {
+                hold(name, key, slot);
+                crate::stats::count(
+                    name,
+                    crate::stats::Counted {
+                        verdict: rate_limiter_algorithm::Verdict::Admitted,
+                        count: 1.0,
+                        reserved: false,
+                        near_limit: false,
+                        contended: false,
+                        blocked: false,
+                    },
+                );
+                return Ok((true, None, None, None));
+            }
+        }
+        // throws => true: refused, the refusal is raised here (its
+        // SQLSTATE would not pass through the SPI call).
+        let row = general(name, key, wait, lease, throws.map(|_| false), config)?;
+        if throws == Some(true) && !row.0 {
+            return Err(Raise::Refused(refusal(name, key, row.2, row.3)?));
+        }
+        Ok(row)
+    })();
+    match answer {
+        Ok(row) => TableIterator::once(row),
+        Err(Raise::Refused(refusal)) => refusal.raise(),
+        Err(Raise::Error(error)) => report(error),
+    }
+}
+
+/// Why `acquire` does not answer with a row.
+enum Raise {
+    Refused(Refusal),
+    Error(CallError),
+}
+
+impl<E: Into<CallError>> From<E> for Raise {
+    fn from(error: E) -> Self {
+        Raise::Error(error.into())
+    }
+}
+
+/// The refusal of (name, key) with `throws => true`: its texts made by
+/// `rate_limiter._concurrency_refusal`, as `_acquire` raises them.
+fn refusal(
+    name: Option<&[u8]>,
+    key: Option<&[u8]>,
+    in_flight: Option<i32>,
+    retry_after: Option<Interval>,
+) -> Result<Refusal, CallError> {
+    let arguments = [
+        name.map_or_else(DatumWithOid::null::<&str>, text_argument),
+        key.map_or_else(DatumWithOid::null::<&str>, text_argument),
+        in_flight.map_or_else(DatumWithOid::null::<i32>, DatumWithOid::from),
+        retry_after.map_or_else(DatumWithOid::null::<Interval>, DatumWithOid::from),
+    ];
+    crate::security::as_owner(|| {
+        pgrx::spi::Spi::connect_mut(|client| {
+            let table = client.update(REFUSAL, Some(1), &arguments)?;
+            let row = table.first();
+            let text = |column: usize| -> Result<String, CallError> {
+                Ok(row.get::<String>(column)?.unwrap_or_default())
+            };
+            Ok(Refusal::from_texts(&text(1)?, &text(2)?, &text(3)?))
+        })
+    })
+}
+
+/// The texts of a refusal.
+const REFUSAL: &str =
+    "SELECT message, detail, hint FROM rate_limiter._concurrency_refusal($1, $2, $3, $4)";
+
+/// Whether this transaction holds no transaction lease yet (its own row
+/// lock would not be passed over).
+fn nothing_held() -> bool {
+    // SAFETY: reads a setting (missing_ok: NULL when it was never set).
+    let value = unsafe { pg_sys::GetConfigOption(HELD.as_ptr(), true, false) };
+    value.is_null() || unsafe { *value } == 0
+}
+
+/// The common case's statement, as the extension's owner: the slot taken,
+/// or `None` (no such definition, or no free slot with a row).
+fn take_free_slot(name: &[u8], key: Option<&[u8]>) -> Result<Option<i16>, CallError> {
+    let now = crate::storage::timestamp(crate::clock::now())?;
+    crate::security::as_owner(|| {
+        pgrx::spi::Spi::connect_mut(|client| {
+            let text = PgOid::BuiltIn(pg_sys::BuiltinOid::TEXTOID);
+            let at = PgOid::BuiltIn(pg_sys::BuiltinOid::TIMESTAMPTZOID);
+            let table = match key {
+                Some(key) => {
+                    let plan = kept_plan(client, TAKE_KEYED, &[text, text, at], true)?;
+                    client.update(plan, Some(1), &[text_argument(name), text_argument(key), now.into()])?
+                }
+                None => {
+                    let plan = kept_plan(client, TAKE_GLOBAL, &[text, at], true)?;
+                    client.update(plan, Some(1), &[text_argument(name), now.into()])?
+                }
+            };
+            if table.is_empty() {
+                return Ok(None);
+            }
+            Ok(table.first().get_one::<i16>()?)
+        })
+    })
+}
+
+/// Lists the slot in this transaction's [`HELD`], as `_acquire` does (the
+/// list was empty: [`nothing_held`]). Name and key are ASCII.
+fn hold(name: &[u8], key: Option<&[u8]>, slot: i16) {
+    let text = |bytes: &[u8]| serde_json::Value::String(String::from_utf8_lossy(bytes).into_owned());
+    let held = serde_json::json!([{
+        "n": text(name),
+        "k": key.map_or(serde_json::Value::Null, text),
+        "slot": slot,
+    }])
+    .to_string();
+    let held = std::ffi::CString::new(held).expect("JSON of ASCII text has no NUL");
+    // SAFETY: a transaction-local value of a placeholder setting, as
+    // set_config(..., true) makes it.
+    unsafe {
+        pg_sys::set_config_option(
+            HELD.as_ptr(),
+            held.as_ptr(),
+            pg_sys::GucContext::PGC_USERSET,
+            pg_sys::GucSource::PGC_S_SESSION,
+            pg_sys::GucAction::GUC_ACTION_LOCAL,
+            true,
+            0,
+            false,
+        );
+    }
+}
+
+/// `rate_limiter._acquire` with the call's arguments, as the extension's
+/// owner (the caller may execute `acquire`, not the internal function).
+fn general(
+    name: Option<&[u8]>,
+    key: Option<&[u8]>,
+    wait: Option<Interval>,
+    lease: Option<Interval>,
+    throws: Option<bool>,
+    config: Option<pg_sys::HeapTupleHeader>,
+) -> Result<Row, CallError> {
+    let arguments = [
+        name.map_or_else(DatumWithOid::null::<&str>, text_argument),
+        key.map_or_else(DatumWithOid::null::<&str>, text_argument),
+        wait.map_or_else(DatumWithOid::null::<Interval>, DatumWithOid::from),
+        lease.map_or_else(DatumWithOid::null::<Interval>, DatumWithOid::from),
+        throws.map_or_else(DatumWithOid::null::<bool>, DatumWithOid::from),
+        crate::config::argument(config),
+    ];
+    crate::security::as_owner(|| {
+        pgrx::spi::Spi::connect_mut(|client| {
+            let table = client.update(GENERAL, Some(1), &arguments)?;
+            let row = table.first();
+            Ok((
+                crate::config::required(row.get::<bool>(1)?, "ok")?,
+                row.get::<i64>(2)?,
+                row.get::<i32>(3)?,
+                row.get::<Interval>(4)?,
+            ))
+        })
+    })
+}
