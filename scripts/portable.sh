@@ -137,6 +137,10 @@ functions() {
     echo "-- sql/concurrency.sql: the concurrency limits' PL/pgSQL, with their comments"
     sed -n '/^-- Both editions -/,$p' sql/concurrency.sql
     echo
+    cat sql/concurrency_status.sql
+    echo
+    cat sql/concurrency_guard.sql
+    echo
     echo "-- sql/citus_internal_functions.sql: the internal functions of a distributed install"
     citus_internals
     comments

@@ -1506,7 +1506,8 @@ SELECT pg_catalog.pg_extension_config_dump('rate_limiter.leases', '');
 -- sql/concurrency.sql
 -- Concurrency limits (docs/concurrency.md): at most max operations in
 -- flight per (name, key). PL/pgSQL in both editions: scripts/portable.sh
--- takes every function below the line "Both editions" from here. The
+-- takes every function below the line "Both editions" from here, and
+-- concurrency_status.sql and concurrency_guard.sql whole. The
 -- slots of (name, key) are its state rows, shard = slot, 0 .. max - 1:
 -- value 0 free (ts: when it was last written), value 1 held by a timed
 -- lease until ts. A transaction lease is a row lock on a free slot's row,
@@ -1953,97 +1954,6 @@ COMMENT ON FUNCTION rate_limiter.acquire(text, text, interval, interval, boolean
 'Errors: 22004 NULL name/wait/throws, NULL max in config; 42704 no config and no definition; 22023 a rate limit''s name or config, negative wait, lease not greater than zero; '
 '42501 an inline config for a defined name; the rate_limiter.sqlstate SQLSTATE (default RL429, JSON DETAIL with in_flight and max) when refused with throws => true.';
 
--- Whether transaction id xid (a row's xmin or xmax, 32 bits; 0: none) is
--- still running, given the newest full transaction id: its full id has
--- the newest one's epoch, or the one before when its low 32 bits are past
--- the newest's. (A row locked by more than one transaction names a
--- multixact, not a transaction: pg_xact_status fails or answers for
--- another id, and the row counts as held.)
-CREATE FUNCTION rate_limiter._running(xid bigint, newest bigint)
-RETURNS boolean
-LANGUAGE plpgsql VOLATILE
-AS $running$
-DECLARE
-    full_id bigint := (newest & ~4294967295::bigint) | xid;
-BEGIN
-    IF xid = 0 THEN
-        RETURN false;
-    END IF;
-    IF full_id > newest THEN
-        full_id := full_id - 4294967296;
-    END IF;
-    RETURN pg_catalog.pg_xact_status(full_id::text::xid8) = 'in progress';
-EXCEPTION WHEN OTHERS THEN
-    RETURN true;
-END
-$running$;
-
--- status() of a concurrency limit (both editions' status() come here for
--- kind 'concurrency'): value = the slots free now (max - in flight),
--- capacity = max, full_at = when every slot is free if nothing more is
--- taken (now when none is held; the last timed lease's end when only
--- timed leases hold; NULL when a transaction lease holds one: its end is
--- not known), shards 1. It takes no lock: a transaction lease is seen as
--- a row whose locker (xmax) is still running, or, for a slot whose row is
--- being inserted, its _slot_lock in pg_locks. (A row locked by more than
--- one transaction names a multixact, not a transaction: counted as held.)
-CREATE FUNCTION rate_limiter._concurrency_status(name text, key text, config rate_limiter.config)
-RETURNS TABLE (value float8, capacity float8, full_at timestamptz, shards int4)
-LANGUAGE plpgsql VOLATILE ROWS 1
-AS $concurrency_status$
-DECLARE
-    limited record;
-    at timestamptz := rate_limiter._clock();
-    newest bigint := pg_catalog.pg_snapshot_xmax(pg_catalog.pg_current_snapshot())::text::bigint;
-    slot record;
-    locked boolean;
-    held int4 := 0;
-    by_transactions boolean := false;
-    last_end timestamptz;
-    existing int4[] := '{}';
-BEGIN
-    IF name IS NULL THEN
-        RAISE EXCEPTION 'name must not be NULL' USING ERRCODE = '22004';
-    END IF;
-    limited := rate_limiter._concurrency_limit(name, config);
-    FOR slot IN
-        SELECT r.shard, r.value, r.ts, r.xmin::text::bigint AS xmin, r.xmax::text::bigint AS xmax FROM rate_limiter.rate_limits AS r
-        WHERE _concurrency_status.key IS NULL AND r.name = _concurrency_status.name AND r.key IS NULL
-          AND r.shard < limited.max
-        UNION ALL
-        SELECT r.shard, r.value, r.ts, r.xmin::text::bigint AS xmin, r.xmax::text::bigint AS xmax FROM rate_limiter.rate_limits AS r
-        WHERE r.name = _concurrency_status.name AND r.key = _concurrency_status.key AND r.shard < limited.max
-    LOOP
-        existing := existing || slot.shard::int4;
-        IF slot.value > 0 AND slot.ts > at THEN
-            held := held + 1;
-            last_end := greatest(last_end, slot.ts);
-            CONTINUE;
-        END IF;
-        -- Held by a transaction still running: the one that locked the
-        -- row (xmax), or the one that inserted it (xmin: the caller's own
-        -- insert, which it sees; another's it does not see at all).
-        locked := rate_limiter._running(slot.xmax, newest) OR rate_limiter._running(slot.xmin, newest);
-        IF locked THEN
-            held := held + 1;
-            by_transactions := true;
-        END IF;
-    END LOOP;
-    -- Slots without a row that another transaction is inserting.
-    SELECT held + count(*), by_transactions OR count(*) > 0 INTO held, by_transactions
-    FROM pg_catalog.generate_series(0, limited.max - 1) AS s, pg_catalog.pg_locks AS l
-    WHERE pg_catalog.cardinality(existing) < limited.max AND s <> ALL (existing) AND l.locktype = 'advisory' AND l.granted AND l.objsubid = 1
-      AND l.database = (SELECT d.oid FROM pg_catalog.pg_database AS d WHERE d.datname = pg_catalog.current_database())
-      AND l.classid::text::bigint = (rate_limiter._slot_lock(_concurrency_status.name, _concurrency_status.key, s) >> 32) & 4294967295
-      AND l.objid::text::bigint = rate_limiter._slot_lock(_concurrency_status.name, _concurrency_status.key, s) & 4294967295;
-    value := limited.max - least(held, limited.max);
-    capacity := limited.max;
-    full_at := CASE WHEN by_transactions THEN NULL ELSE coalesce(last_end, at) END;
-    shards := 1;
-    RETURN NEXT;
-END
-$concurrency_status$;
-
 -- The lease id of (name) and its slot row, locked: what release() and
 -- renew() act on. NULL when lease_id is no lease of name.
 CREATE FUNCTION rate_limiter._lease(name text, lease_id bigint)
@@ -2142,6 +2052,103 @@ COMMENT ON FUNCTION rate_limiter.renew(text, bigint, interval) IS
 'Returns true if it did; false when the lease had expired, was released, or is not a lease of name (nothing is changed then). '
 'Errors: 22004 NULL name/lease_id; 22023 lease not greater than zero; 25006 in a read-only transaction.';
 
+-- sql/concurrency_status.sql
+-- Concurrency limits (docs/concurrency.md): what their slots hold, read
+-- without a lock (status()) and cleaned up (prune() of the timed leases).
+-- PL/pgSQL in both editions: scripts/portable.sh takes this whole file;
+-- the slots themselves are sql/concurrency.sql's.
+
+-- Whether transaction id xid (a row's xmin or xmax, 32 bits; 0: none) is
+-- still running, given the newest full transaction id: its full id has
+-- the newest one's epoch, or the one before when its low 32 bits are past
+-- the newest's. (A row locked by more than one transaction names a
+-- multixact, not a transaction: pg_xact_status fails or answers for
+-- another id, and the row counts as held.)
+CREATE FUNCTION rate_limiter._running(xid bigint, newest bigint)
+RETURNS boolean
+LANGUAGE plpgsql VOLATILE
+AS $running$
+DECLARE
+    full_id bigint := (newest & ~4294967295::bigint) | xid;
+BEGIN
+    IF xid = 0 THEN
+        RETURN false;
+    END IF;
+    IF full_id > newest THEN
+        full_id := full_id - 4294967296;
+    END IF;
+    RETURN pg_catalog.pg_xact_status(full_id::text::xid8) = 'in progress';
+EXCEPTION WHEN OTHERS THEN
+    RETURN true;
+END
+$running$;
+
+-- status() of a concurrency limit (both editions' status() come here for
+-- kind 'concurrency'): value = the slots free now (max - in flight),
+-- capacity = max, full_at = when every slot is free if nothing more is
+-- taken (now when none is held; the last timed lease's end when only
+-- timed leases hold; NULL when a transaction lease holds one: its end is
+-- not known), shards 1. It takes no lock: a transaction lease is seen as
+-- a row whose locker (xmax) is still running, or, for a slot whose row is
+-- being inserted, its _slot_lock in pg_locks. (A row locked by more than
+-- one transaction names a multixact, not a transaction: counted as held.)
+CREATE FUNCTION rate_limiter._concurrency_status(name text, key text, config rate_limiter.config)
+RETURNS TABLE (value float8, capacity float8, full_at timestamptz, shards int4)
+LANGUAGE plpgsql VOLATILE ROWS 1
+AS $concurrency_status$
+DECLARE
+    limited record;
+    at timestamptz := rate_limiter._clock();
+    newest bigint := pg_catalog.pg_snapshot_xmax(pg_catalog.pg_current_snapshot())::text::bigint;
+    slot record;
+    locked boolean;
+    held int4 := 0;
+    by_transactions boolean := false;
+    last_end timestamptz;
+    existing int4[] := '{}';
+BEGIN
+    IF name IS NULL THEN
+        RAISE EXCEPTION 'name must not be NULL' USING ERRCODE = '22004';
+    END IF;
+    limited := rate_limiter._concurrency_limit(name, config);
+    FOR slot IN
+        SELECT r.shard, r.value, r.ts, r.xmin::text::bigint AS xmin, r.xmax::text::bigint AS xmax FROM rate_limiter.rate_limits AS r
+        WHERE _concurrency_status.key IS NULL AND r.name = _concurrency_status.name AND r.key IS NULL
+          AND r.shard < limited.max
+        UNION ALL
+        SELECT r.shard, r.value, r.ts, r.xmin::text::bigint AS xmin, r.xmax::text::bigint AS xmax FROM rate_limiter.rate_limits AS r
+        WHERE r.name = _concurrency_status.name AND r.key = _concurrency_status.key AND r.shard < limited.max
+    LOOP
+        existing := existing || slot.shard::int4;
+        IF slot.value > 0 AND slot.ts > at THEN
+            held := held + 1;
+            last_end := greatest(last_end, slot.ts);
+            CONTINUE;
+        END IF;
+        -- Held by a transaction still running: the one that locked the
+        -- row (xmax), or the one that inserted it (xmin: the caller's own
+        -- insert, which it sees; another's it does not see at all).
+        locked := rate_limiter._running(slot.xmax, newest) OR rate_limiter._running(slot.xmin, newest);
+        IF locked THEN
+            held := held + 1;
+            by_transactions := true;
+        END IF;
+    END LOOP;
+    -- Slots without a row that another transaction is inserting.
+    SELECT held + count(*), by_transactions OR count(*) > 0 INTO held, by_transactions
+    FROM pg_catalog.generate_series(0, limited.max - 1) AS s, pg_catalog.pg_locks AS l
+    WHERE pg_catalog.cardinality(existing) < limited.max AND s <> ALL (existing) AND l.locktype = 'advisory' AND l.granted AND l.objsubid = 1
+      AND l.database = (SELECT d.oid FROM pg_catalog.pg_database AS d WHERE d.datname = pg_catalog.current_database())
+      AND l.classid::text::bigint = (rate_limiter._slot_lock(_concurrency_status.name, _concurrency_status.key, s) >> 32) & 4294967295
+      AND l.objid::text::bigint = rate_limiter._slot_lock(_concurrency_status.name, _concurrency_status.key, s) & 4294967295;
+    value := limited.max - least(held, limited.max);
+    capacity := limited.max;
+    full_at := CASE WHEN by_transactions THEN NULL ELSE coalesce(last_end, at) END;
+    shards := 1;
+    RETURN NEXT;
+END
+$concurrency_status$;
+
 -- prune() of rate_limiter.leases (both editions' prune() call it): the
 -- rows of leases that hold no slot any more (released rows are deleted by
 -- release(); these ended, or their slot's row was pruned). How many.
@@ -2163,6 +2170,11 @@ BEGIN
     RETURN gone;
 END
 $prune_leases$;
+
+-- sql/concurrency_guard.sql
+-- Concurrency limits (docs/concurrency.md, "Guarding a table"): the
+-- trigger function that takes a slot for the writing transaction.
+-- PL/pgSQL in both editions: scripts/portable.sh takes this whole file.
 
 -- guard_slot(): a trigger that holds a slot of a concurrency limit for the
 -- transaction that writes the table (docs/concurrency.md, "Guarding a
@@ -2243,7 +2255,7 @@ BEGIN
     FOR function_name IN
         SELECT p.oid::pg_catalog.regprocedure::text FROM pg_catalog.pg_proc AS p
         WHERE p.pronamespace = 'rate_limiter'::pg_catalog.regnamespace
-          AND p.proname = ANY (ARRAY['_clock', '_for_message', '_stats_count', 'acquire', '_sqlstate', '_concurrency_values', 'concurrency', '_define_concurrency', '_concurrency_limit', '_slot_lock', '_held_slots', '_take_slot', '_earliest_expiry', '_lease_id', '_concurrency_refusal', '_acquire', '_running', '_concurrency_status', '_lease', '_set_lease_end', 'release', 'renew', '_prune_leases', 'guard_slot'])
+          AND p.proname = ANY (ARRAY['_clock', '_for_message', '_stats_count', 'acquire', '_sqlstate', '_concurrency_values', 'concurrency', '_define_concurrency', '_concurrency_limit', '_slot_lock', '_held_slots', '_take_slot', '_earliest_expiry', '_lease_id', '_concurrency_refusal', '_acquire', '_lease', '_set_lease_end', 'release', 'renew', '_running', '_concurrency_status', '_prune_leases', 'guard_slot'])
     LOOP
         EXECUTE pg_catalog.format('REVOKE ALL ON FUNCTION %s FROM PUBLIC', function_name);
         FOR grantee_name IN

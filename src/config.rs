@@ -325,7 +325,9 @@ pub fn inline_config(
 }
 
 /// [`inline_config`] of the tuple [`header_of`] gave.
-pub fn inline_config_of(config: Option<pg_sys::HeapTupleHeader>) -> Result<Option<Config>, LimitError> {
+pub fn inline_config_of(
+    config: Option<pg_sys::HeapTupleHeader>,
+) -> Result<Option<Config>, LimitError> {
     match config {
         None => Ok(None),
         Some(header) => ConfigValues::from_header(header)?.to_config().map(Some),

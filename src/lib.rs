@@ -41,7 +41,8 @@
 //! `*_wrapper` symbols that `#[pg_extern(sql = false)]` generates here, or
 //! that `api::rate_limit` defines as plain C entry points),
 //! `composites.sql` (`define_all`, PL/pgSQL in both editions),
-//! `concurrency.sql` (concurrency limits, PL/pgSQL in both editions), the Citus
+//! `concurrency.sql`, `concurrency_status.sql` and `concurrency_guard.sql`
+//! (concurrency limits, PL/pgSQL in both editions), the Citus
 //! functions (`citus_*.sql`) and `privileges.sql`.
 
 use pgrx::prelude::*;
@@ -91,9 +92,19 @@ extension_sql_file!(
     requires = ["composites"]
 );
 extension_sql_file!(
+    "../sql/concurrency_status.sql",
+    name = "concurrency_status",
+    requires = ["concurrency"]
+);
+extension_sql_file!(
+    "../sql/concurrency_guard.sql",
+    name = "concurrency_guard",
+    requires = ["concurrency_status"]
+);
+extension_sql_file!(
     "../sql/citus_distribute.sql",
     name = "citus_distribute",
-    requires = ["concurrency"]
+    requires = ["concurrency_guard"]
 );
 extension_sql_file!(
     "../sql/citus_prepare_node.sql",

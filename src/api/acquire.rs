@@ -170,7 +170,11 @@ fn take_free_slot(name: &[u8], key: Option<&[u8]>) -> Result<Option<i16>, CallEr
             let table = match key {
                 Some(key) => {
                     let plan = kept_plan(client, TAKE_KEYED, &[text, text, at], true)?;
-                    client.update(plan, Some(1), &[text_argument(name), text_argument(key), now.into()])?
+                    client.update(
+                        plan,
+                        Some(1),
+                        &[text_argument(name), text_argument(key), now.into()],
+                    )?
                 }
                 None => {
                     let plan = kept_plan(client, TAKE_GLOBAL, &[text, at], true)?;
@@ -188,7 +192,8 @@ fn take_free_slot(name: &[u8], key: Option<&[u8]>) -> Result<Option<i16>, CallEr
 /// Lists the slot in this transaction's [`HELD`], as `_acquire` does (the
 /// list was empty: [`nothing_held`]). Name and key are ASCII.
 fn hold(name: &[u8], key: Option<&[u8]>, slot: i16) {
-    let text = |bytes: &[u8]| serde_json::Value::String(String::from_utf8_lossy(bytes).into_owned());
+    let text =
+        |bytes: &[u8]| serde_json::Value::String(String::from_utf8_lossy(bytes).into_owned());
     let held = serde_json::json!([{
         "n": text(name),
         "k": key.map_or(serde_json::Value::Null, text),

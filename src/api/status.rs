@@ -156,8 +156,14 @@ fn concurrency_status(
     config: Option<pg_sys::HeapTupleHeader>,
 ) -> Result<(f64, f64, Option<TimestampWithTimeZone>, i32), CallError> {
     let arguments = [
-        name.map_or_else(pgrx::datum::DatumWithOid::null::<&str>, storage::text_argument),
-        key.map_or_else(pgrx::datum::DatumWithOid::null::<&str>, storage::text_argument),
+        name.map_or_else(
+            pgrx::datum::DatumWithOid::null::<&str>,
+            storage::text_argument,
+        ),
+        key.map_or_else(
+            pgrx::datum::DatumWithOid::null::<&str>,
+            storage::text_argument,
+        ),
         crate::config::argument(config),
     ];
     crate::security::as_owner(|| {

@@ -182,9 +182,13 @@ fn doomed(
             Some(named) => *named,
             None => {
                 let named = match definitions::lookup(&row.name) {
-                    Ok(Some(definition)) => Slots::Limit(Some((definition, definitions::has_overrides(&row.name)?))),
+                    Ok(Some(definition)) => {
+                        Slots::Limit(Some((definition, definitions::has_overrides(&row.name)?)))
+                    }
                     Ok(None) => Slots::Limit(None),
-                    Err(CallError::Limit(error)) if crate::config::is_concurrency_kind(&error) => Slots::Concurrency,
+                    Err(CallError::Limit(error)) if crate::config::is_concurrency_kind(&error) => {
+                        Slots::Concurrency
+                    }
                     Err(error) => return Err(error),
                 };
                 definitions.insert(row.name.clone(), named);

@@ -105,7 +105,10 @@ fn work(shared: &Shared, database: &str, name: &str, worker: usize, seed: u64) {
         let timed = rng.random_bool(0.3);
         let hold = Duration::from_micros(rng.random_range(0..3000));
         let result: Result<bool, postgres::Error> = (|| {
-            let mut transaction = connection.build_transaction().isolation_level(isolation).start()?;
+            let mut transaction = connection
+                .build_transaction()
+                .isolation_level(isolation)
+                .start()?;
             let row = transaction.query_one(
                 "SELECT ok, lease_id FROM rate_limiter.acquire($1, 'k', lease => $2::text::interval)",
                 &[&name, &if timed { Some("2 seconds") } else { None }],
@@ -228,7 +231,10 @@ fn never_more_than_max(database: &str, owner: &mut Client) {
     assert!(most <= MAX, "{most} in flight, more than max = {MAX}");
     assert_eq!(most, MAX, "the slots were all used at once at some point");
     assert!(shared.refused.load(Ordering::SeqCst) > 0);
-    assert!(shared.killed.load(Ordering::SeqCst) > 0, "some holder was killed");
+    assert!(
+        shared.killed.load(Ordering::SeqCst) > 0,
+        "some holder was killed"
+    );
     // Nothing leaked: once the killed holders' timed leases have expired
     // (2 s, a clock a minute on), all max slots are free, and no more.
     let mut transaction = owner.transaction().expect("begin");
@@ -240,7 +246,11 @@ fn never_more_than_max(database: &str, owner: &mut Client) {
             .query_one("SELECT ok FROM rate_limiter.acquire($1, 'k')", &[&name])
             .expect("acquire")
             .get(0);
-        assert_eq!(ok, slot < MAX, "slot {slot}: every slot is free again, and only max");
+        assert_eq!(
+            ok,
+            slot < MAX,
+            "slot {slot}: every slot is free again, and only max"
+        );
     }
     transaction.rollback().expect("rollback");
 }
