@@ -63,7 +63,10 @@ fn prune_blocks() -> Result<i64, CallError> {
 /// (sql/concurrency.sql's `_prune_leases`, which both editions share): how
 /// many.
 fn prune_leases() -> Result<i64, CallError> {
-    if crate::catalog::objects().leases == pgrx::pg_sys::InvalidOid {
+    // (A distributed install has no concurrency limits: docs/citus.md.)
+    if crate::catalog::objects().leases == pgrx::pg_sys::InvalidOid
+        || crate::catalog::objects().elsewhere
+    {
         return Ok(0);
     }
     crate::security::write_as_owner(c"prune()", |client| {

@@ -111,6 +111,7 @@ fn distribute_keeps_rows_answers_and_ownership_and_undistribute_goes_back() {
             "rate_limiter.blocks".to_string(),
             "rate_limiter.composites".to_string(),
             "rate_limiter.definitions".to_string(),
+            "rate_limiter.leases".to_string(),
             "rate_limiter.overrides".to_string(),
             "rate_limiter.rate_limits".to_string(),
         ],
