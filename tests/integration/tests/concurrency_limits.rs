@@ -103,7 +103,7 @@ fn work(shared: &Shared, database: &str, name: &str, worker: usize, seed: u64) {
             _ => IsolationLevel::Serializable,
         };
         let timed = rng.random_bool(0.3);
-        let hold = Duration::from_micros(rng.random_range(0..3000));
+        let hold = Duration::from_micros(rng.random_range(1000..4000));
         let result: Result<bool, postgres::Error> = (|| {
             let mut transaction = connection
                 .build_transaction()
@@ -161,18 +161,23 @@ fn work(shared: &Shared, database: &str, name: &str, worker: usize, seed: u64) {
     }
 }
 
-/// Terminates a holder every 100 ms: takes it off the count first (its
-/// slot is held until its backend is gone).
+/// Terminates a holder every 100 ms (the first one found holding, from a
+/// random worker on): takes it off the count first (its slot is held
+/// until its backend is gone).
 fn kill(shared: &Shared, database: &str) {
     let mut client = connect(database);
     let mut rng = rand::rngs::StdRng::seed_from_u64(7);
     while !shared.stop.load(Ordering::SeqCst) {
         std::thread::sleep(Duration::from_millis(100));
-        let worker = rng.random_range(0..WORKERS);
-        if shared.state[worker]
-            .compare_exchange(IN, KILLED, Ordering::SeqCst, Ordering::SeqCst)
-            .is_ok()
-        {
+        let first = rng.random_range(0..WORKERS);
+        let holder = (0..WORKERS)
+            .map(|offset| (first + offset) % WORKERS)
+            .find(|&worker| {
+                shared.state[worker]
+                    .compare_exchange(IN, KILLED, Ordering::SeqCst, Ordering::SeqCst)
+                    .is_ok()
+            });
+        if let Some(worker) = holder {
             shared.holders.fetch_sub(1, Ordering::SeqCst);
             let pid = shared.pid[worker].load(Ordering::SeqCst);
             client
