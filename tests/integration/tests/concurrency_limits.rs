@@ -234,7 +234,9 @@ fn never_more_than_max(database: &str, owner: &mut Client) {
         shared.killed.load(Ordering::SeqCst)
     );
     assert!(most <= MAX, "{most} in flight, more than max = {MAX}");
-    assert_eq!(most, MAX, "the slots were all used at once at some point");
+    // (Not necessarily all max at once: a killed holder's timed lease keeps
+    // its slot until it ends, uncounted.)
+    assert!(most >= 2, "holders overlapped ({most} at most)");
     assert!(shared.refused.load(Ordering::SeqCst) > 0);
     assert!(
         shared.killed.load(Ordering::SeqCst) > 0,
