@@ -114,21 +114,5 @@ REVOKE ALL ON rate_limiter.stats FROM rl_stats_monitor;
 REVOKE ALL ON FUNCTION rate_limiter._stats() FROM rl_stats_monitor;
 DROP ROLE rl_stats_monitor;
 
--- A concurrency limit (docs/concurrency.md): acquire() counts one call
--- per decision, a slot admitted as one token; release() and renew()
--- count nothing.
-SELECT rate_limiter.define('stats_slots', rate_limiter.concurrency(1));
-BEGIN;
-SELECT ok FROM rate_limiter.acquire('stats_slots', 'k');
-SELECT ok FROM rate_limiter.acquire('stats_slots', 'k');
-COMMIT;
-SELECT rate_limiter.define('stats_slots', rate_limiter.concurrency(1), enforce => false);
-BEGIN;
-SELECT ok FROM rate_limiter.acquire('stats_slots', 'k');
-SELECT ok FROM rate_limiter.acquire('stats_slots', 'k');
-COMMIT;
-SELECT * FROM pg_temp.counted('stats_slots');
-SELECT rate_limiter.undefine('stats_slots');
-
 SELECT rate_limiter.rate_reset(name) FROM (VALUES ('stats_bucket'), ('stats_all'), ('stats_all_other'), ('stats_wait')) AS l(name);
 SELECT rate_limiter.undefine(name) FROM (VALUES ('stats_bucket'), ('stats_all'), ('stats_wait')) AS l(name);
