@@ -79,7 +79,7 @@ fn acquire(
     let answer = (|| {
         if let Some(name) = common {
             if let Some(slot) = take_free_slot(name, key)? {
-                hold(name, key, slot);
+                hold(name, key, slot)?;
                 crate::stats::count(
                     name,
                     crate::stats::Counted {
@@ -191,7 +191,7 @@ fn take_free_slot(name: &[u8], key: Option<&[u8]>) -> Result<Option<i16>, CallEr
 
 /// Lists the slot in this transaction's [`HELD`], as `_acquire` does (the
 /// list was empty: [`nothing_held`]). Name and key are ASCII.
-fn hold(name: &[u8], key: Option<&[u8]>, slot: i16) {
+fn hold(name: &[u8], key: Option<&[u8]>, slot: i16) -> Result<(), CallError> {
     let text =
         |bytes: &[u8]| serde_json::Value::String(String::from_utf8_lossy(bytes).into_owned());
     let held = serde_json::json!([{
@@ -200,7 +200,13 @@ fn hold(name: &[u8], key: Option<&[u8]>, slot: i16) {
         "slot": slot,
     }])
     .to_string();
-    let held = std::ffi::CString::new(held).expect("JSON of ASCII text has no NUL");
+    // (serde_json writes a control character as \u00XX: never a NUL.)
+    let held = std::ffi::CString::new(held).map_err(|_| {
+        CallError::Limit(rate_limiter_algorithm::LimitError::invalid(
+            "name",
+            "name and key must not contain NUL".to_string(),
+        ))
+    })?;
     // SAFETY: a transaction-local value of a placeholder setting, as
     // set_config(..., true) makes it.
     unsafe {
@@ -215,6 +221,7 @@ fn hold(name: &[u8], key: Option<&[u8]>, slot: i16) {
             false,
         );
     }
+    Ok(())
 }
 
 /// `rate_limiter._acquire` with the call's arguments, as the extension's
