@@ -135,16 +135,20 @@ fn refusal(
         in_flight.map_or_else(DatumWithOid::null::<i32>, DatumWithOid::from),
         retry_after.map_or_else(DatumWithOid::null::<Interval>, DatumWithOid::from),
     ];
-    crate::security::as_owner(|| {
+    // The texts leave SPI as Rust strings: memory palloc'd inside
+    // Spi::connect is SPI's, freed when it returns (an assertion-enabled
+    // server overwrites it: the raised message would be garbage).
+    let (message, detail, hint) = crate::security::as_owner(|| {
         pgrx::spi::Spi::connect_mut(|client| {
             let table = client.update(REFUSAL, Some(1), &arguments)?;
             let row = table.first();
             let text = |column: usize| -> Result<String, CallError> {
                 Ok(row.get::<String>(column)?.unwrap_or_default())
             };
-            Ok(Refusal::from_texts(&text(1)?, &text(2)?, &text(3)?))
+            Ok::<_, CallError>((text(1)?, text(2)?, text(3)?))
         })
-    })
+    })?;
+    Ok(Refusal::from_texts(&message, &detail, &hint))
 }
 
 /// The texts of a refusal.

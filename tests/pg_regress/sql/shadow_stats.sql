@@ -80,15 +80,15 @@ RESET rate_limiter.now_override;
 -- A concurrency limit (docs/concurrency.md): acquire() counts one call
 -- per decision, a slot admitted as one token; release() and renew()
 -- count nothing.
-SELECT rate_limiter.define('stats_slots', rate_limiter.concurrency(1));
+SELECT rate_limiter.define('shadow_stats_slots', rate_limiter.concurrency(1));
 BEGIN;
-SELECT ok FROM rate_limiter.acquire('stats_slots', 'k');
-SELECT ok FROM rate_limiter.acquire('stats_slots', 'k');
+SELECT ok FROM rate_limiter.acquire('shadow_stats_slots', 'k');
+SELECT ok FROM rate_limiter.acquire('shadow_stats_slots', 'k');
 COMMIT;
-SELECT rate_limiter.define('stats_slots', rate_limiter.concurrency(1), enforce => false);
+SELECT rate_limiter.define('shadow_stats_slots', rate_limiter.concurrency(1), enforce => false);
 BEGIN;
-SELECT ok FROM rate_limiter.acquire('stats_slots', 'k');
-SELECT ok FROM rate_limiter.acquire('stats_slots', 'k');
+SELECT ok FROM rate_limiter.acquire('shadow_stats_slots', 'k');
+SELECT ok FROM rate_limiter.acquire('shadow_stats_slots', 'k');
 COMMIT;
-SELECT name, calls, admitted, refused, tokens, shadow_refused FROM rate_limiter.stats WHERE name = 'stats_slots';
-SELECT rate_limiter.undefine('stats_slots');
+SELECT name, calls, admitted, refused, tokens, shadow_refused FROM rate_limiter.stats WHERE name = 'shadow_stats_slots';
+SELECT rate_limiter.undefine('shadow_stats_slots');
