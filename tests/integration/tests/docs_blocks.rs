@@ -8,9 +8,10 @@
 //! page and the block's first line; nothing in a block is changed. Not run
 //! here: blocks between `<!-- NAME:begin/end -->` markers, which tests of
 //! their own run (doc_examples.rs, portable_switch.rs, postgrest_login.rs,
-//! roles.rs and the Citus tests); Citus's pages (citus.md, citus-design.md)
-//! and the reference's Citus functions (`CITUS_ONLY`), which need a Citus
-//! cluster: not run as written anywhere (the Citus tests call the same
+//! roles.rs and the Citus tests); recipes.md, the README's continuation
+//! (readme.rs runs it, as the README's roles); Citus's pages (citus.md,
+//! citus-design.md) and the reference's Citus functions (`CITUS_ONLY`),
+//! which need a Citus cluster: not run as written anywhere (the Citus tests call the same
 //! functions with their own arguments).
 
 use rate_limiter_integration_tests::doc_blocks::{
@@ -18,8 +19,9 @@ use rate_limiter_integration_tests::doc_blocks::{
 };
 use rate_limiter_integration_tests::{drop_database, test_env};
 
-/// Pages not run here: they need a Citus cluster.
-const CITUS_PAGES: &[&str] = &["citus.md", "citus-design.md"];
+/// Pages not run here: they need a Citus cluster, or (recipes.md) the
+/// README's roles: readme.rs runs it after the README.
+const NOT_RUN_HERE: &[&str] = &["citus.md", "citus-design.md", "recipes.md"];
 
 /// Blocks that need a Citus cluster, by page and first line.
 const CITUS_ONLY: &[(&str, &str)] = &[
@@ -62,7 +64,7 @@ fn every_sql_block_of_the_docs_runs_as_written_and_gives_what_it_claims() {
                 .into_string()
                 .expect("a name")
         })
-        .filter(|name| name.ends_with(".md") && !CITUS_PAGES.contains(&name.as_str()))
+        .filter(|name| name.ends_with(".md") && !NOT_RUN_HERE.contains(&name.as_str()))
         .collect();
     pages.sort();
     for role in ROLES {

@@ -1,6 +1,6 @@
-//! The README as a newcomer uses it: every ```sql block, in order, as
-//! written, through psql, in one new database, as the role the block's
-//! first line names (`-- As the superuser...`, `-- As admin:`, `-- As
+//! The README as a newcomer uses it: every ```sql block, in order (then
+//! those of docs/recipes.md, its continuation), as written, through psql,
+//! in one new database, as the role the block's first line names (`-- As the superuser...`, `-- As admin:`, `-- As
 //! app:`), and what a block claims (its comment lines that start with two
 //! spaces, psql's aligned output as a reader sees it: `--  ok | retry_after`)
 //! appears in psql's output in order, runs of spaces made one.
@@ -29,12 +29,14 @@ const ELSEWHERE: &[&str] = &["cron"];
 
 /// The role a README block names on its first line: `-- As the
 /// superuser...` is the server's superuser, `-- As app:` is `app`.
-fn role_of(line: usize, sql: &str) -> String {
+fn role_of(place: &str, sql: &str) -> String {
     let first = sql.lines().next().unwrap_or("");
     let named = first
         .strip_prefix("-- As ")
         .unwrap_or_else(|| {
-            panic!("README.md:{line}: a SQL block's first line names its role (\"-- As app:\"), not {first:?}")
+            panic!(
+                "{place}: a SQL block's first line names its role (\"-- As app:\"), not {first:?}"
+            )
         })
         .split([',', ':', ' '])
         .next()
@@ -45,17 +47,27 @@ fn role_of(line: usize, sql: &str) -> String {
     }
 }
 
+/// The pages read as the README's continuation (its roles, its database),
+/// after it, in this order.
+const CONTINUED_IN: &[&str] = &["docs/recipes.md"];
+
 #[test]
 fn every_sql_block_of_the_readme_runs_as_written_and_gives_what_it_claims() {
-    let blocks: Vec<_> = sql_blocks(&repository_file("README.md"))
-        .into_iter()
-        .filter(|block| {
-            !block
-                .marker
-                .as_deref()
-                .is_some_and(|m| ELSEWHERE.contains(&m))
-        })
-        .collect();
+    let mut blocks = Vec::new();
+    for file in std::iter::once("README.md").chain(CONTINUED_IN.iter().copied()) {
+        let found: Vec<_> = sql_blocks(&repository_file(file))
+            .into_iter()
+            .filter(|block| {
+                !block
+                    .marker
+                    .as_deref()
+                    .is_some_and(|m| ELSEWHERE.contains(&m))
+            })
+            .map(|block| (file, block))
+            .collect();
+        assert!(!found.is_empty(), "{file}: no SQL block");
+        blocks.extend(found);
+    }
     assert!(blocks.len() >= 10, "found {} SQL blocks", blocks.len());
     drop_database(DATABASE);
     for role in ROLES {
@@ -75,15 +87,16 @@ fn every_sql_block_of_the_readme_runs_as_written_and_gives_what_it_claims() {
             .expect("create the database");
     }
     drop(admin);
-    for block in &blocks {
-        let role = role_of(block.line, &block.sql);
+    for (file, block) in &blocks {
+        let place = format!("{file}:{}", block.line);
+        let role = role_of(&place, &block.sql);
         let (ok, output) = psql(DATABASE, &role, &block.sql);
         assert!(
             ok,
-            "README.md:{}: the block failed as {role}:\n{}\n{output}",
-            block.line, block.sql
+            "{place}: the block failed as {role}:\n{}\n{output}",
+            block.sql
         );
-        check_claims(&format!("README.md:{}", block.line), &block.sql, &output);
+        check_claims(&place, &block.sql, &output);
     }
     drop_database(DATABASE);
     for role in ROLES {
