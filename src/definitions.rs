@@ -163,6 +163,7 @@ unsafe extern "C-unwind" fn forget_definitions(_arg: pg_sys::Datum, _relid: pg_s
     });
     crate::overrides::forget();
     crate::composites::forget();
+    crate::slot_definitions::forget();
     crate::catalog::forget();
 }
 

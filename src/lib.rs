@@ -68,6 +68,7 @@ pub mod result_row;
 pub mod security;
 pub mod settings;
 pub mod shard_choice;
+pub mod slot_definitions;
 pub mod stats;
 pub mod storage;
 pub mod subtransaction;

@@ -1,40 +1,19 @@
 //! `rate_limiter.acquire()` natively (docs/concurrency.md). Its common
 //! case, a defined concurrency limit without a default lease, a
-//! transaction lease and a free slot whose row exists, is one kept
-//! statement here: the definition read and the slot's row locked
-//! (`SKIP LOCKED`) together. Everything else (refusals, waits, timed
-//! leases, new slot rows, inline configs, errors) is the PL/pgSQL both
+//! transaction lease and a free slot whose row exists, is taken here: the
+//! definition from a per-backend cache (`crate::slot_definitions`) and the
+//! slot's row locked on the direct storage path
+//! (`crate::storage::take_free_slot`, which stands in for `FOR UPDATE SKIP
+//! LOCKED`). Everything else (refusals, waits, timed leases, new slot
+//! rows, inline configs, REPEATABLE READ, errors) is the PL/pgSQL both
 //! editions share, `rate_limiter._acquire` (sql/concurrency.sql), whose
-//! first try is the same statement: the answer is the same either way.
+//! first try is the statement the direct path stands in for: the answer is
+//! the same either way.
 
 use crate::errors::{report, CallError, Refusal};
-use crate::plans::kept_plan;
 use crate::storage::text_argument;
 use pgrx::datum::DatumWithOid;
 use pgrx::prelude::*;
-use pgrx::PgOid;
-
-/// The free slot of a defined concurrency limit without a default lease
-/// (`period` 0), keyed: the definition and the row of its lowest free slot
-/// (not a timed lease that has not ended at `$3`), locked, in one statement.
-const TAKE_KEYED: &str = "
-    SELECT r.shard FROM rate_limiter.definitions AS d,
-        LATERAL (SELECT r.shard FROM rate_limiter.rate_limits AS r
-                 WHERE r.name = d.name AND r.key = $2 AND r.shard < d.rate
-                   AND NOT (r.value > 0 AND r.ts > $3)
-                 ORDER BY r.shard LIMIT 1
-                 FOR UPDATE OF r SKIP LOCKED) AS r
-    WHERE d.name = $1 AND d.kind = 'concurrency' AND d.period = interval '0'";
-
-/// [`TAKE_KEYED`] of the global limit (key NULL).
-const TAKE_GLOBAL: &str = "
-    SELECT r.shard FROM rate_limiter.definitions AS d,
-        LATERAL (SELECT r.shard FROM rate_limiter.rate_limits AS r
-                 WHERE r.name = d.name AND r.key IS NULL AND r.shard < d.rate
-                   AND NOT (r.value > 0 AND r.ts > $2)
-                 ORDER BY r.shard LIMIT 1
-                 FOR UPDATE OF r SKIP LOCKED) AS r
-    WHERE d.name = $1 AND d.kind = 'concurrency' AND d.period = interval '0'";
 
 /// Everything but the common case.
 const GENERAL: &str = "SELECT ok, lease_id, in_flight, retry_after FROM rate_limiter._acquire($1, $2, $3, $4, $5, $6)";
@@ -163,34 +142,15 @@ fn nothing_held() -> bool {
     value.is_null() || unsafe { *value } == 0
 }
 
-/// The common case's statement, as the extension's owner: the slot taken,
-/// or `None` (no such definition, or no free slot with a row).
+/// The common case: the defined limit's free slot whose row exists,
+/// locked directly (`crate::storage::take_free_slot`), or `None` (no such
+/// definition, no free slot with a row, or a case the direct path leaves
+/// to the general one).
 fn take_free_slot(name: &[u8], key: Option<&[u8]>) -> Result<Option<i16>, CallError> {
-    let now = crate::storage::timestamp(crate::clock::now())?;
-    crate::security::as_owner(|| {
-        pgrx::spi::Spi::connect_mut(|client| {
-            let text = PgOid::BuiltIn(pg_sys::BuiltinOid::TEXTOID);
-            let at = PgOid::BuiltIn(pg_sys::BuiltinOid::TIMESTAMPTZOID);
-            let table = match key {
-                Some(key) => {
-                    let plan = kept_plan(client, TAKE_KEYED, &[text, text, at], true)?;
-                    client.update(
-                        plan,
-                        Some(1),
-                        &[text_argument(name), text_argument(key), now.into()],
-                    )?
-                }
-                None => {
-                    let plan = kept_plan(client, TAKE_GLOBAL, &[text, at], true)?;
-                    client.update(plan, Some(1), &[text_argument(name), now.into()])?
-                }
-            };
-            if table.is_empty() {
-                return Ok(None);
-            }
-            Ok(table.first().get_one::<i16>()?)
-        })
-    })
+    let Some(max) = crate::slot_definitions::slots(name)? else {
+        return Ok(None);
+    };
+    crate::storage::take_free_slot(name, key, max, crate::clock::now())
 }
 
 /// Lists the slot in this transaction's [`HELD`], as `_acquire` does (the

@@ -76,6 +76,28 @@ impl Relations {
         shards
     }
 
+    /// Calls `visit` with the shard, TID and `(value, ts)` of each version
+    /// of each shard of (name, key) of `datums` that `snapshot` sees, in
+    /// shard order, until it returns false.
+    ///
+    /// # Safety
+    /// `snapshot` must be valid for the whole scan.
+    pub unsafe fn each_shard_version(
+        &self,
+        datums: &Datums,
+        snapshot: pg_sys::Snapshot,
+        mut visit: impl FnMut(i16, pg_sys::ItemPointerData, Option<State>) -> bool,
+    ) {
+        self.scan(datums, KEY_COLUMNS - 1, snapshot, |slot| {
+            let mut is_null = false;
+            let shard = pg_sys::slot_getattr(slot, (SHARD + 1) as i32, &mut is_null);
+            match i16::from_datum(shard, is_null) {
+                Some(shard) => visit(shard, (*slot).tts_tid, slot_state(slot, datums.regime())),
+                None => true,
+            }
+        });
+    }
+
     /// Scans the unique index for the first `keys` key columns of `datums`,
     /// calling `visit` with each tuple visible to `snapshot` until it
     /// returns false.

@@ -14,7 +14,9 @@
 //! - [`credit`] (`rate_credit`);
 //! - [`read`], [`read_shards`] (`rate_check`, `status`): look the row(s)
 //!   up with the caller's snapshot, taking no lock (`read.rs`);
-//! - [`delete`] (`rate_reset`): a kept `DELETE` through SPI (`delete.rs`).
+//! - [`delete`] (`rate_reset`): a kept `DELETE` through SPI (`delete.rs`);
+//! - [`take_free_slot`] (`acquire`): a concurrency limit's free slot row
+//!   locked, as `FOR UPDATE SKIP LOCKED` would (`slots.rs`).
 //!
 //! Below them: `layout.rs` (rows, columns, datums), `target.rs` (where a
 //! call's rows are stored), `shard_places.rs` (where each shard of a call is),
@@ -45,6 +47,7 @@ mod shape;
 mod shard_attempt;
 mod shard_places;
 mod shards;
+mod slots;
 pub mod target;
 
 pub use all_or_nothing::{consume_all_or_nothing, sort_rows};
@@ -55,4 +58,5 @@ pub use layout::{timestamp, LimitRows, RowId};
 pub use read::{read, read_shards};
 pub use shard_places::ShardPlaces;
 pub use shards::consume_sharded;
+pub use slots::take_free_slot;
 pub use target::{StandIn, Target};

@@ -47,6 +47,17 @@ SELECT name, key, shard, value, ts FROM rate_limiter.rate_limits WHERE name = 'e
 COMMIT;
 -- The global limit (key NULL) is one more key.
 SELECT ok FROM rate_limiter.acquire('exports');
+-- A committed timed lease keeps its slot's row from a transaction lease
+-- until it ends (the native common case reads existing slot rows
+-- directly: a row whose lease has not ended is busy).
+SELECT rate_limiter.define('one_slot', rate_limiter.concurrency(1));
+SELECT ok FROM rate_limiter.acquire('one_slot', 'k');
+SELECT ok, lease_id > 0 AS has_id FROM rate_limiter.acquire('one_slot', 'k', lease => '1 minute');
+SELECT ok, in_flight FROM rate_limiter.acquire('one_slot', 'k');
+SET rate_limiter.now_override = '2026-01-01 00:01:00+00';
+SELECT ok, in_flight FROM rate_limiter.acquire('one_slot', 'k');
+SET rate_limiter.now_override = '2026-01-01 00:00:00+00';
+SELECT rate_limiter.undefine('one_slot');
 
 -- Timed leases: held past the transaction until released or expired.
 SELECT rate_limiter.define('workers', rate_limiter.concurrency(2, '10 minutes'));
