@@ -5,6 +5,7 @@
 
 pub mod calls;
 pub mod citus;
+pub mod concurrency_calls;
 pub mod doc_blocks;
 pub mod portable;
 pub mod race;

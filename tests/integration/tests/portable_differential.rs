@@ -19,12 +19,17 @@
 //! (`rate_limiter.random_seed`, SplitMix64 in both editions), so their
 //! shard choices are the same.
 //!
+//! The concurrency limits (docs/concurrency.md) in a sequence of their
+//! own (`concurrency_calls`), the slots' state rows and the timed leases
+//! compared after every call.
+//!
 //! `RATE_LIMITER_TEST_SEED` replays a sequence; the seed used is printed.
 
 use postgres::{Client, SimpleQueryMessage};
 use rand::rngs::StdRng;
-use rand::SeedableRng;
+use rand::{Rng, SeedableRng};
 use rate_limiter_integration_tests::calls::statement;
+use rate_limiter_integration_tests::concurrency_calls;
 use rate_limiter_integration_tests::{fresh_database, portable};
 
 const NATIVE: &str = "rate_limiter_differential_native";
@@ -37,6 +42,8 @@ const CALLS: usize = 8_000;
 const SEQUENCES: u64 = 5_000;
 /// Calls in each short sequence.
 const SEQUENCE_CALLS: usize = 3;
+/// Calls of the concurrency limits' sequence.
+const CONCURRENCY_CALLS: usize = 3_000;
 
 /// What a statement gave: its rows as text, or its error.
 #[derive(Debug, Clone, PartialEq)]
@@ -415,4 +422,106 @@ fn short_sequences_from_no_state_with_edge_cases_answer_alike() {
         "the editions differ (RATE_LIMITER_TEST_SEED={seed}, sequences {failed:?}):\n{}",
         pair.differences.join("\n")
     );
+}
+
+/// The concurrency limits answer alike: a random sequence of their calls
+/// (`concurrency_calls`), the state rows and `rate_limiter.leases`
+/// compared after every call. Both editions run the same PL/pgSQL except
+/// the native `acquire`'s common case (a free slot whose row exists,
+/// taken on the direct storage path) and the rate-limit calls' refusal of
+/// a concurrency limit. Lease ids are random: a `release` or `renew`
+/// names, in each edition, its own id of the same lease (the n-th by
+/// name, key and slot), or an id neither gave.
+#[test]
+fn concurrency_limits_answer_alike() {
+    let seed = seed();
+    let mut rng = StdRng::seed_from_u64(seed);
+    let mut pair = pair("_slots");
+    // Both names defined at the start (the sequence redefines and drops
+    // them).
+    let defined = "SELECT rate_limiter.define('slots_a', rate_limiter.concurrency(2)); \
+                   SELECT rate_limiter.define('slots_b', rate_limiter.concurrency(1, '30 seconds'))";
+    pair.native
+        .batch_execute(defined)
+        .expect("define on the native database");
+    pair.portable
+        .batch_execute(defined)
+        .expect("define on the portable database");
+    let mut clock = 0i64;
+    let mut taken = std::collections::HashSet::new();
+    let ids = "SELECT id FROM rate_limiter.leases ORDER BY name, key, slot";
+    let leases =
+        "SELECT name, key, slot, duration FROM rate_limiter.leases ORDER BY name, key, slot";
+    for call in 0..CONCURRENCY_CALLS {
+        let sql = concurrency_calls::statement(&mut rng, &mut clock);
+        let label = format!("concurrency call {call}");
+        let (a, b) = if sql.contains(concurrency_calls::LEASE) {
+            let (native_ids, portable_ids) = (
+                first_column(run(&mut pair.native, ids)),
+                first_column(run(&mut pair.portable, ids)),
+            );
+            let n = rng.random_range(0..=native_ids.len());
+            let (native_id, portable_id) = match (native_ids.get(n), portable_ids.get(n)) {
+                (Some(a), Some(b)) => (a.clone(), b.clone()),
+                _ => ("42".to_string(), "42".to_string()),
+            };
+            (
+                run(
+                    &mut pair.native,
+                    &sql.replace(concurrency_calls::LEASE, &native_id),
+                ),
+                run(
+                    &mut pair.portable,
+                    &sql.replace(concurrency_calls::LEASE, &portable_id),
+                ),
+            )
+        } else {
+            (run(&mut pair.native, &sql), run(&mut pair.portable, &sql))
+        };
+        if !pair.compare(&label, &sql, a, b) {
+            break;
+        }
+        let (a, b) = (
+            run(&mut pair.native, leases),
+            run(&mut pair.portable, leases),
+        );
+        if !same(&a, &b) {
+            pair.differences.push(format!(
+                "leases after {label}: {sql}\n  native:   {a:?}\n  portable: {b:?}"
+            ));
+            break;
+        }
+        taken.extend(first_column(run(&mut pair.native, ids)));
+        if pair.differences.len() >= 10 {
+            break;
+        }
+    }
+    pair.definitions("the concurrency calls");
+    eprintln!(
+        "{CONCURRENCY_CALLS} concurrency calls compared, {} of them errors on both; {} timed leases taken",
+        pair.errors,
+        taken.len()
+    );
+    assert!(
+        pair.differences.is_empty(),
+        "the editions differ (RATE_LIMITER_TEST_SEED={seed}):\n{}",
+        pair.differences.join("\n")
+    );
+    assert!(
+        pair.errors > 100 && pair.errors < CONCURRENCY_CALLS / 2 && taken.len() > 50,
+        "{} errors, {} timed leases: the sequence exercises both paths",
+        pair.errors,
+        taken.len()
+    );
+}
+
+/// The first column of every row of `outcome` (none for an error).
+fn first_column(outcome: Outcome) -> Vec<String> {
+    match outcome {
+        Outcome::Rows(rows) => rows
+            .into_iter()
+            .filter_map(|row| row.into_iter().next().flatten())
+            .collect(),
+        Outcome::Error { .. } => Vec::new(),
+    }
 }

@@ -56,6 +56,13 @@ SELECT ok, lease_id > 0 AS has_id FROM rate_limiter.acquire('one_slot', 'k', lea
 SELECT ok, in_flight FROM rate_limiter.acquire('one_slot', 'k');
 SET rate_limiter.now_override = '2026-01-01 00:01:00+00';
 SELECT ok, in_flight FROM rate_limiter.acquire('one_slot', 'k');
+-- A limit redefined with fewer slots keeps the rows of the others, which
+-- no lease takes: one slot, held by a timed lease, is full.
+SELECT rate_limiter.define('one_slot', rate_limiter.concurrency(3));
+SELECT count(*) FROM generate_series(1, 3) AS g, LATERAL rate_limiter.acquire('one_slot', 'k', wait => g * interval '0') AS a WHERE a.ok;
+SELECT ok, lease_id > 0 AS has_id FROM rate_limiter.acquire('one_slot', 'k', lease => '1 minute');
+SELECT rate_limiter.define('one_slot', rate_limiter.concurrency(1));
+SELECT ok, in_flight FROM rate_limiter.acquire('one_slot', 'k');
 SET rate_limiter.now_override = '2026-01-01 00:00:00+00';
 SELECT rate_limiter.undefine('one_slot');
 
