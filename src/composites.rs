@@ -9,13 +9,13 @@
 //! sends the same relcache invalidation (`definitions::forget_definitions`
 //! calls [`forget`]), and a miss reads the table with the latest snapshot.
 
+use crate::bounded_cache::BoundedCache;
 use crate::errors::CallError;
 use crate::plans::kept_plan;
 use crate::storage::text_argument;
 use pgrx::prelude::*;
 use pgrx::PgOid;
-use std::cell::{Cell, RefCell};
-use std::collections::HashMap;
+use std::cell::RefCell;
 use std::rc::Rc;
 
 /// A composite: its members (defined limits, each named once, in the
@@ -36,13 +36,11 @@ const LOOKUP: &str = "SELECT c.enforce, pg_catalog.textsend(m.member) \
 
 const TEXT: PgOid = PgOid::BuiltIn(pg_sys::PgBuiltInOids::TEXTOID);
 
-type Names = HashMap<Vec<u8>, Option<Rc<Composite>>, foldhash::fast::RandomState>;
+type Names = BoundedCache<Vec<u8>, Option<Rc<Composite>>>;
 
 thread_local! {
     /// Composites looked up in this backend, by name (`None`: not one).
-    static CACHE: RefCell<Names> = RefCell::new(Names::default());
-    /// The bytes of the names and members in `CACHE`.
-    static CACHED_BYTES: Cell<usize> = const { Cell::new(0) };
+    static CACHE: RefCell<Names> = RefCell::new(Names::new(MAX_CACHED_NAMES, MAX_CACHED_BYTES));
 }
 
 /// The most names, and bytes of names and members, the cache holds (as
@@ -54,8 +52,7 @@ const MAX_CACHED_BYTES: usize = 1 << 20;
 pub fn forget() {
     CACHE.with(|cache| {
         if let Ok(mut cache) = cache.try_borrow_mut() {
-            *cache = Names::default();
-            CACHED_BYTES.with(|cached| cached.set(0));
+            cache.clear();
         }
     });
 }
@@ -65,18 +62,7 @@ fn remember(name: &[u8], found: Option<Rc<Composite>>) {
         + found
             .as_ref()
             .map_or(0, |composite| composite.members.iter().map(Vec::len).sum());
-    CACHE.with(|cache| {
-        let mut cache = cache.borrow_mut();
-        if cache.len() >= MAX_CACHED_NAMES
-            || CACHED_BYTES.with(Cell::get) + bytes > MAX_CACHED_BYTES
-        {
-            *cache = Names::default();
-            CACHED_BYTES.with(|cached| cached.set(0));
-        }
-        if cache.insert(name.to_vec(), found).is_none() {
-            CACHED_BYTES.with(|cached| cached.set(cached.get() + bytes));
-        }
-    });
+    CACHE.with(|cache| cache.borrow_mut().insert(name.to_vec(), bytes, found));
 }
 
 /// The composite named `name`, or `None` (also when the database has no

@@ -10,6 +10,7 @@
 //! snapshot, as PostgreSQL reads its catalogs. So a committed `define` is
 //! seen by the next call in every session, whatever its isolation level.
 
+use crate::bounded_cache::BoundedCache;
 use crate::config::{required, ConfigValues};
 use crate::errors::CallError;
 use crate::plans::kept_plan;
@@ -18,8 +19,7 @@ use pgrx::prelude::*;
 use pgrx::spi::SpiClient;
 use pgrx::PgOid;
 use rate_limiter_algorithm::{Config, Decision, Kind, Micros};
-use std::cell::{Cell, RefCell};
-use std::collections::HashMap;
+use std::cell::RefCell;
 
 const TEXT: PgOid = PgOid::BuiltIn(pg_sys::PgBuiltInOids::TEXTOID);
 
@@ -105,18 +105,12 @@ struct Named {
     blocks: bool,
 }
 
-/// Cached definitions by name. The hash is foldhash's
-/// (`foldhash::fast::RandomState`: seeded per map at run time, so names
-/// that collide cannot be worked out from the source; the map is bounded
-/// below anyway), which costs a fraction of std's SipHash: every call
-/// looks its name up here.
-type Names = HashMap<Vec<u8>, Option<Named>, foldhash::fast::RandomState>;
+/// Cached definitions by name (`None`: undefined).
+type Names = BoundedCache<Vec<u8>, Option<Named>>;
 
 thread_local! {
-    /// Definitions looked up in this backend, by name (`None`: undefined).
-    static CACHE: RefCell<Names> = RefCell::new(Names::default());
-    /// The bytes of the names in `CACHE`.
-    static CACHED_BYTES: Cell<usize> = const { Cell::new(0) };
+    /// Definitions looked up in this backend.
+    static CACHE: RefCell<Names> = RefCell::new(Names::new(MAX_CACHED_NAMES, MAX_CACHED_BYTES));
 }
 
 /// The most names the cache holds, and the most bytes of names: a backend
@@ -125,21 +119,6 @@ thread_local! {
 /// of names plus the map) however many names it is asked about.
 const MAX_CACHED_NAMES: usize = 10_000;
 const MAX_CACHED_BYTES: usize = 1 << 20;
-
-/// Caches `found` for `name`, first emptying the cache if it is full.
-fn remember(name: &[u8], found: Option<Named>) {
-    CACHE.with(|cache| {
-        let mut cache = cache.borrow_mut();
-        let bytes = CACHED_BYTES.with(Cell::get);
-        if cache.len() >= MAX_CACHED_NAMES || bytes + name.len() > MAX_CACHED_BYTES {
-            *cache = Names::default();
-            CACHED_BYTES.with(|cached| cached.set(0));
-        }
-        if cache.insert(name.to_vec(), found).is_none() {
-            CACHED_BYTES.with(|cached| cached.set(cached.get() + name.len()));
-        }
-    });
-}
 
 /// Registers the cache's invalidation callback; called from `_PG_init`.
 pub fn register_cache_invalidation() {
@@ -156,9 +135,7 @@ pub fn register_cache_invalidation() {
 unsafe extern "C-unwind" fn forget_definitions(_arg: pg_sys::Datum, _relid: pg_sys::Oid) {
     CACHE.with(|cache| {
         if let Ok(mut cache) = cache.try_borrow_mut() {
-            // A new map: clear() would keep the old one's capacity.
-            *cache = Names::default();
-            CACHED_BYTES.with(|cached| cached.set(0));
+            cache.clear();
         }
     });
     crate::overrides::forget();
@@ -437,40 +414,54 @@ pub fn lookup(name: &[u8]) -> Result<Option<Definition>, CallError> {
 
 /// [`lookup`], with whether the name has overrides.
 fn lookup_named(name: &[u8]) -> Result<Option<Named>, CallError> {
-    // Process pending invalidations (cheap when there are none).
+    looked_up(&CACHE, name, |client| lookup_uncached(client, name))
+}
+
+/// `name`'s entry of `cache`, or what `read` reads of it, cached.
+///
+/// Pending invalidations are processed first (cheap when there are
+/// none). A miss reads the table (as the extension's owner) with the
+/// latest snapshot, as PostgreSQL reads its catalogs: every definition
+/// whose invalidation has been processed is visible to it. If an
+/// invalidation arrives during the read (it waited for the lock of a DROP
+/// EXTENSION, say, and a define committed meanwhile), the snapshot may be
+/// older than that change: read again rather than cache a stale answer;
+/// after [`MAX_READS`] such reads, answer with the latest, uncached.
+/// `crate::slot_definitions` caches the same way.
+///
+/// Errors: `read`'s.
+pub fn looked_up<V: Copy>(
+    cache: &'static std::thread::LocalKey<RefCell<BoundedCache<Vec<u8>, V>>>,
+    name: &[u8],
+    read: impl Fn(&SpiClient<'_>) -> Result<V, CallError>,
+) -> Result<V, CallError> {
+    // SAFETY: processes pending invalidations.
     unsafe { pg_sys::AcceptInvalidationMessages() };
-    if let Some(cached) = CACHE.with(|cache| cache.borrow().get(name).copied()) {
+    if let Some(cached) = cache.with(|cache| cache.borrow().get(name).copied()) {
         return Ok(cached);
     }
-    // A miss reads the table (as the extension's owner) with the latest
-    // snapshot, as PostgreSQL reads its catalogs: every definition whose
-    // invalidation has been processed is visible to it. If an invalidation
-    // arrives during the read (it waited for the lock of a DROP EXTENSION,
-    // say, and a define committed meanwhile), the snapshot may be older
-    // than that change: read again rather than cache a stale answer.
     for _ in 0..MAX_READS {
         let generation = crate::catalog::generation();
-        let found = read_latest(name)?;
+        let found = read_latest(&read)?;
         if crate::catalog::generation() == generation {
-            remember(name, found);
+            cache.with(|cache| cache.borrow_mut().insert(name.to_vec(), name.len(), found));
             return Ok(found);
         }
     }
-    // Invalidations keep arriving: answer with the latest read, uncached.
-    read_latest(name)
+    read_latest(&read)
 }
 
 /// Reads before giving up on caching a definition (each one was overtaken
 /// by an invalidation).
 const MAX_READS: usize = 8;
 
-/// Reads the definition of `name` with the latest snapshot, as the owner.
-fn read_latest(name: &[u8]) -> Result<Option<Named>, CallError> {
+/// Runs `read` with the latest snapshot, as the owner.
+fn read_latest<V>(read: &impl Fn(&SpiClient<'_>) -> Result<V, CallError>) -> Result<V, CallError> {
     crate::security::as_owner(|| {
         // SAFETY: pushed and popped around the read; an error pops it in
         // the abort.
         unsafe { pg_sys::PushActiveSnapshot(pg_sys::GetLatestSnapshot()) };
-        let found = Spi::connect(|client| lookup_uncached(client, name));
+        let found = Spi::connect(read);
         unsafe { pg_sys::PopActiveSnapshot() };
         found
     })

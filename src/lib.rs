@@ -49,6 +49,7 @@ use pgrx::prelude::*;
 
 pub mod api;
 pub mod blocks;
+pub mod bounded_cache;
 pub mod calendar;
 pub mod call;
 pub mod catalog;

@@ -14,12 +14,12 @@
 //! invalidation empties every backend's caches, so a committed override
 //! is used by the next call in every session.
 
+use crate::bounded_cache::BoundedCache;
 use crate::errors::CallError;
 use pgrx::pg_sys;
 use pgrx::prelude::*;
 use rate_limiter_algorithm::{Config, Kind, LimitError, Micros};
-use std::cell::{Cell, RefCell};
-use std::collections::HashMap;
+use std::cell::RefCell;
 
 /// One row of `rate_limiter.overrides`, validated.
 #[derive(Debug, Clone, PartialEq)]
@@ -76,12 +76,10 @@ extern "C" {
 }
 
 /// Cached overrides by (name, key) bytes (`None`: the key has none).
-type Keys = HashMap<(Vec<u8>, Vec<u8>), Option<Override>, foldhash::fast::RandomState>;
+type Keys = BoundedCache<(Vec<u8>, Vec<u8>), Option<Override>>;
 
 thread_local! {
-    static CACHE: RefCell<Keys> = RefCell::new(Keys::default());
-    /// The bytes of the names, keys and plans in `CACHE`.
-    static CACHED_BYTES: Cell<usize> = const { Cell::new(0) };
+    static CACHE: RefCell<Keys> = RefCell::new(Keys::new(MAX_CACHED_KEYS, MAX_CACHED_BYTES));
 }
 
 /// The most (name, key) pairs the cache holds, and the most bytes of
@@ -96,8 +94,7 @@ const MAX_CACHED_BYTES: usize = 4 << 20;
 pub fn forget() {
     CACHE.with(|cache| {
         if let Ok(mut cache) = cache.try_borrow_mut() {
-            *cache = Keys::default();
-            CACHED_BYTES.with(|cached| cached.set(0));
+            cache.clear();
         }
     });
 }
@@ -122,21 +119,15 @@ pub fn find(name: &[u8], key: &[u8]) -> Result<Option<Override>, CallError> {
 }
 
 fn remember(name: &[u8], key: &[u8], found: Option<Override>) {
+    let plan = found
+        .as_ref()
+        .and_then(|found| found.plan.as_ref())
+        .map_or(0, Vec::len);
+    let size = name.len() + key.len() + plan;
     CACHE.with(|cache| {
-        let mut cache = cache.borrow_mut();
-        let bytes = CACHED_BYTES.with(Cell::get);
-        let plan = found
-            .as_ref()
-            .and_then(|found| found.plan.as_ref())
-            .map_or(0, Vec::len);
-        let size = name.len() + key.len() + plan;
-        if cache.len() >= MAX_CACHED_KEYS || bytes + size > MAX_CACHED_BYTES {
-            *cache = Keys::default();
-            CACHED_BYTES.with(|cached| cached.set(0));
-        }
-        if cache.insert((name.to_vec(), key.to_vec()), found).is_none() {
-            CACHED_BYTES.with(|cached| cached.set(cached.get() + size));
-        }
+        cache
+            .borrow_mut()
+            .insert((name.to_vec(), key.to_vec()), size, found)
     });
 }
 
