@@ -61,6 +61,7 @@ pub mod config;
 pub mod definitions;
 pub mod errors;
 pub mod local;
+pub mod named_lookup;
 pub mod names;
 pub mod overrides;
 pub mod placement;

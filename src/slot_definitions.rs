@@ -31,11 +31,11 @@ thread_local! {
 /// The number of slots of `name` when it is a defined concurrency limit
 /// without a default lease; `None` for any other name (undefined, a rate
 /// limit, a default timed lease: the caller takes the general path).
-/// Looked up as `definitions::looked_up` looks definitions up.
+/// Looked up as definitions are (`crate::named_lookup`).
 ///
 /// Errors: those of reading the table.
 pub fn slots(name: &[u8]) -> Result<Option<i16>, CallError> {
-    crate::definitions::looked_up(&CACHE, name, |client| read(client, name))
+    crate::named_lookup::looked_up(&CACHE, name, |client| read(client, name))
 }
 
 /// Forgets every cached name (`definitions.rs`'s invalidation callback).
