@@ -326,7 +326,10 @@ impl Refusal {
     }
 
     /// A refusal whose texts were made elsewhere (a concurrency limit's,
-    /// by sql/concurrency.sql's `_concurrency_refusal`).
+    /// by sql/concurrency.sql's `_concurrency_refusal`). The copies are
+    /// made in the current memory context: call it outside `Spi::connect`,
+    /// whose memory is freed when it returns (before the refusal is
+    /// raised).
     pub fn from_texts(message: &str, detail: &str, hint: &str) -> Refusal {
         Refusal {
             message: palloc_cstring(message),

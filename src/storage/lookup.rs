@@ -62,13 +62,8 @@ impl Relations {
         snapshot: pg_sys::Snapshot,
     ) -> Vec<(i16, State)> {
         let mut shards = Vec::new();
-        self.scan(datums, KEY_COLUMNS - 1, snapshot, |slot| {
-            let mut is_null = false;
-            let shard = pg_sys::slot_getattr(slot, (SHARD + 1) as i32, &mut is_null);
-            if let (Some(shard), Some(state)) = (
-                i16::from_datum(shard, is_null),
-                slot_state(slot, datums.regime()),
-            ) {
+        self.each_shard_version(datums, snapshot, |shard, _, state| {
+            if let Some(state) = state {
                 shards.push((shard, state));
             }
             true
