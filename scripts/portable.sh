@@ -141,6 +141,8 @@ functions() {
     echo
     cat sql/concurrency_guard.sql
     echo
+    cat sql/concurrency_leases.sql
+    echo
     echo "-- sql/citus_internal_functions.sql: the internal functions of a distributed install"
     citus_internals
     comments

@@ -15,6 +15,7 @@ DECLARE
     overrides_table constant regclass := 'rate_limiter.overrides';
     blocks_table constant regclass := 'rate_limiter.blocks';
     composites_table constant regclass := 'rate_limiter.composites';
+    leases_table constant regclass := 'rate_limiter.leases';
     state_owner oid;
     state_method "char";
     state_column text;
@@ -143,10 +144,30 @@ BEGIN
             PERFORM create_reference_table(composites_table);
             PERFORM truncate_local_data_after_distributing_table(composites_table);
         END IF;
+        -- (The concurrency limits' slot locks, delegated to the node of
+        -- their distribution value: new in 0.6.0.)
+        SELECT pg_catalog.format_type(a.atttypid, a.atttypmod) INTO state_column
+        FROM pg_catalog.pg_attribute AS a WHERE a.attrelid = state_table AND a.attname = 'dkey';
+        FOR worker IN SELECT f::regprocedure AS function
+                      FROM pg_catalog.unnest(ARRAY[
+                          pg_catalog.format('rate_limiter._slot_lock_on(%s, bigint)', pg_catalog.split_part(state_column, ' ', 1)),
+                          pg_catalog.format('rate_limiter._slot_locks_held_on(%s, bigint[])', pg_catalog.split_part(state_column, ' ', 1))]) AS f LOOP
+            IF NOT EXISTS (SELECT FROM pg_catalog.pg_dist_object AS o
+                           WHERE o.classid = 'pg_catalog.pg_proc'::pg_catalog.regclass AND o.objid = worker.function
+                             AND o.distribution_argument_index IS NOT NULL) THEN
+                PERFORM create_distributed_function(worker.function, 'dkey',
+                    colocate_with => 'rate_limiter.rate_limits', force_delegation => true);
+            END IF;
+        END LOOP;
+        IF NOT EXISTS (SELECT FROM pg_catalog.pg_dist_partition AS p WHERE p.logicalrelid = leases_table) THEN
+            LOCK TABLE rate_limiter.leases IN EXCLUSIVE MODE;
+            PERFORM create_reference_table(leases_table);
+            PERFORM truncate_local_data_after_distributing_table(leases_table);
+        END IF;
         EXIT state;
     END IF;
     IF state_method IS NOT NULL OR definitions_method IS NOT NULL
-       OR EXISTS (SELECT FROM pg_catalog.pg_dist_partition AS p WHERE p.logicalrelid IN (overrides_table, blocks_table, composites_table)) THEN
+       OR EXISTS (SELECT FROM pg_catalog.pg_dist_partition AS p WHERE p.logicalrelid IN (overrides_table, blocks_table, composites_table, leases_table)) THEN
         RAISE EXCEPTION 'rate_limiter''s tables are distributed, but not by rate_limiter.distribute()'
             USING ERRCODE = '55000',
                   HINT = 'Call SELECT rate_limiter.undistribute(); then SELECT rate_limiter.distribute();';
@@ -228,7 +249,7 @@ BEGIN
     END LOOP;
 
     LOCK TABLE rate_limiter.rate_limits, rate_limiter.definitions, rate_limiter.overrides,
-        rate_limiter.blocks, rate_limiter.composites IN EXCLUSIVE MODE;
+        rate_limiter.blocks, rate_limiter.composites, rate_limiter.leases IN EXCLUSIVE MODE;
     -- The distribution column: the key, or name/shard for a global limit;
     -- as a bigint, the key as a decimal integer (the tenant id; the
     -- limiter reads it the same way) or the hash of name/shard; as a uuid,
@@ -294,6 +315,10 @@ BEGIN
     PERFORM truncate_local_data_after_distributing_table(overrides_table);
     PERFORM create_reference_table(composites_table);
     PERFORM truncate_local_data_after_distributing_table(composites_table);
+    -- The timed leases of concurrency limits: found by id from any node
+    -- (release(), renew()); the slot a lease holds is a state row.
+    PERFORM create_reference_table(leases_table);
+    PERFORM truncate_local_data_after_distributing_table(leases_table);
     PERFORM create_distributed_table(state_table, 'dkey',
         colocate_with => coalesce(colocate_with::text, 'none'));
     PERFORM truncate_local_data_after_distributing_table(state_table);
@@ -332,6 +357,18 @@ BEGIN
              WHEN uuid_dkey
              THEN 'rate_limiter._rate_limit_all_at(uuid, rate_limiter.request[], boolean, timestamptz)'
              ELSE 'rate_limiter._rate_limit_all_at(text, rate_limiter.request[], boolean, timestamptz)' END::regprocedure,
+        'dkey', colocate_with => 'rate_limiter.rate_limits', force_delegation => true);
+    PERFORM create_distributed_function(
+        CASE WHEN bigint_dkey THEN 'rate_limiter._slot_lock_on(bigint, bigint)'
+             WHEN integer_dkey THEN 'rate_limiter._slot_lock_on(integer, bigint)'
+             WHEN uuid_dkey THEN 'rate_limiter._slot_lock_on(uuid, bigint)'
+             ELSE 'rate_limiter._slot_lock_on(text, bigint)' END::regprocedure,
+        'dkey', colocate_with => 'rate_limiter.rate_limits', force_delegation => true);
+    PERFORM create_distributed_function(
+        CASE WHEN bigint_dkey THEN 'rate_limiter._slot_locks_held_on(bigint, bigint[])'
+             WHEN integer_dkey THEN 'rate_limiter._slot_locks_held_on(integer, bigint[])'
+             WHEN uuid_dkey THEN 'rate_limiter._slot_locks_held_on(uuid, bigint[])'
+             ELSE 'rate_limiter._slot_locks_held_on(text, bigint[])' END::regprocedure,
         'dkey', colocate_with => 'rate_limiter.rate_limits', force_delegation => true);
     PERFORM create_distributed_function(
         CASE WHEN bigint_dkey
@@ -382,7 +419,7 @@ END
 $distribute$;
 
 COMMENT ON FUNCTION rate_limiter.distribute(regclass) IS
-'Citus: makes rate_limiter.rate_limits a distributed table (by the column dkey: the key, or name/shard for a global limit), rate_limiter.blocks one colocated with it (a key''s block beside its state), and rate_limiter.definitions, rate_limiter.overrides and rate_limiter.composites reference tables, keeping every row. '
+'Citus: makes rate_limiter.rate_limits a distributed table (by the column dkey: the key, or name/shard for a global limit), rate_limiter.blocks one colocated with it (a key''s block beside its state), and rate_limiter.definitions, rate_limiter.overrides, rate_limiter.composites and rate_limiter.leases reference tables, keeping every row. '
 'colocate_with: a table distributed by a bigint, integer or uuid column or a text COLLATE "C" column, whose rows for value K live beside the state of key K (with bigint or integer, every key must be a decimal integer in its range; with uuid, a uuid). Run on the coordinator; idempotent. '
 'Errors: 25001 in a transaction that has written already; 55000 without Citus, on a worker, max_prepared_transactions = 0 on a node, rate_limiter not in shared_preload_libraries on a node, a worker with rows in its own rate_limits or blocks table, tables distributed otherwise; 42501 neither superuser nor owner; '
 '22023 colocate_with not hash-distributed; 0A000 its distribution column is neither bigint, integer, uuid nor text COLLATE "C", or it has a single shard (schema-based sharding); 22P02 with bigint, integer or uuid, a stored key that is not a decimal integer in range or a uuid.';
@@ -398,6 +435,7 @@ DECLARE
     overrides_table constant regclass := 'rate_limiter.overrides';
     blocks_table constant regclass := 'rate_limiter.blocks';
     composites_table constant regclass := 'rate_limiter.composites';
+    leases_table constant regclass := 'rate_limiter.leases';
     state_owner oid;
     distributed_table regclass;
     citus_trigger record;
@@ -418,7 +456,7 @@ BEGIN
             USING ERRCODE = '42501';
     END IF;
     IF NOT EXISTS (SELECT FROM pg_catalog.pg_dist_partition
-                   WHERE logicalrelid IN (state_table, definitions_table, overrides_table, blocks_table, composites_table)) THEN
+                   WHERE logicalrelid IN (state_table, definitions_table, overrides_table, blocks_table, composites_table, leases_table)) THEN
         -- Not distributed: nothing to do but to clear the marks a
         -- distribute() that failed may have left on the workers' tables.
         IF (SELECT groupid FROM pg_catalog.pg_dist_local_group) = 0 THEN
@@ -442,7 +480,7 @@ BEGIN
         END IF;
     END LOOP;
     LOCK TABLE rate_limiter.rate_limits, rate_limiter.definitions, rate_limiter.overrides,
-        rate_limiter.blocks, rate_limiter.composites IN EXCLUSIVE MODE;
+        rate_limiter.blocks, rate_limiter.composites, rate_limiter.leases IN EXCLUSIVE MODE;
     CREATE TEMPORARY TABLE rate_limiter_state ON COMMIT DROP AS
         SELECT name, key, shard, value, ts, regime, prev FROM rate_limiter.rate_limits;
     CREATE TEMPORARY TABLE rate_limiter_definitions ON COMMIT DROP AS
@@ -451,6 +489,8 @@ BEGIN
         SELECT * FROM rate_limiter.overrides;
     CREATE TEMPORARY TABLE rate_limiter_composites ON COMMIT DROP AS
         SELECT * FROM rate_limiter.composites;
+    CREATE TEMPORARY TABLE rate_limiter_leases ON COMMIT DROP AS
+        SELECT * FROM rate_limiter.leases;
     CREATE TEMPORARY TABLE rate_limiter_blocks ON COMMIT DROP AS
         SELECT name, key, until, strikes, reason, forget_at FROM rate_limiter.blocks;
     -- Citus's undistribute_table refuses a table an extension owns (and
@@ -458,7 +498,7 @@ BEGIN
     -- the shards and the metadata and keeps the table.
     FOR distributed_table IN
         SELECT logicalrelid FROM pg_catalog.pg_dist_partition
-        WHERE logicalrelid IN (state_table, definitions_table, overrides_table, blocks_table, composites_table)
+        WHERE logicalrelid IN (state_table, definitions_table, overrides_table, blocks_table, composites_table, leases_table)
     LOOP
         PERFORM master_remove_distributed_table_metadata_from_workers(distributed_table, 'rate_limiter',
             (SELECT relname FROM pg_catalog.pg_class WHERE oid = distributed_table));
@@ -470,7 +510,7 @@ BEGIN
     -- Citus's TRUNCATE trigger on each (truncate_trigger_<oid>).
     FOR citus_trigger IN
         SELECT t.tgname, t.tgrelid::regclass AS relation FROM pg_catalog.pg_trigger AS t
-        WHERE t.tgrelid IN (state_table, definitions_table, overrides_table, blocks_table, composites_table)
+        WHERE t.tgrelid IN (state_table, definitions_table, overrides_table, blocks_table, composites_table, leases_table)
           AND t.tgfoid = 'pg_catalog.citus_truncate_trigger()'::regprocedure
     LOOP
         EXECUTE pg_catalog.format('DROP TRIGGER %I ON %s', citus_trigger.tgname, citus_trigger.relation);
@@ -480,6 +520,7 @@ BEGIN
     DELETE FROM rate_limiter.overrides;
     DELETE FROM rate_limiter.blocks;
     DELETE FROM rate_limiter.composites;
+    DELETE FROM rate_limiter.leases;
     IF EXISTS (SELECT FROM pg_catalog.pg_constraint
                WHERE conrelid = state_table AND conname = 'rate_limits_name_key_shard_dkey_key') THEN
         ALTER TABLE rate_limiter.rate_limits
@@ -496,6 +537,7 @@ BEGIN
     INSERT INTO rate_limiter.definitions SELECT * FROM rate_limiter_definitions;
     INSERT INTO rate_limiter.overrides SELECT * FROM rate_limiter_overrides;
     INSERT INTO rate_limiter.composites SELECT * FROM rate_limiter_composites;
+    INSERT INTO rate_limiter.leases SELECT * FROM rate_limiter_leases;
     IF EXISTS (SELECT FROM pg_catalog.pg_constraint
                WHERE conrelid = blocks_table AND conname = 'blocks_name_key_dkey_key') THEN
         ALTER TABLE rate_limiter.blocks
@@ -515,5 +557,5 @@ END
 $undistribute$;
 
 COMMENT ON FUNCTION rate_limiter.undistribute() IS
-'Citus: makes rate_limiter.rate_limits, rate_limiter.blocks, rate_limiter.definitions, rate_limiter.overrides and rate_limiter.composites local tables of the coordinator again (however they were distributed), keeping every row. '
+'Citus: makes rate_limiter.rate_limits, rate_limiter.blocks, rate_limiter.definitions, rate_limiter.overrides, rate_limiter.composites and rate_limiter.leases local tables of the coordinator again (however they were distributed), keeping every row. '
 'Run on the coordinator; idempotent, and nothing to do without Citus. Errors: 42501 neither superuser nor owner; 55000 on a worker.';

@@ -1,7 +1,8 @@
 -- Concurrency limits (docs/concurrency.md): at most max operations in
 -- flight per (name, key). PL/pgSQL in both editions: scripts/portable.sh
 -- takes every function below the line "Both editions" from here, and
--- concurrency_status.sql and concurrency_guard.sql whole. The
+-- concurrency_status.sql, concurrency_guard.sql and
+-- concurrency_leases.sql whole (concurrency_citus.sql is native only). The
 -- slots of (name, key) are its state rows, shard = slot, 0 .. max - 1:
 -- value 0 free (ts: when it was last written), value 1 held by a timed
 -- lease until ts. A transaction lease is a row lock on a free slot's row,
@@ -30,6 +31,15 @@ CREATE FUNCTION rate_limiter._stats_count(name text, verdict int4)
 RETURNS void
 LANGUAGE c VOLATILE STRICT
 AS 'MODULE_PATHNAME', 'stats_count_wrapper';
+
+-- Whether the state table is distributed by Citus (src/api/
+-- concurrency.rs; portable: false): the slots of a key are then read and
+-- locked with its distribution value, which routes each statement to the
+-- node holding them (docs/citus.md, "Concurrency limits").
+CREATE FUNCTION rate_limiter._slots_elsewhere()
+RETURNS boolean
+LANGUAGE c STABLE
+AS 'MODULE_PATHNAME', 'slots_elsewhere_wrapper';
 
 -- acquire() (src/api/acquire.rs): a free slot of a defined limit taken in
 -- one statement, anything else by _acquire() below.
@@ -223,7 +233,10 @@ $$;
 -- over; at READ COMMITTED the lock rechecks the newest version, so a
 -- timed lease committed meanwhile is seen); else a slot without a row is
 -- inserted, under its _slot_lock. A free slot is value = 0, or a timed
--- lease that expired before at.
+-- lease that expired before at. On a distributed install each statement
+-- names the key's distribution value and runs on the node holding the
+-- key's slots (a global limit's: _take_spread_slot), and _slot_lock is
+-- taken there (_slot_lock_where).
 CREATE FUNCTION rate_limiter._take_slot(name text, key text, most int4, at timestamptz)
 RETURNS int4
 LANGUAGE plpgsql VOLATILE
@@ -234,8 +247,24 @@ DECLARE
                        THEN '{}' ELSE coalesce(rate_limiter._held_slots(name, key), '{}') END;
     existing int4[];
     candidate int4;
+    -- On a distributed install, the key's distribution value (the key,
+    -- read as the column's type: text, bigint, integer or uuid), which
+    -- routes each statement to the node holding the key's slots; NULL on
+    -- one server.
+    d rate_limiter.rate_limits.dkey%TYPE;
+    inserting boolean;
 BEGIN
-    IF key IS NULL THEN
+    IF rate_limiter._slots_elsewhere() THEN
+        IF key IS NULL THEN
+            RETURN rate_limiter._take_spread_slot(name, most, at, own);
+        END IF;
+        d := rate_limiter._slot_dkey(name, key, 0, pg_catalog.pg_typeof(d));
+        SELECT r.shard INTO taken FROM rate_limiter.rate_limits AS r
+        WHERE r.name = _take_slot.name AND r.key = _take_slot.key AND r.dkey = d AND r.shard < most
+          AND NOT (r.value > 0 AND r.ts > at) AND r.shard <> ALL (own)
+        ORDER BY r.shard LIMIT 1
+        FOR UPDATE SKIP LOCKED;
+    ELSIF key IS NULL THEN
         SELECT r.shard INTO taken FROM rate_limiter.rate_limits AS r
         WHERE r.name = _take_slot.name AND r.key IS NULL AND r.shard < most
           AND NOT (r.value > 0 AND r.ts > at) AND r.shard <> ALL (own)
@@ -251,7 +280,10 @@ BEGIN
     IF taken IS NOT NULL THEN
         RETURN taken;
     END IF;
-    IF key IS NULL THEN
+    IF d IS NOT NULL THEN
+        SELECT pg_catalog.array_agg(r.shard) INTO existing FROM rate_limiter.rate_limits AS r
+        WHERE r.name = _take_slot.name AND r.key = _take_slot.key AND r.dkey = d AND r.shard < most;
+    ELSIF key IS NULL THEN
         SELECT pg_catalog.array_agg(r.shard) INTO existing FROM rate_limiter.rate_limits AS r
         WHERE r.name = _take_slot.name AND r.key IS NULL AND r.shard < most;
     ELSE
@@ -265,10 +297,17 @@ BEGIN
         SELECT s FROM pg_catalog.generate_series(0, most - 1) AS s
         WHERE s <> ALL (coalesce(existing, '{}'))
     LOOP
-        IF pg_catalog.pg_try_advisory_xact_lock(rate_limiter._slot_lock(name, key, candidate)) THEN
-            INSERT INTO rate_limiter.rate_limits AS r (name, key, shard, value, ts)
-            VALUES (name, key, candidate::int2, 0, at)
-            ON CONFLICT ON CONSTRAINT rate_limits_name_key_shard_key DO NOTHING;
+        IF d IS NULL THEN
+            inserting := pg_catalog.pg_try_advisory_xact_lock(rate_limiter._slot_lock(name, key, candidate));
+        ELSE
+            inserting := rate_limiter._slot_lock_where(d, rate_limiter._slot_lock(name, key, candidate));
+        END IF;
+        IF inserting THEN
+            -- (DO NOTHING on the unique (name, key, shard), which is
+            -- (name, key, shard, dkey) on a distributed install.)
+            INSERT INTO rate_limiter.rate_limits AS r (name, key, shard, value, ts, dkey)
+            VALUES (name, key, candidate::int2, 0, at, d)
+            ON CONFLICT DO NOTHING;
             IF FOUND THEN
                 RETURN candidate;
             END IF;
@@ -344,6 +383,7 @@ DECLARE
     earliest timestamptz;
     held text := pg_catalog.current_setting('rate_limiter_internal.held_slots', true);
     refusal record;
+    elsewhere boolean := rate_limiter._slots_elsewhere();
 BEGIN
     IF name IS NULL THEN
         RAISE EXCEPTION 'name must not be NULL' USING ERRCODE = '22004';
@@ -369,12 +409,25 @@ BEGIN
         duration := coalesce(lease, limited.lease);
         enforcing := limited.enforce;
     END IF;
+    -- Distributed by Citus, a timed lease is written into the leases'
+    -- reference table; an install distributed before 0.6.0 and updated
+    -- since has a table of each node's own until distribute() runs again.
+    -- (Nested: without Citus pg_dist_partition does not exist, and the
+    -- condition is planned only when reached.)
+    IF elsewhere AND duration IS NOT NULL THEN
+        IF NOT EXISTS (SELECT FROM pg_catalog.pg_dist_partition AS p
+                       WHERE p.logicalrelid = 'rate_limiter.leases'::pg_catalog.regclass AND p.partmethod = 'n') THEN
+            RAISE EXCEPTION 'rate_limiter.leases is not a reference table of this cluster: a timed lease written now would be this node''s alone'
+                USING ERRCODE = '55000',
+                      HINT = 'Call SELECT rate_limiter.distribute(); on the coordinator once more (after ALTER EXTENSION rate_limiter UPDATE it makes the leases a reference table), then retry.';
+        END IF;
+    END IF;
     deadline := pg_catalog.clock_timestamp() + wait;
     LOOP
         at := rate_limiter._clock();
         -- The first try of _take_slot, here when this transaction holds
         -- no slot yet (the common case): a free slot's row, locked.
-        IF held IS NULL OR held = '' THEN
+        IF (held IS NULL OR held = '') AND NOT elsewhere THEN
             IF key IS NULL THEN
                 SELECT r.shard INTO slot FROM rate_limiter.rate_limits AS r
                 WHERE r.name = _acquire.name AND r.key IS NULL AND r.shard < most
@@ -407,13 +460,7 @@ BEGIN
             held := 'taken';
         ELSE
             id := rate_limiter._lease_id();
-            IF key IS NULL THEN
-                UPDATE rate_limiter.rate_limits AS r SET value = 1, ts = at + duration
-                WHERE r.name = _acquire.name AND r.key IS NULL AND r.shard = slot;
-            ELSE
-                UPDATE rate_limiter.rate_limits AS r SET value = 1, ts = at + duration
-                WHERE r.name = _acquire.name AND r.key = _acquire.key AND r.shard = slot;
-            END IF;
+            PERFORM rate_limiter._write_slot(name, key, slot, 1, at + duration, NULL);
             INSERT INTO rate_limiter.leases AS l (id, name, key, slot, duration)
             VALUES (id, name, key, slot::int2, duration)
             ON CONFLICT ON CONSTRAINT leases_slot DO UPDATE SET id = excluded.id, duration = excluded.duration;
@@ -447,101 +494,3 @@ COMMENT ON FUNCTION rate_limiter.acquire(text, text, interval, interval, boolean
 'wait: how long to wait for a slot, holding nothing meanwhile. Shadow mode (define(..., enforce => false)): a refusal is answered ok = true, holding nothing. '
 'Errors: 22004 NULL name/wait/throws, NULL max in config; 42704 no config and no definition; 22023 a rate limit''s name or config, negative wait, lease not greater than zero; '
 '42501 an inline config for a defined name; the rate_limiter.sqlstate SQLSTATE (default RL429, JSON DETAIL with in_flight and max) when refused with throws => true.';
-
--- The lease id of (name) and its slot row, locked: what release() and
--- renew() act on. NULL when lease_id is no lease of name.
-CREATE FUNCTION rate_limiter._lease(name text, lease_id bigint)
-RETURNS rate_limiter.leases
-LANGUAGE plpgsql VOLATILE
-AS $lease$
-DECLARE
-    held rate_limiter.leases;
-BEGIN
-    IF name IS NULL THEN
-        RAISE EXCEPTION 'name must not be NULL' USING ERRCODE = '22004';
-    ELSIF lease_id IS NULL THEN
-        RAISE EXCEPTION 'lease_id must not be NULL' USING ERRCODE = '22004';
-    END IF;
-    SELECT * INTO held FROM rate_limiter.leases AS l
-    WHERE l.id = lease_id AND l.name = _lease.name
-    FOR UPDATE;
-    RETURN held;
-END
-$lease$;
-
--- Sets the end of the timed lease held of slot (held) to until, if it
--- still holds it at at: whether it did.
-CREATE FUNCTION rate_limiter._set_lease_end(held rate_limiter.leases, at timestamptz, until timestamptz)
-RETURNS boolean
-LANGUAGE plpgsql VOLATILE
-AS $set_lease_end$
-BEGIN
-    IF held.key IS NULL THEN
-        UPDATE rate_limiter.rate_limits AS r
-        SET value = CASE WHEN until > at THEN 1 ELSE 0 END, ts = until
-        WHERE r.name = held.name AND r.key IS NULL AND r.shard = held.slot AND r.value > 0 AND r.ts > at;
-    ELSE
-        UPDATE rate_limiter.rate_limits AS r
-        SET value = CASE WHEN until > at THEN 1 ELSE 0 END, ts = until
-        WHERE r.name = held.name AND r.key = held.key AND r.shard = held.slot AND r.value > 0 AND r.ts > at;
-    END IF;
-    RETURN FOUND;
-END
-$set_lease_end$;
-
-CREATE FUNCTION rate_limiter.release(name text, lease_id bigint)
-RETURNS boolean
-LANGUAGE plpgsql VOLATILE SECURITY DEFINER
-SET search_path = pg_catalog, pg_temp
-AS $release$
-DECLARE
-    held rate_limiter.leases := rate_limiter._lease(name, lease_id);
-    at timestamptz;
-    freed boolean;
-BEGIN
-    IF held.id IS NULL THEN
-        RETURN false;
-    END IF;
-    at := rate_limiter._clock();
-    freed := rate_limiter._set_lease_end(held, at, at);
-    DELETE FROM rate_limiter.leases AS l WHERE l.id = held.id;
-    RETURN freed;
-END
-$release$;
-
-COMMENT ON FUNCTION rate_limiter.release(text, bigint) IS
-'Frees the slot of timed lease lease_id of concurrency limit name (from acquire(lease => ...)) at once. '
-'Returns true if the lease held its slot; false when it had expired, was released already, or is not a lease of name (nothing is changed then). '
-'Errors: 22004 NULL name/lease_id; 25006 in a read-only transaction.';
-
-CREATE FUNCTION rate_limiter.renew(name text, lease_id bigint, lease interval DEFAULT NULL)
-RETURNS boolean
-LANGUAGE plpgsql VOLATILE SECURITY DEFINER
-SET search_path = pg_catalog, pg_temp
-AS $renew$
-DECLARE
-    held rate_limiter.leases;
-    at timestamptz;
-BEGIN
-    IF lease <= interval '0' THEN
-        RAISE EXCEPTION 'lease must be greater than zero, got %', lease USING ERRCODE = '22023';
-    END IF;
-    held := rate_limiter._lease(name, lease_id);
-    IF held.id IS NULL THEN
-        RETURN false;
-    END IF;
-    at := rate_limiter._clock();
-    IF NOT rate_limiter._set_lease_end(held, at, at + coalesce(lease, held.duration)) THEN
-        RETURN false;
-    END IF;
-    IF lease IS NOT NULL AND lease <> held.duration THEN
-        UPDATE rate_limiter.leases AS l SET duration = renew.lease WHERE l.id = held.id;
-    END IF;
-    RETURN true;
-END
-$renew$;
-
-COMMENT ON FUNCTION rate_limiter.renew(text, bigint, interval) IS
-'Extends timed lease lease_id of concurrency limit name to now + lease (NULL: the lease it was taken or last renewed with), while it still holds its slot. '
-'Returns true if it did; false when the lease had expired, was released, or is not a lease of name (nothing is changed then). '
-'Errors: 22004 NULL name/lease_id; 22023 lease not greater than zero; 25006 in a read-only transaction.';

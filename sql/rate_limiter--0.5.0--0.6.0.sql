@@ -518,6 +518,7 @@ DECLARE
     overrides_table constant regclass := 'rate_limiter.overrides';
     blocks_table constant regclass := 'rate_limiter.blocks';
     composites_table constant regclass := 'rate_limiter.composites';
+    leases_table constant regclass := 'rate_limiter.leases';
     state_owner oid;
     state_method "char";
     state_column text;
@@ -646,10 +647,30 @@ BEGIN
             PERFORM create_reference_table(composites_table);
             PERFORM truncate_local_data_after_distributing_table(composites_table);
         END IF;
+        -- (The concurrency limits' slot locks, delegated to the node of
+        -- their distribution value: new in 0.6.0.)
+        SELECT pg_catalog.format_type(a.atttypid, a.atttypmod) INTO state_column
+        FROM pg_catalog.pg_attribute AS a WHERE a.attrelid = state_table AND a.attname = 'dkey';
+        FOR worker IN SELECT f::regprocedure AS function
+                      FROM pg_catalog.unnest(ARRAY[
+                          pg_catalog.format('rate_limiter._slot_lock_on(%s, bigint)', pg_catalog.split_part(state_column, ' ', 1)),
+                          pg_catalog.format('rate_limiter._slot_locks_held_on(%s, bigint[])', pg_catalog.split_part(state_column, ' ', 1))]) AS f LOOP
+            IF NOT EXISTS (SELECT FROM pg_catalog.pg_dist_object AS o
+                           WHERE o.classid = 'pg_catalog.pg_proc'::pg_catalog.regclass AND o.objid = worker.function
+                             AND o.distribution_argument_index IS NOT NULL) THEN
+                PERFORM create_distributed_function(worker.function, 'dkey',
+                    colocate_with => 'rate_limiter.rate_limits', force_delegation => true);
+            END IF;
+        END LOOP;
+        IF NOT EXISTS (SELECT FROM pg_catalog.pg_dist_partition AS p WHERE p.logicalrelid = leases_table) THEN
+            LOCK TABLE rate_limiter.leases IN EXCLUSIVE MODE;
+            PERFORM create_reference_table(leases_table);
+            PERFORM truncate_local_data_after_distributing_table(leases_table);
+        END IF;
         EXIT state;
     END IF;
     IF state_method IS NOT NULL OR definitions_method IS NOT NULL
-       OR EXISTS (SELECT FROM pg_catalog.pg_dist_partition AS p WHERE p.logicalrelid IN (overrides_table, blocks_table, composites_table)) THEN
+       OR EXISTS (SELECT FROM pg_catalog.pg_dist_partition AS p WHERE p.logicalrelid IN (overrides_table, blocks_table, composites_table, leases_table)) THEN
         RAISE EXCEPTION 'rate_limiter''s tables are distributed, but not by rate_limiter.distribute()'
             USING ERRCODE = '55000',
                   HINT = 'Call SELECT rate_limiter.undistribute(); then SELECT rate_limiter.distribute();';
@@ -731,7 +752,7 @@ BEGIN
     END LOOP;
 
     LOCK TABLE rate_limiter.rate_limits, rate_limiter.definitions, rate_limiter.overrides,
-        rate_limiter.blocks, rate_limiter.composites IN EXCLUSIVE MODE;
+        rate_limiter.blocks, rate_limiter.composites, rate_limiter.leases IN EXCLUSIVE MODE;
     -- The distribution column: the key, or name/shard for a global limit;
     -- as a bigint, the key as a decimal integer (the tenant id; the
     -- limiter reads it the same way) or the hash of name/shard; as a uuid,
@@ -797,6 +818,10 @@ BEGIN
     PERFORM truncate_local_data_after_distributing_table(overrides_table);
     PERFORM create_reference_table(composites_table);
     PERFORM truncate_local_data_after_distributing_table(composites_table);
+    -- The timed leases of concurrency limits: found by id from any node
+    -- (release(), renew()); the slot a lease holds is a state row.
+    PERFORM create_reference_table(leases_table);
+    PERFORM truncate_local_data_after_distributing_table(leases_table);
     PERFORM create_distributed_table(state_table, 'dkey',
         colocate_with => coalesce(colocate_with::text, 'none'));
     PERFORM truncate_local_data_after_distributing_table(state_table);
@@ -835,6 +860,18 @@ BEGIN
              WHEN uuid_dkey
              THEN 'rate_limiter._rate_limit_all_at(uuid, rate_limiter.request[], boolean, timestamptz)'
              ELSE 'rate_limiter._rate_limit_all_at(text, rate_limiter.request[], boolean, timestamptz)' END::regprocedure,
+        'dkey', colocate_with => 'rate_limiter.rate_limits', force_delegation => true);
+    PERFORM create_distributed_function(
+        CASE WHEN bigint_dkey THEN 'rate_limiter._slot_lock_on(bigint, bigint)'
+             WHEN integer_dkey THEN 'rate_limiter._slot_lock_on(integer, bigint)'
+             WHEN uuid_dkey THEN 'rate_limiter._slot_lock_on(uuid, bigint)'
+             ELSE 'rate_limiter._slot_lock_on(text, bigint)' END::regprocedure,
+        'dkey', colocate_with => 'rate_limiter.rate_limits', force_delegation => true);
+    PERFORM create_distributed_function(
+        CASE WHEN bigint_dkey THEN 'rate_limiter._slot_locks_held_on(bigint, bigint[])'
+             WHEN integer_dkey THEN 'rate_limiter._slot_locks_held_on(integer, bigint[])'
+             WHEN uuid_dkey THEN 'rate_limiter._slot_locks_held_on(uuid, bigint[])'
+             ELSE 'rate_limiter._slot_locks_held_on(text, bigint[])' END::regprocedure,
         'dkey', colocate_with => 'rate_limiter.rate_limits', force_delegation => true);
     PERFORM create_distributed_function(
         CASE WHEN bigint_dkey
@@ -885,7 +922,7 @@ END
 $distribute$;
 
 COMMENT ON FUNCTION rate_limiter.distribute(regclass) IS
-'Citus: makes rate_limiter.rate_limits a distributed table (by the column dkey: the key, or name/shard for a global limit), rate_limiter.blocks one colocated with it (a key''s block beside its state), and rate_limiter.definitions, rate_limiter.overrides and rate_limiter.composites reference tables, keeping every row. '
+'Citus: makes rate_limiter.rate_limits a distributed table (by the column dkey: the key, or name/shard for a global limit), rate_limiter.blocks one colocated with it (a key''s block beside its state), and rate_limiter.definitions, rate_limiter.overrides, rate_limiter.composites and rate_limiter.leases reference tables, keeping every row. '
 'colocate_with: a table distributed by a bigint, integer or uuid column or a text COLLATE "C" column, whose rows for value K live beside the state of key K (with bigint or integer, every key must be a decimal integer in its range; with uuid, a uuid). Run on the coordinator; idempotent. '
 'Errors: 25001 in a transaction that has written already; 55000 without Citus, on a worker, max_prepared_transactions = 0 on a node, rate_limiter not in shared_preload_libraries on a node, a worker with rows in its own rate_limits or blocks table, tables distributed otherwise; 42501 neither superuser nor owner; '
 '22023 colocate_with not hash-distributed; 0A000 its distribution column is neither bigint, integer, uuid nor text COLLATE "C", or it has a single shard (schema-based sharding); 22P02 with bigint, integer or uuid, a stored key that is not a decimal integer in range or a uuid.';
@@ -901,6 +938,7 @@ DECLARE
     overrides_table constant regclass := 'rate_limiter.overrides';
     blocks_table constant regclass := 'rate_limiter.blocks';
     composites_table constant regclass := 'rate_limiter.composites';
+    leases_table constant regclass := 'rate_limiter.leases';
     state_owner oid;
     distributed_table regclass;
     citus_trigger record;
@@ -921,7 +959,7 @@ BEGIN
             USING ERRCODE = '42501';
     END IF;
     IF NOT EXISTS (SELECT FROM pg_catalog.pg_dist_partition
-                   WHERE logicalrelid IN (state_table, definitions_table, overrides_table, blocks_table, composites_table)) THEN
+                   WHERE logicalrelid IN (state_table, definitions_table, overrides_table, blocks_table, composites_table, leases_table)) THEN
         -- Not distributed: nothing to do but to clear the marks a
         -- distribute() that failed may have left on the workers' tables.
         IF (SELECT groupid FROM pg_catalog.pg_dist_local_group) = 0 THEN
@@ -945,7 +983,7 @@ BEGIN
         END IF;
     END LOOP;
     LOCK TABLE rate_limiter.rate_limits, rate_limiter.definitions, rate_limiter.overrides,
-        rate_limiter.blocks, rate_limiter.composites IN EXCLUSIVE MODE;
+        rate_limiter.blocks, rate_limiter.composites, rate_limiter.leases IN EXCLUSIVE MODE;
     CREATE TEMPORARY TABLE rate_limiter_state ON COMMIT DROP AS
         SELECT name, key, shard, value, ts, regime, prev FROM rate_limiter.rate_limits;
     CREATE TEMPORARY TABLE rate_limiter_definitions ON COMMIT DROP AS
@@ -954,6 +992,8 @@ BEGIN
         SELECT * FROM rate_limiter.overrides;
     CREATE TEMPORARY TABLE rate_limiter_composites ON COMMIT DROP AS
         SELECT * FROM rate_limiter.composites;
+    CREATE TEMPORARY TABLE rate_limiter_leases ON COMMIT DROP AS
+        SELECT * FROM rate_limiter.leases;
     CREATE TEMPORARY TABLE rate_limiter_blocks ON COMMIT DROP AS
         SELECT name, key, until, strikes, reason, forget_at FROM rate_limiter.blocks;
     -- Citus's undistribute_table refuses a table an extension owns (and
@@ -961,7 +1001,7 @@ BEGIN
     -- the shards and the metadata and keeps the table.
     FOR distributed_table IN
         SELECT logicalrelid FROM pg_catalog.pg_dist_partition
-        WHERE logicalrelid IN (state_table, definitions_table, overrides_table, blocks_table, composites_table)
+        WHERE logicalrelid IN (state_table, definitions_table, overrides_table, blocks_table, composites_table, leases_table)
     LOOP
         PERFORM master_remove_distributed_table_metadata_from_workers(distributed_table, 'rate_limiter',
             (SELECT relname FROM pg_catalog.pg_class WHERE oid = distributed_table));
@@ -973,7 +1013,7 @@ BEGIN
     -- Citus's TRUNCATE trigger on each (truncate_trigger_<oid>).
     FOR citus_trigger IN
         SELECT t.tgname, t.tgrelid::regclass AS relation FROM pg_catalog.pg_trigger AS t
-        WHERE t.tgrelid IN (state_table, definitions_table, overrides_table, blocks_table, composites_table)
+        WHERE t.tgrelid IN (state_table, definitions_table, overrides_table, blocks_table, composites_table, leases_table)
           AND t.tgfoid = 'pg_catalog.citus_truncate_trigger()'::regprocedure
     LOOP
         EXECUTE pg_catalog.format('DROP TRIGGER %I ON %s', citus_trigger.tgname, citus_trigger.relation);
@@ -983,6 +1023,7 @@ BEGIN
     DELETE FROM rate_limiter.overrides;
     DELETE FROM rate_limiter.blocks;
     DELETE FROM rate_limiter.composites;
+    DELETE FROM rate_limiter.leases;
     IF EXISTS (SELECT FROM pg_catalog.pg_constraint
                WHERE conrelid = state_table AND conname = 'rate_limits_name_key_shard_dkey_key') THEN
         ALTER TABLE rate_limiter.rate_limits
@@ -999,6 +1040,7 @@ BEGIN
     INSERT INTO rate_limiter.definitions SELECT * FROM rate_limiter_definitions;
     INSERT INTO rate_limiter.overrides SELECT * FROM rate_limiter_overrides;
     INSERT INTO rate_limiter.composites SELECT * FROM rate_limiter_composites;
+    INSERT INTO rate_limiter.leases SELECT * FROM rate_limiter_leases;
     IF EXISTS (SELECT FROM pg_catalog.pg_constraint
                WHERE conrelid = blocks_table AND conname = 'blocks_name_key_dkey_key') THEN
         ALTER TABLE rate_limiter.blocks
@@ -1018,7 +1060,7 @@ END
 $undistribute$;
 
 COMMENT ON FUNCTION rate_limiter.undistribute() IS
-'Citus: makes rate_limiter.rate_limits, rate_limiter.blocks, rate_limiter.definitions, rate_limiter.overrides and rate_limiter.composites local tables of the coordinator again (however they were distributed), keeping every row. '
+'Citus: makes rate_limiter.rate_limits, rate_limiter.blocks, rate_limiter.definitions, rate_limiter.overrides, rate_limiter.composites and rate_limiter.leases local tables of the coordinator again (however they were distributed), keeping every row. '
 'Run on the coordinator; idempotent, and nothing to do without Citus. Errors: 42501 neither superuser nor owner; 55000 on a worker.';
 
 CREATE FUNCTION rate_limiter.prepare_node(nodename text, nodeport integer DEFAULT 5432)
@@ -1507,7 +1549,8 @@ SELECT pg_catalog.pg_extension_config_dump('rate_limiter.leases', '');
 -- Concurrency limits (docs/concurrency.md): at most max operations in
 -- flight per (name, key). PL/pgSQL in both editions: scripts/portable.sh
 -- takes every function below the line "Both editions" from here, and
--- concurrency_status.sql and concurrency_guard.sql whole. The
+-- concurrency_status.sql, concurrency_guard.sql and
+-- concurrency_leases.sql whole (concurrency_citus.sql is native only). The
 -- slots of (name, key) are its state rows, shard = slot, 0 .. max - 1:
 -- value 0 free (ts: when it was last written), value 1 held by a timed
 -- lease until ts. A transaction lease is a row lock on a free slot's row,
@@ -1536,6 +1579,15 @@ CREATE FUNCTION rate_limiter._stats_count(name text, verdict int4)
 RETURNS void
 LANGUAGE c VOLATILE STRICT
 AS 'MODULE_PATHNAME', 'stats_count_wrapper';
+
+-- Whether the state table is distributed by Citus (src/api/
+-- concurrency.rs; portable: false): the slots of a key are then read and
+-- locked with its distribution value, which routes each statement to the
+-- node holding them (docs/citus.md, "Concurrency limits").
+CREATE FUNCTION rate_limiter._slots_elsewhere()
+RETURNS boolean
+LANGUAGE c STABLE
+AS 'MODULE_PATHNAME', 'slots_elsewhere_wrapper';
 
 -- acquire() (src/api/acquire.rs): a free slot of a defined limit taken in
 -- one statement, anything else by _acquire() below.
@@ -1729,7 +1781,10 @@ $$;
 -- over; at READ COMMITTED the lock rechecks the newest version, so a
 -- timed lease committed meanwhile is seen); else a slot without a row is
 -- inserted, under its _slot_lock. A free slot is value = 0, or a timed
--- lease that expired before at.
+-- lease that expired before at. On a distributed install each statement
+-- names the key's distribution value and runs on the node holding the
+-- key's slots (a global limit's: _take_spread_slot), and _slot_lock is
+-- taken there (_slot_lock_where).
 CREATE FUNCTION rate_limiter._take_slot(name text, key text, most int4, at timestamptz)
 RETURNS int4
 LANGUAGE plpgsql VOLATILE
@@ -1740,8 +1795,24 @@ DECLARE
                        THEN '{}' ELSE coalesce(rate_limiter._held_slots(name, key), '{}') END;
     existing int4[];
     candidate int4;
+    -- On a distributed install, the key's distribution value (the key,
+    -- read as the column's type: text, bigint, integer or uuid), which
+    -- routes each statement to the node holding the key's slots; NULL on
+    -- one server.
+    d rate_limiter.rate_limits.dkey%TYPE;
+    inserting boolean;
 BEGIN
-    IF key IS NULL THEN
+    IF rate_limiter._slots_elsewhere() THEN
+        IF key IS NULL THEN
+            RETURN rate_limiter._take_spread_slot(name, most, at, own);
+        END IF;
+        d := rate_limiter._slot_dkey(name, key, 0, pg_catalog.pg_typeof(d));
+        SELECT r.shard INTO taken FROM rate_limiter.rate_limits AS r
+        WHERE r.name = _take_slot.name AND r.key = _take_slot.key AND r.dkey = d AND r.shard < most
+          AND NOT (r.value > 0 AND r.ts > at) AND r.shard <> ALL (own)
+        ORDER BY r.shard LIMIT 1
+        FOR UPDATE SKIP LOCKED;
+    ELSIF key IS NULL THEN
         SELECT r.shard INTO taken FROM rate_limiter.rate_limits AS r
         WHERE r.name = _take_slot.name AND r.key IS NULL AND r.shard < most
           AND NOT (r.value > 0 AND r.ts > at) AND r.shard <> ALL (own)
@@ -1757,7 +1828,10 @@ BEGIN
     IF taken IS NOT NULL THEN
         RETURN taken;
     END IF;
-    IF key IS NULL THEN
+    IF d IS NOT NULL THEN
+        SELECT pg_catalog.array_agg(r.shard) INTO existing FROM rate_limiter.rate_limits AS r
+        WHERE r.name = _take_slot.name AND r.key = _take_slot.key AND r.dkey = d AND r.shard < most;
+    ELSIF key IS NULL THEN
         SELECT pg_catalog.array_agg(r.shard) INTO existing FROM rate_limiter.rate_limits AS r
         WHERE r.name = _take_slot.name AND r.key IS NULL AND r.shard < most;
     ELSE
@@ -1771,10 +1845,17 @@ BEGIN
         SELECT s FROM pg_catalog.generate_series(0, most - 1) AS s
         WHERE s <> ALL (coalesce(existing, '{}'))
     LOOP
-        IF pg_catalog.pg_try_advisory_xact_lock(rate_limiter._slot_lock(name, key, candidate)) THEN
-            INSERT INTO rate_limiter.rate_limits AS r (name, key, shard, value, ts)
-            VALUES (name, key, candidate::int2, 0, at)
-            ON CONFLICT ON CONSTRAINT rate_limits_name_key_shard_key DO NOTHING;
+        IF d IS NULL THEN
+            inserting := pg_catalog.pg_try_advisory_xact_lock(rate_limiter._slot_lock(name, key, candidate));
+        ELSE
+            inserting := rate_limiter._slot_lock_where(d, rate_limiter._slot_lock(name, key, candidate));
+        END IF;
+        IF inserting THEN
+            -- (DO NOTHING on the unique (name, key, shard), which is
+            -- (name, key, shard, dkey) on a distributed install.)
+            INSERT INTO rate_limiter.rate_limits AS r (name, key, shard, value, ts, dkey)
+            VALUES (name, key, candidate::int2, 0, at, d)
+            ON CONFLICT DO NOTHING;
             IF FOUND THEN
                 RETURN candidate;
             END IF;
@@ -1850,6 +1931,7 @@ DECLARE
     earliest timestamptz;
     held text := pg_catalog.current_setting('rate_limiter_internal.held_slots', true);
     refusal record;
+    elsewhere boolean := rate_limiter._slots_elsewhere();
 BEGIN
     IF name IS NULL THEN
         RAISE EXCEPTION 'name must not be NULL' USING ERRCODE = '22004';
@@ -1875,12 +1957,25 @@ BEGIN
         duration := coalesce(lease, limited.lease);
         enforcing := limited.enforce;
     END IF;
+    -- Distributed by Citus, a timed lease is written into the leases'
+    -- reference table; an install distributed before 0.6.0 and updated
+    -- since has a table of each node's own until distribute() runs again.
+    -- (Nested: without Citus pg_dist_partition does not exist, and the
+    -- condition is planned only when reached.)
+    IF elsewhere AND duration IS NOT NULL THEN
+        IF NOT EXISTS (SELECT FROM pg_catalog.pg_dist_partition AS p
+                       WHERE p.logicalrelid = 'rate_limiter.leases'::pg_catalog.regclass AND p.partmethod = 'n') THEN
+            RAISE EXCEPTION 'rate_limiter.leases is not a reference table of this cluster: a timed lease written now would be this node''s alone'
+                USING ERRCODE = '55000',
+                      HINT = 'Call SELECT rate_limiter.distribute(); on the coordinator once more (after ALTER EXTENSION rate_limiter UPDATE it makes the leases a reference table), then retry.';
+        END IF;
+    END IF;
     deadline := pg_catalog.clock_timestamp() + wait;
     LOOP
         at := rate_limiter._clock();
         -- The first try of _take_slot, here when this transaction holds
         -- no slot yet (the common case): a free slot's row, locked.
-        IF held IS NULL OR held = '' THEN
+        IF (held IS NULL OR held = '') AND NOT elsewhere THEN
             IF key IS NULL THEN
                 SELECT r.shard INTO slot FROM rate_limiter.rate_limits AS r
                 WHERE r.name = _acquire.name AND r.key IS NULL AND r.shard < most
@@ -1913,13 +2008,7 @@ BEGIN
             held := 'taken';
         ELSE
             id := rate_limiter._lease_id();
-            IF key IS NULL THEN
-                UPDATE rate_limiter.rate_limits AS r SET value = 1, ts = at + duration
-                WHERE r.name = _acquire.name AND r.key IS NULL AND r.shard = slot;
-            ELSE
-                UPDATE rate_limiter.rate_limits AS r SET value = 1, ts = at + duration
-                WHERE r.name = _acquire.name AND r.key = _acquire.key AND r.shard = slot;
-            END IF;
+            PERFORM rate_limiter._write_slot(name, key, slot, 1, at + duration, NULL);
             INSERT INTO rate_limiter.leases AS l (id, name, key, slot, duration)
             VALUES (id, name, key, slot::int2, duration)
             ON CONFLICT ON CONSTRAINT leases_slot DO UPDATE SET id = excluded.id, duration = excluded.duration;
@@ -1954,104 +2043,6 @@ COMMENT ON FUNCTION rate_limiter.acquire(text, text, interval, interval, boolean
 'Errors: 22004 NULL name/wait/throws, NULL max in config; 42704 no config and no definition; 22023 a rate limit''s name or config, negative wait, lease not greater than zero; '
 '42501 an inline config for a defined name; the rate_limiter.sqlstate SQLSTATE (default RL429, JSON DETAIL with in_flight and max) when refused with throws => true.';
 
--- The lease id of (name) and its slot row, locked: what release() and
--- renew() act on. NULL when lease_id is no lease of name.
-CREATE FUNCTION rate_limiter._lease(name text, lease_id bigint)
-RETURNS rate_limiter.leases
-LANGUAGE plpgsql VOLATILE
-AS $lease$
-DECLARE
-    held rate_limiter.leases;
-BEGIN
-    IF name IS NULL THEN
-        RAISE EXCEPTION 'name must not be NULL' USING ERRCODE = '22004';
-    ELSIF lease_id IS NULL THEN
-        RAISE EXCEPTION 'lease_id must not be NULL' USING ERRCODE = '22004';
-    END IF;
-    SELECT * INTO held FROM rate_limiter.leases AS l
-    WHERE l.id = lease_id AND l.name = _lease.name
-    FOR UPDATE;
-    RETURN held;
-END
-$lease$;
-
--- Sets the end of the timed lease held of slot (held) to until, if it
--- still holds it at at: whether it did.
-CREATE FUNCTION rate_limiter._set_lease_end(held rate_limiter.leases, at timestamptz, until timestamptz)
-RETURNS boolean
-LANGUAGE plpgsql VOLATILE
-AS $set_lease_end$
-BEGIN
-    IF held.key IS NULL THEN
-        UPDATE rate_limiter.rate_limits AS r
-        SET value = CASE WHEN until > at THEN 1 ELSE 0 END, ts = until
-        WHERE r.name = held.name AND r.key IS NULL AND r.shard = held.slot AND r.value > 0 AND r.ts > at;
-    ELSE
-        UPDATE rate_limiter.rate_limits AS r
-        SET value = CASE WHEN until > at THEN 1 ELSE 0 END, ts = until
-        WHERE r.name = held.name AND r.key = held.key AND r.shard = held.slot AND r.value > 0 AND r.ts > at;
-    END IF;
-    RETURN FOUND;
-END
-$set_lease_end$;
-
-CREATE FUNCTION rate_limiter.release(name text, lease_id bigint)
-RETURNS boolean
-LANGUAGE plpgsql VOLATILE SECURITY DEFINER
-SET search_path = pg_catalog, pg_temp
-AS $release$
-DECLARE
-    held rate_limiter.leases := rate_limiter._lease(name, lease_id);
-    at timestamptz;
-    freed boolean;
-BEGIN
-    IF held.id IS NULL THEN
-        RETURN false;
-    END IF;
-    at := rate_limiter._clock();
-    freed := rate_limiter._set_lease_end(held, at, at);
-    DELETE FROM rate_limiter.leases AS l WHERE l.id = held.id;
-    RETURN freed;
-END
-$release$;
-
-COMMENT ON FUNCTION rate_limiter.release(text, bigint) IS
-'Frees the slot of timed lease lease_id of concurrency limit name (from acquire(lease => ...)) at once. '
-'Returns true if the lease held its slot; false when it had expired, was released already, or is not a lease of name (nothing is changed then). '
-'Errors: 22004 NULL name/lease_id; 25006 in a read-only transaction.';
-
-CREATE FUNCTION rate_limiter.renew(name text, lease_id bigint, lease interval DEFAULT NULL)
-RETURNS boolean
-LANGUAGE plpgsql VOLATILE SECURITY DEFINER
-SET search_path = pg_catalog, pg_temp
-AS $renew$
-DECLARE
-    held rate_limiter.leases;
-    at timestamptz;
-BEGIN
-    IF lease <= interval '0' THEN
-        RAISE EXCEPTION 'lease must be greater than zero, got %', lease USING ERRCODE = '22023';
-    END IF;
-    held := rate_limiter._lease(name, lease_id);
-    IF held.id IS NULL THEN
-        RETURN false;
-    END IF;
-    at := rate_limiter._clock();
-    IF NOT rate_limiter._set_lease_end(held, at, at + coalesce(lease, held.duration)) THEN
-        RETURN false;
-    END IF;
-    IF lease IS NOT NULL AND lease <> held.duration THEN
-        UPDATE rate_limiter.leases AS l SET duration = renew.lease WHERE l.id = held.id;
-    END IF;
-    RETURN true;
-END
-$renew$;
-
-COMMENT ON FUNCTION rate_limiter.renew(text, bigint, interval) IS
-'Extends timed lease lease_id of concurrency limit name to now + lease (NULL: the lease it was taken or last renewed with), while it still holds its slot. '
-'Returns true if it did; false when the lease had expired, was released, or is not a lease of name (nothing is changed then). '
-'Errors: 22004 NULL name/lease_id; 22023 lease not greater than zero; 25006 in a read-only transaction.';
-
 -- sql/concurrency_status.sql
 -- Concurrency limits (docs/concurrency.md): what their slots hold, read
 -- without a lock (status()) and cleaned up (prune() of the timed leases).
@@ -2083,6 +2074,67 @@ EXCEPTION WHEN OTHERS THEN
 END
 $running$;
 
+-- Whether a state row whose xmin and xmax are these (32 bits each) is
+-- held by a transaction still running on this node: the one that locked
+-- it, or the one that inserted it.
+CREATE FUNCTION rate_limiter._held_by_running(xmin bigint, xmax bigint)
+RETURNS boolean
+LANGUAGE plpgsql VOLATILE
+AS $held_by_running$
+DECLARE
+    newest bigint := pg_catalog.pg_snapshot_xmax(pg_catalog.pg_current_snapshot())::text::bigint;
+BEGIN
+    RETURN rate_limiter._running(xmax, newest) OR rate_limiter._running(xmin, newest);
+END
+$held_by_running$;
+
+-- The rows of the slots of (name, key) below most, without a lock, and
+-- whether each is held by a transaction still running (_held_by_running,
+-- evaluated beside the row, where its lockers' transaction ids mean
+-- something: the one that locked the row (xmax), or the one that
+-- inserted it (xmin: the caller's own insert, which it sees; another's it
+-- does not see at all)). On a distributed install each statement names
+-- the slots' distribution value: one for a keyed limit's slots, one per
+-- slot for a global limit's (spread over the nodes).
+CREATE FUNCTION rate_limiter._slot_rows(name text, key text, most int4)
+RETURNS TABLE (shard int2, value float8, ts timestamptz, locked boolean)
+LANGUAGE plpgsql VOLATILE
+AS $slot_rows$
+DECLARE
+    d rate_limiter.rate_limits.dkey%TYPE;
+    candidate int4;
+BEGIN
+    IF NOT rate_limiter._slots_elsewhere() THEN
+        RETURN QUERY
+            SELECT r.shard, r.value, r.ts,
+                   rate_limiter._held_by_running(r.xmin::text::bigint, r.xmax::text::bigint)
+            FROM rate_limiter.rate_limits AS r
+            WHERE _slot_rows.key IS NULL AND r.name = _slot_rows.name AND r.key IS NULL AND r.shard < most
+            UNION ALL
+            SELECT r.shard, r.value, r.ts,
+                   rate_limiter._held_by_running(r.xmin::text::bigint, r.xmax::text::bigint)
+            FROM rate_limiter.rate_limits AS r
+            WHERE r.name = _slot_rows.name AND r.key = _slot_rows.key AND r.shard < most;
+    ELSIF key IS NOT NULL THEN
+        d := rate_limiter._slot_dkey(name, key, 0, pg_catalog.pg_typeof(d));
+        RETURN QUERY
+            SELECT r.shard, r.value, r.ts,
+                   rate_limiter._held_by_running(r.xmin::text::bigint, r.xmax::text::bigint)
+            FROM rate_limiter.rate_limits AS r
+            WHERE r.name = _slot_rows.name AND r.key = _slot_rows.key AND r.dkey = d AND r.shard < most;
+    ELSE
+        FOR candidate IN 0 .. most - 1 LOOP
+            d := rate_limiter._slot_dkey(name, NULL, candidate, pg_catalog.pg_typeof(d));
+            RETURN QUERY
+                SELECT r.shard, r.value, r.ts,
+                       rate_limiter._held_by_running(r.xmin::text::bigint, r.xmax::text::bigint)
+                FROM rate_limiter.rate_limits AS r
+                WHERE r.name = _slot_rows.name AND r.key IS NULL AND r.shard = candidate AND r.dkey = d;
+        END LOOP;
+    END IF;
+END
+$slot_rows$;
+
 -- status() of a concurrency limit (both editions' status() come here for
 -- kind 'concurrency'): value = the slots free now (max - in flight),
 -- capacity = max, full_at = when every slot is free if nothing more is
@@ -2099,48 +2151,60 @@ AS $concurrency_status$
 DECLARE
     limited record;
     at timestamptz := rate_limiter._clock();
-    newest bigint := pg_catalog.pg_snapshot_xmax(pg_catalog.pg_current_snapshot())::text::bigint;
     slot record;
-    locked boolean;
     held int4 := 0;
     by_transactions boolean := false;
     last_end timestamptz;
     existing int4[] := '{}';
+    slot_dkey rate_limiter.rate_limits.dkey%TYPE;
+    candidate int4;
+    inserting int4;
 BEGIN
     IF name IS NULL THEN
         RAISE EXCEPTION 'name must not be NULL' USING ERRCODE = '22004';
     END IF;
     limited := rate_limiter._concurrency_limit(name, config);
-    FOR slot IN
-        SELECT r.shard, r.value, r.ts, r.xmin::text::bigint AS xmin, r.xmax::text::bigint AS xmax FROM rate_limiter.rate_limits AS r
-        WHERE _concurrency_status.key IS NULL AND r.name = _concurrency_status.name AND r.key IS NULL
-          AND r.shard < limited.max
-        UNION ALL
-        SELECT r.shard, r.value, r.ts, r.xmin::text::bigint AS xmin, r.xmax::text::bigint AS xmax FROM rate_limiter.rate_limits AS r
-        WHERE r.name = _concurrency_status.name AND r.key = _concurrency_status.key AND r.shard < limited.max
-    LOOP
+    FOR slot IN SELECT * FROM rate_limiter._slot_rows(name, key, limited.max) LOOP
         existing := existing || slot.shard::int4;
         IF slot.value > 0 AND slot.ts > at THEN
             held := held + 1;
             last_end := greatest(last_end, slot.ts);
-            CONTINUE;
-        END IF;
-        -- Held by a transaction still running: the one that locked the
-        -- row (xmax), or the one that inserted it (xmin: the caller's own
-        -- insert, which it sees; another's it does not see at all).
-        locked := rate_limiter._running(slot.xmax, newest) OR rate_limiter._running(slot.xmin, newest);
-        IF locked THEN
+        ELSIF slot.locked THEN
             held := held + 1;
             by_transactions := true;
         END IF;
     END LOOP;
-    -- Slots without a row that another transaction is inserting.
-    SELECT held + count(*), by_transactions OR count(*) > 0 INTO held, by_transactions
-    FROM pg_catalog.generate_series(0, limited.max - 1) AS s, pg_catalog.pg_locks AS l
-    WHERE pg_catalog.cardinality(existing) < limited.max AND s <> ALL (existing) AND l.locktype = 'advisory' AND l.granted AND l.objsubid = 1
-      AND l.database = (SELECT d.oid FROM pg_catalog.pg_database AS d WHERE d.datname = pg_catalog.current_database())
-      AND l.classid::text::bigint = (rate_limiter._slot_lock(_concurrency_status.name, _concurrency_status.key, s) >> 32) & 4294967295
-      AND l.objid::text::bigint = rate_limiter._slot_lock(_concurrency_status.name, _concurrency_status.key, s) & 4294967295;
+    -- Slots without a row that another transaction is inserting (its
+    -- _slot_lock held: on a distributed install, on the node of the
+    -- slot's distribution value, asked there).
+    IF rate_limiter._slots_elsewhere() THEN
+        IF pg_catalog.cardinality(existing) < limited.max THEN
+            inserting := 0;
+            IF key IS NOT NULL THEN
+                -- (A keyed limit's slots share one value: one call.)
+                slot_dkey := rate_limiter._slot_dkey(name, key, 0, pg_catalog.pg_typeof(slot_dkey));
+                inserting := rate_limiter._slot_locks_held_where(slot_dkey, ARRAY(
+                    SELECT rate_limiter._slot_lock(name, key, s) FROM pg_catalog.generate_series(0, limited.max - 1) AS s
+                    WHERE s <> ALL (existing)));
+            ELSE
+                FOR candidate IN SELECT s FROM pg_catalog.generate_series(0, limited.max - 1) AS s
+                                 WHERE s <> ALL (existing) LOOP
+                    slot_dkey := rate_limiter._slot_dkey(name, NULL, candidate, pg_catalog.pg_typeof(slot_dkey));
+                    inserting := inserting + rate_limiter._slot_locks_held_where(slot_dkey,
+                        ARRAY[rate_limiter._slot_lock(name, NULL, candidate)]);
+                END LOOP;
+            END IF;
+            held := held + inserting;
+            by_transactions := by_transactions OR inserting > 0;
+        END IF;
+    ELSE
+        SELECT held + count(*), by_transactions OR count(*) > 0 INTO held, by_transactions
+        FROM pg_catalog.generate_series(0, limited.max - 1) AS s, pg_catalog.pg_locks AS l
+        WHERE pg_catalog.cardinality(existing) < limited.max AND s <> ALL (existing) AND l.locktype = 'advisory' AND l.granted AND l.objsubid = 1
+          AND l.database = (SELECT d.oid FROM pg_catalog.pg_database AS d WHERE d.datname = pg_catalog.current_database())
+          AND l.classid::text::bigint = (rate_limiter._slot_lock(_concurrency_status.name, _concurrency_status.key, s) >> 32) & 4294967295
+          AND l.objid::text::bigint = rate_limiter._slot_lock(_concurrency_status.name, _concurrency_status.key, s) & 4294967295;
+    END IF;
     value := limited.max - least(held, limited.max);
     capacity := limited.max;
     full_at := CASE WHEN by_transactions THEN NULL ELSE coalesce(last_end, at) END;
@@ -2160,6 +2224,20 @@ DECLARE
     at timestamptz := rate_limiter._clock();
     gone bigint;
 BEGIN
+    IF rate_limiter._slots_elsewhere() THEN
+        -- Distributed: the leases are a reference table, which Citus does
+        -- not delete from by a subquery over the distributed state; the
+        -- leases that still hold their slot are read first.
+        DELETE FROM rate_limiter.leases AS l
+        WHERE l.id <> ALL (coalesce((
+            SELECT pg_catalog.array_agg(h.id)
+            FROM rate_limiter.leases AS h
+            JOIN rate_limiter.rate_limits AS r
+              ON r.name = h.name AND r.shard = h.slot AND (r.key = h.key OR (r.key IS NULL AND h.key IS NULL))
+            WHERE r.value > 0 AND r.ts > at), '{}'));
+        GET DIAGNOSTICS gone = ROW_COUNT;
+        RETURN gone;
+    END IF;
     DELETE FROM rate_limiter.leases AS l
     WHERE NOT EXISTS (SELECT FROM rate_limiter.rate_limits AS r
                       WHERE r.name = l.name AND r.key = l.key AND r.shard = l.slot AND r.value > 0 AND r.ts > at)
@@ -2232,6 +2310,290 @@ COMMENT ON FUNCTION rate_limiter.guard_slot() IS
 'when every slot is held the rate_limiter.sqlstate error (default RL429) is raised and the statement is rolled back. The role writing the rows needs USAGE on the schema and EXECUTE on acquire. '
 'Errors: 39P01 not a BEFORE trigger; 22023 wrong arguments, a key column on a statement trigger, a limit with a default lease; 22004 a NULL key value; 42703 unknown column; and those of acquire.';
 
+-- sql/concurrency_leases.sql
+-- Timed leases of concurrency limits (docs/concurrency.md): release()
+-- and renew(), and the write of a slot's lease end. PL/pgSQL in both
+-- editions: scripts/portable.sh takes this whole file; acquire() is
+-- sql/concurrency.sql's.
+
+-- The lease id of (name) and its slot row, locked: what release() and
+-- renew() act on. NULL when lease_id is no lease of name.
+CREATE FUNCTION rate_limiter._lease(name text, lease_id bigint)
+RETURNS rate_limiter.leases
+LANGUAGE plpgsql VOLATILE
+AS $lease$
+DECLARE
+    held rate_limiter.leases;
+BEGIN
+    IF name IS NULL THEN
+        RAISE EXCEPTION 'name must not be NULL' USING ERRCODE = '22004';
+    ELSIF lease_id IS NULL THEN
+        RAISE EXCEPTION 'lease_id must not be NULL' USING ERRCODE = '22004';
+    END IF;
+    SELECT * INTO held FROM rate_limiter.leases AS l
+    WHERE l.id = lease_id AND l.name = _lease.name
+    FOR UPDATE;
+    RETURN held;
+END
+$lease$;
+
+-- Writes value and ts (until) into the row of slot (name, key, slot),
+-- only if a timed lease holds it at held_at (NULL: whatever it holds):
+-- whether it did. On a distributed install the statement names the
+-- slot's distribution value (it runs on the node holding the row).
+CREATE FUNCTION rate_limiter._write_slot(name text, key text, slot int4, value float8, until timestamptz,
+                                         held_at timestamptz)
+RETURNS boolean
+LANGUAGE plpgsql VOLATILE
+AS $write_slot$
+DECLARE
+    d rate_limiter.rate_limits.dkey%TYPE;
+BEGIN
+    IF rate_limiter._slots_elsewhere() THEN
+        d := rate_limiter._slot_dkey(name, key, slot, pg_catalog.pg_typeof(d));
+        IF key IS NULL THEN
+            UPDATE rate_limiter.rate_limits AS r SET value = _write_slot.value, ts = until
+            WHERE r.name = _write_slot.name AND r.key IS NULL AND r.shard = slot AND r.dkey = d
+              AND (held_at IS NULL OR (r.value > 0 AND r.ts > held_at));
+        ELSE
+            UPDATE rate_limiter.rate_limits AS r SET value = _write_slot.value, ts = until
+            WHERE r.name = _write_slot.name AND r.key = _write_slot.key AND r.shard = slot AND r.dkey = d
+              AND (held_at IS NULL OR (r.value > 0 AND r.ts > held_at));
+        END IF;
+    ELSIF key IS NULL THEN
+        UPDATE rate_limiter.rate_limits AS r SET value = _write_slot.value, ts = until
+        WHERE r.name = _write_slot.name AND r.key IS NULL AND r.shard = slot
+          AND (held_at IS NULL OR (r.value > 0 AND r.ts > held_at));
+    ELSE
+        UPDATE rate_limiter.rate_limits AS r SET value = _write_slot.value, ts = until
+        WHERE r.name = _write_slot.name AND r.key = _write_slot.key AND r.shard = slot
+          AND (held_at IS NULL OR (r.value > 0 AND r.ts > held_at));
+    END IF;
+    RETURN FOUND;
+END
+$write_slot$;
+
+-- Sets the end of the timed lease held of slot (held) to until, if it
+-- still holds it at at: whether it did.
+CREATE FUNCTION rate_limiter._set_lease_end(held rate_limiter.leases, at timestamptz, until timestamptz)
+RETURNS boolean
+LANGUAGE sql VOLATILE
+AS $$
+    SELECT rate_limiter._write_slot(held.name, held.key, held.slot, CASE WHEN until > at THEN 1 ELSE 0 END, until, at)
+$$;
+
+CREATE FUNCTION rate_limiter.release(name text, lease_id bigint)
+RETURNS boolean
+LANGUAGE plpgsql VOLATILE SECURITY DEFINER
+SET search_path = pg_catalog, pg_temp
+AS $release$
+DECLARE
+    held rate_limiter.leases := rate_limiter._lease(name, lease_id);
+    at timestamptz;
+    freed boolean;
+BEGIN
+    IF held.id IS NULL THEN
+        RETURN false;
+    END IF;
+    at := rate_limiter._clock();
+    freed := rate_limiter._set_lease_end(held, at, at);
+    DELETE FROM rate_limiter.leases AS l WHERE l.id = held.id;
+    RETURN freed;
+END
+$release$;
+
+COMMENT ON FUNCTION rate_limiter.release(text, bigint) IS
+'Frees the slot of timed lease lease_id of concurrency limit name (from acquire(lease => ...)) at once. '
+'Returns true if the lease held its slot; false when it had expired, was released already, or is not a lease of name (nothing is changed then). '
+'Errors: 22004 NULL name/lease_id; 25006 in a read-only transaction.';
+
+CREATE FUNCTION rate_limiter.renew(name text, lease_id bigint, lease interval DEFAULT NULL)
+RETURNS boolean
+LANGUAGE plpgsql VOLATILE SECURITY DEFINER
+SET search_path = pg_catalog, pg_temp
+AS $renew$
+DECLARE
+    held rate_limiter.leases;
+    at timestamptz;
+BEGIN
+    IF lease <= interval '0' THEN
+        RAISE EXCEPTION 'lease must be greater than zero, got %', lease USING ERRCODE = '22023';
+    END IF;
+    held := rate_limiter._lease(name, lease_id);
+    IF held.id IS NULL THEN
+        RETURN false;
+    END IF;
+    at := rate_limiter._clock();
+    IF NOT rate_limiter._set_lease_end(held, at, at + coalesce(lease, held.duration)) THEN
+        RETURN false;
+    END IF;
+    IF lease IS NOT NULL AND lease <> held.duration THEN
+        UPDATE rate_limiter.leases AS l SET duration = renew.lease WHERE l.id = held.id;
+    END IF;
+    RETURN true;
+END
+$renew$;
+
+COMMENT ON FUNCTION rate_limiter.renew(text, bigint, interval) IS
+'Extends timed lease lease_id of concurrency limit name to now + lease (NULL: the lease it was taken or last renewed with), while it still holds its slot. '
+'Returns true if it did; false when the lease had expired, was released, or is not a lease of name (nothing is changed then). '
+'Errors: 22004 NULL name/lease_id; 22023 lease not greater than zero; 25006 in a read-only transaction.';
+
+-- sql/concurrency_citus.sql
+-- Concurrency limits on a distributed install (docs/citus.md, "Special
+-- cases"; docs/citus-design.md, section 17): where a slot's row lives
+-- and the advisory lock of a slot being inserted, taken on that row's
+-- node. Native only (the portable edition is never distributed): the
+-- shared PL/pgSQL (sql/concurrency.sql, concurrency_status.sql and
+-- concurrency_leases.sql) calls these only when _slots_elsewhere().
+
+-- The distribution value of slot (name, key, slot) on a distributed
+-- install, as text of the column's type (typ): a keyed limit's slots
+-- have the key's (the key read as that type: they live beside the key's
+-- state), a global limit's slot n that of name/n, as distribute()
+-- computes a global limit's shard n's (src/citus/value.rs).
+CREATE FUNCTION rate_limiter._slot_dkey(name text, key text, slot int4, typ regtype)
+RETURNS text
+LANGUAGE sql IMMUTABLE
+AS $$
+    SELECT CASE WHEN key IS NOT NULL THEN key
+                WHEN typ = 'pg_catalog.uuid'::pg_catalog.regtype THEN pg_catalog.md5(name || '/' || slot)
+                WHEN typ = 'pg_catalog.int8'::pg_catalog.regtype THEN pg_catalog.hashtextextended(name || '/' || slot, 0)::text
+                WHEN typ = 'pg_catalog.int4'::pg_catalog.regtype THEN pg_catalog.hashtext(name || '/' || slot)::text
+                ELSE name || '/' || slot END
+$$;
+
+-- How many of these _slot_locks another transaction of this node holds
+-- (slots whose rows it is inserting, which status() counts as held).
+CREATE FUNCTION rate_limiter._slot_locks_held(locks bigint[])
+RETURNS int4
+LANGUAGE sql STABLE
+AS $$
+    SELECT count(*)::int4 FROM pg_catalog.unnest(locks) AS lock, pg_catalog.pg_locks AS l
+    WHERE l.locktype = 'advisory' AND l.granted AND l.objsubid = 1 AND l.pid <> pg_catalog.pg_backend_pid()
+      AND l.database = (SELECT d.oid FROM pg_catalog.pg_database AS d WHERE d.datname = pg_catalog.current_database())
+      AND l.classid::text::bigint = (lock >> 32) & 4294967295
+      AND l.objid::text::bigint = lock & 4294967295
+$$;
+
+-- On a distributed install, pg_try_advisory_xact_lock(lock) taken, and
+-- _slot_locks_held(locks) counted, on the node holding the rows of
+-- distribution value dkey (distribute() makes Citus delegate these calls
+-- there, in the caller's transaction; plpgsql, so that they are never
+-- inlined): the _slot_lock of a slot being inserted is then one lock
+-- whichever node the callers are on, and a caller passes over a slot
+-- another is inserting instead of waiting at the unique index for its
+-- transaction. One of each for each type of the column dkey.
+CREATE FUNCTION rate_limiter._slot_lock_on(dkey text, lock bigint)
+RETURNS boolean
+LANGUAGE plpgsql VOLATILE
+AS $$ BEGIN RETURN pg_catalog.pg_try_advisory_xact_lock(lock); END $$;
+
+CREATE FUNCTION rate_limiter._slot_locks_held_on(dkey text, locks bigint[])
+RETURNS int4
+LANGUAGE plpgsql VOLATILE
+AS $$ BEGIN RETURN rate_limiter._slot_locks_held(locks); END $$;
+
+CREATE FUNCTION rate_limiter._slot_lock_on(dkey bigint, lock bigint)
+RETURNS boolean
+LANGUAGE plpgsql VOLATILE
+AS $$ BEGIN RETURN pg_catalog.pg_try_advisory_xact_lock(lock); END $$;
+
+CREATE FUNCTION rate_limiter._slot_locks_held_on(dkey bigint, locks bigint[])
+RETURNS int4
+LANGUAGE plpgsql VOLATILE
+AS $$ BEGIN RETURN rate_limiter._slot_locks_held(locks); END $$;
+
+CREATE FUNCTION rate_limiter._slot_lock_on(dkey integer, lock bigint)
+RETURNS boolean
+LANGUAGE plpgsql VOLATILE
+AS $$ BEGIN RETURN pg_catalog.pg_try_advisory_xact_lock(lock); END $$;
+
+CREATE FUNCTION rate_limiter._slot_locks_held_on(dkey integer, locks bigint[])
+RETURNS int4
+LANGUAGE plpgsql VOLATILE
+AS $$ BEGIN RETURN rate_limiter._slot_locks_held(locks); END $$;
+
+CREATE FUNCTION rate_limiter._slot_lock_on(dkey uuid, lock bigint)
+RETURNS boolean
+LANGUAGE plpgsql VOLATILE
+AS $$ BEGIN RETURN pg_catalog.pg_try_advisory_xact_lock(lock); END $$;
+
+CREATE FUNCTION rate_limiter._slot_locks_held_on(dkey uuid, locks bigint[])
+RETURNS int4
+LANGUAGE plpgsql VOLATILE
+AS $$ BEGIN RETURN rate_limiter._slot_locks_held(locks); END $$;
+
+-- _slot_lock_on(dkey, lock) and _slot_locks_held_on(dkey, locks) called
+-- so that Citus delegates them: in a statement of its own whose
+-- distribution argument is a constant (a PL/pgSQL variable is a
+-- parameter, which Citus does not delegate by), the function in FROM.
+CREATE FUNCTION rate_limiter._slot_lock_where(dkey anyelement, lock bigint)
+RETURNS boolean
+LANGUAGE plpgsql VOLATILE
+AS $slot_lock_where$
+DECLARE
+    taken boolean;
+BEGIN
+    EXECUTE pg_catalog.format('SELECT l FROM rate_limiter._slot_lock_on(%L::%s, %s) AS l',
+                              dkey, pg_catalog.pg_typeof(dkey), lock)
+    INTO taken;
+    RETURN taken;
+END
+$slot_lock_where$;
+
+CREATE FUNCTION rate_limiter._slot_locks_held_where(dkey anyelement, locks bigint[])
+RETURNS int4
+LANGUAGE plpgsql VOLATILE
+AS $slot_locks_held_where$
+DECLARE
+    held int4;
+BEGIN
+    EXECUTE pg_catalog.format('SELECT h FROM rate_limiter._slot_locks_held_on(%L::%s, %L::bigint[]) AS h',
+                              dkey, pg_catalog.pg_typeof(dkey), locks)
+    INTO held;
+    RETURN held;
+END
+$slot_locks_held_where$;
+
+-- _take_slot() of a global limit on a distributed install: its slots'
+-- rows are spread over the nodes (each its own distribution value), so
+-- each slot is tried by statements of its own, in slot order: its row
+-- locked if free (SKIP LOCKED), else inserted if it has none, under its
+-- _slot_lock taken on the row's node (_slot_lock_where).
+CREATE FUNCTION rate_limiter._take_spread_slot(name text, most int4, at timestamptz, own int4[])
+RETURNS int4
+LANGUAGE plpgsql VOLATILE
+AS $take_spread_slot$
+DECLARE
+    d rate_limiter.rate_limits.dkey%TYPE;
+    candidate int4;
+    taken int4;
+BEGIN
+    FOR candidate IN SELECT s FROM pg_catalog.generate_series(0, most - 1) AS s WHERE s <> ALL (own) LOOP
+        d := rate_limiter._slot_dkey(name, NULL, candidate, pg_catalog.pg_typeof(d));
+        SELECT r.shard INTO taken FROM rate_limiter.rate_limits AS r
+        WHERE r.name = _take_spread_slot.name AND r.key IS NULL AND r.shard = candidate AND r.dkey = d
+          AND NOT (r.value > 0 AND r.ts > at)
+        FOR UPDATE SKIP LOCKED;
+        IF taken IS NOT NULL THEN
+            RETURN taken;
+        END IF;
+        IF NOT EXISTS (SELECT FROM rate_limiter.rate_limits AS r
+                       WHERE r.name = _take_spread_slot.name AND r.key IS NULL AND r.shard = candidate AND r.dkey = d)
+           AND rate_limiter._slot_lock_where(d, rate_limiter._slot_lock(name, NULL, candidate)) THEN
+            INSERT INTO rate_limiter.rate_limits AS r (name, key, shard, value, ts, dkey)
+            VALUES (name, NULL, candidate::int2, 0, at, d)
+            ON CONFLICT DO NOTHING;
+            IF FOUND THEN
+                RETURN candidate;
+            END IF;
+        END IF;
+    END LOOP;
+    RETURN NULL;
+END
+$take_spread_slot$;
+
 
 -- The concurrency limits' objects: nobody but their owner holds a
 -- privilege on them, whatever ALTER DEFAULT PRIVILEGES handed out; the
@@ -2255,7 +2617,7 @@ BEGIN
     FOR function_name IN
         SELECT p.oid::pg_catalog.regprocedure::text FROM pg_catalog.pg_proc AS p
         WHERE p.pronamespace = 'rate_limiter'::pg_catalog.regnamespace
-          AND p.proname = ANY (ARRAY['_clock', '_for_message', '_stats_count', 'acquire', '_sqlstate', '_concurrency_values', 'concurrency', '_define_concurrency', '_concurrency_limit', '_slot_lock', '_held_slots', '_take_slot', '_earliest_expiry', '_lease_id', '_concurrency_refusal', '_acquire', '_lease', '_set_lease_end', 'release', 'renew', '_running', '_concurrency_status', '_prune_leases', 'guard_slot'])
+          AND p.proname = ANY (ARRAY['_clock', '_for_message', '_stats_count', 'acquire', '_sqlstate', '_concurrency_values', 'concurrency', '_define_concurrency', '_concurrency_limit', '_slot_lock', '_held_slots', '_take_slot', '_earliest_expiry', '_lease_id', '_concurrency_refusal', '_acquire', '_lease', '_set_lease_end', 'release', 'renew', '_running', '_held_by_running', '_slots_elsewhere', '_slot_dkey', '_slot_locks_held', '_slot_lock_on', '_slot_locks_held_on', '_slot_lock_where', '_slot_locks_held_where', '_take_spread_slot', '_write_slot', '_slot_rows', '_concurrency_status', '_prune_leases', 'guard_slot'])
     LOOP
         EXECUTE pg_catalog.format('REVOKE ALL ON FUNCTION %s FROM PUBLIC', function_name);
         FOR grantee_name IN

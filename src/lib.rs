@@ -105,9 +105,19 @@ extension_sql_file!(
     requires = ["concurrency_status"]
 );
 extension_sql_file!(
+    "../sql/concurrency_leases.sql",
+    name = "concurrency_leases",
+    requires = ["concurrency_guard"]
+);
+extension_sql_file!(
+    "../sql/concurrency_citus.sql",
+    name = "concurrency_citus",
+    requires = ["concurrency_leases"]
+);
+extension_sql_file!(
     "../sql/citus_distribute.sql",
     name = "citus_distribute",
-    requires = ["concurrency_guard"]
+    requires = ["concurrency_citus"]
 );
 extension_sql_file!(
     "../sql/citus_prepare_node.sql",

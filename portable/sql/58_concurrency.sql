@@ -42,6 +42,14 @@ RETURNS void
 LANGUAGE sql IMMUTABLE
 AS $$ SELECT $$;
 
+-- The native extension's state table may be distributed by Citus (its
+-- slots' statements then name the key's distribution value); the
+-- portable edition's never is.
+CREATE FUNCTION rate_limiter._slots_elsewhere()
+RETURNS boolean
+LANGUAGE sql IMMUTABLE
+AS $$ SELECT false $$;
+
 -- acquire(): sql/concurrency.sql's _acquire (the native acquire takes a
 -- free slot of a defined limit in C first, with the same answer).
 CREATE FUNCTION rate_limiter.acquire(

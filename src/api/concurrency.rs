@@ -48,3 +48,13 @@ fn stats_count(name: &[u8], verdict: i32) {
         },
     );
 }
+
+/// `rate_limiter._slots_elsewhere()`: whether the state table is stored
+/// elsewhere, i.e. distributed by Citus (docs/citus.md, "Concurrency
+/// limits"): the slots' statements then name the key's distribution
+/// value, so that each routes to the node holding the key's slots. (The
+/// portable edition, which is never distributed, answers false.)
+#[pg_extern(sql = false)]
+fn slots_elsewhere() -> bool {
+    crate::catalog::objects().elsewhere
+}

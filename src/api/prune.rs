@@ -19,7 +19,14 @@ const PRUNE_OVERRIDES: &str =
 /// overrides). See sql/functions.sql.
 #[pg_extern(sql = false)]
 fn prune(older_than: Option<Interval>) -> i64 {
-    let pruned = placement::prune(older_than).and_then(|deleted| {
+    // The ended leases first: on a cluster they are found by reading the
+    // state rows as the extension's owner, which Citus refuses once the
+    // calling role's delegated prunes have written those shards in this
+    // transaction ("modified by a different user"). Which leases have
+    // ended does not depend on the rows pruned after.
+    let pruned = prune_leases()
+        .and_then(|leases| placement::prune(older_than).map(|deleted| (deleted, leases)));
+    let pruned = pruned.and_then(|(deleted, leases)| {
         let overrides = prune_overrides()?;
         if overrides > 0 {
             pgrx::notice!("rate_limiter.prune() deleted {overrides} expired overrides");
@@ -28,7 +35,6 @@ fn prune(older_than: Option<Interval>) -> i64 {
         if blocks > 0 {
             pgrx::notice!("rate_limiter.prune() deleted {blocks} ended blocks");
         }
-        let leases = prune_leases()?;
         if leases > 0 {
             pgrx::notice!("rate_limiter.prune() deleted {leases} ended leases");
         }
@@ -63,10 +69,9 @@ fn prune_blocks() -> Result<i64, CallError> {
 /// (sql/concurrency.sql's `_prune_leases`, which both editions share): how
 /// many.
 fn prune_leases() -> Result<i64, CallError> {
-    // (A distributed install has no concurrency limits: docs/citus.md.)
-    if crate::catalog::objects().leases == pgrx::pg_sys::InvalidOid
-        || crate::catalog::objects().elsewhere
-    {
+    // (On a distributed install the leases are a reference table, and
+    // `_prune_leases` reads the slots where they live: docs/citus.md.)
+    if crate::catalog::objects().leases == pgrx::pg_sys::InvalidOid {
         return Ok(0);
     }
     crate::security::write_as_owner(c"prune()", |client| {

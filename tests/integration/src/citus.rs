@@ -101,6 +101,7 @@ pub fn forget(prefix: &str) {
     let mut coordinator = coordinator();
     for table in [
         "composites",
+        "leases",
         "overrides",
         "blocks",
         "definitions",

@@ -7,6 +7,7 @@ pub mod calls;
 pub mod citus;
 pub mod concurrency_calls;
 pub mod doc_blocks;
+pub mod in_flight;
 pub mod portable;
 pub mod race;
 pub mod stats;

@@ -7,7 +7,7 @@ use rate_limiter_integration_tests::race::race_new_keys;
 use rate_limiter_integration_tests::{connect, server_now, unique_name, url, Tally};
 use std::sync::{Arc, Barrier};
 use std::thread;
-use std::time::{Duration, Instant};
+use std::time::Duration;
 
 const CONNECTIONS: usize = 8;
 const HAMMER_FOR: Duration = Duration::from_secs(3);

@@ -57,6 +57,7 @@ use rate_limiter_integration_tests::citus::{
 mod blocks;
 mod colocation;
 mod composites;
+mod concurrency;
 mod delegation;
 mod distribute;
 mod global_limits;
@@ -100,7 +101,13 @@ fn tenant_transaction_stays_on_one_worker(
         .execute(insert, &[tenant])
         .expect("the tenant's insert");
     transaction.commit().expect("commit");
-    let log = taken(&notices);
+    stayed_off_worker_2(url, &taken(&notices));
+}
+
+/// Checks the remote commands `log` of a transaction through `url`
+/// (`citus.log_remote_commands`): its commit was one-phase, and nothing
+/// ran on worker 2.
+fn stayed_off_worker_2(url: &str, log: &[String]) {
     assert!(
         !log.iter().any(|line| line.contains("PREPARE TRANSACTION")),
         "one node, one-phase commit ({url}): {log:#?}"
