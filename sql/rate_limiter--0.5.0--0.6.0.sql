@@ -1869,17 +1869,32 @@ $take_slot$;
 -- at; NULL when none does.
 CREATE FUNCTION rate_limiter._earliest_expiry(name text, key text, most int4, at timestamptz)
 RETURNS timestamptz
-LANGUAGE sql STABLE
-AS $$
-    SELECT pg_catalog.min(r.ts) FROM rate_limiter.rate_limits AS r
-    WHERE r.name = _earliest_expiry.name AND key IS NULL AND r.key IS NULL AND r.shard < most
-      AND r.value > 0 AND r.ts > at
-    UNION ALL
-    SELECT pg_catalog.min(r.ts) FROM rate_limiter.rate_limits AS r
-    WHERE r.name = _earliest_expiry.name AND r.key = _earliest_expiry.key AND r.shard < most
-      AND r.value > 0 AND r.ts > at
-    ORDER BY 1 NULLS LAST LIMIT 1
-$$;
+LANGUAGE plpgsql STABLE
+AS $earliest_expiry$
+DECLARE
+    -- (PL/pgSQL: Citus 13 cannot plan a SQL function's parameters on a
+    -- distributed table.) A keyed limit's slots on a distributed install:
+    -- read where they live.
+    d rate_limiter.rate_limits.dkey%TYPE;
+    earliest timestamptz;
+BEGIN
+    IF key IS NULL THEN
+        SELECT pg_catalog.min(r.ts) INTO earliest FROM rate_limiter.rate_limits AS r
+        WHERE r.name = _earliest_expiry.name AND r.key IS NULL AND r.shard < most
+          AND r.value > 0 AND r.ts > at;
+    ELSIF rate_limiter._slots_elsewhere() THEN
+        d := rate_limiter._slot_dkey(name, key, 0, pg_catalog.pg_typeof(d));
+        SELECT pg_catalog.min(r.ts) INTO earliest FROM rate_limiter.rate_limits AS r
+        WHERE r.name = _earliest_expiry.name AND r.key = _earliest_expiry.key AND r.dkey = d AND r.shard < most
+          AND r.value > 0 AND r.ts > at;
+    ELSE
+        SELECT pg_catalog.min(r.ts) INTO earliest FROM rate_limiter.rate_limits AS r
+        WHERE r.name = _earliest_expiry.name AND r.key = _earliest_expiry.key AND r.shard < most
+          AND r.value > 0 AND r.ts > at;
+    END IF;
+    RETURN earliest;
+END
+$earliest_expiry$;
 
 -- A new lease id: 63 random bits (gen_random_uuid, a strong random
 -- source), never 0.
