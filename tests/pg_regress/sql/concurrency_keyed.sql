@@ -54,4 +54,7 @@ SELECT * FROM rate_limiter.rate_limit('keyed_exports', 'acme');
 \echo :LAST_ERROR_SQLSTATE
 SELECT * FROM rate_limiter.rate_limit_all(ARRAY[ROW('keyed_exports', 'acme', 1, NULL)]::rate_limiter.request[]);
 \echo :LAST_ERROR_SQLSTATE
+-- Statistics: one call per decision, counted on the node called (a
+-- refusal in shadow mode in shadow_refused).
+SELECT calls, admitted, refused, shadow_refused FROM rate_limiter.stats WHERE name = 'keyed_exports';
 SELECT rate_limiter.undefine('keyed_exports');

@@ -465,9 +465,56 @@ fn an_install_distributed_at_0_5_0_updates_and_distribute_again_places_its_overr
         &SqlState::OBJECT_NOT_IN_PREREQUISITE_STATE,
         "{error}"
     );
+    // And so do timed leases of a concurrency limit (new in 0.6.0): the
+    // leases table is the coordinator's own.
+    coordinator
+        .batch_execute("SELECT rate_limiter.define('old5_slots', rate_limiter.concurrency(1))")
+        .expect("define a concurrency limit");
+    let error = coordinator
+        .batch_execute(
+            "SELECT ok FROM rate_limiter.acquire('old5_slots', 't', lease => '1 minute')",
+        )
+        .expect_err("a timed lease before distribute()");
+    assert_eq!(
+        error.as_db_error().expect("db error").code(),
+        &SqlState::OBJECT_NOT_IN_PREREQUISITE_STATE,
+        "{error}"
+    );
     coordinator
         .batch_execute("SELECT rate_limiter.distribute()")
         .expect("distribute() again after the update");
+    // distribute() made the leases a reference table and the slot locks
+    // delegated functions: a timed lease taken on a worker holds the
+    // key's one slot for every node.
+    let delegated: i64 = coordinator
+        .query_one(
+            "SELECT count(*) FROM pg_dist_object \
+             WHERE classid = 'pg_proc'::regclass AND distribution_argument_index IS NOT NULL \
+               AND objid::regprocedure::text LIKE 'rate_limiter._slot_lock%'",
+            &[],
+        )
+        .expect("the distributed slot-lock functions")
+        .get(0);
+    assert_eq!(delegated, 2, "_slot_lock_on and _slot_locks_held_on");
+    let leased: bool = nodes()[1]
+        .1
+        .query_one(
+            "SELECT ok FROM rate_limiter.acquire('old5_slots', 't', lease => '1 minute')",
+            &[],
+        )
+        .expect("a timed lease after distribute()")
+        .get(0);
+    assert!(leased);
+    for (node, mut client) in nodes() {
+        let ok: bool = client
+            .query_one(
+                "SELECT ok FROM rate_limiter.acquire('old5_slots', 't')",
+                &[],
+            )
+            .expect("acquire")
+            .get(0);
+        assert!(!ok, "{node}: the slot is held by the timed lease");
+    }
     coordinator
         .batch_execute(
             "SELECT rate_limiter.override('old5', 'a', plan => 'old5_pro'); \
