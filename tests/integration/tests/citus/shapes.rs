@@ -72,7 +72,11 @@ fn a_sliding_window_answers_alike_from_every_node() {
         ("slw_sharded", Some(on_worker2.as_str())),
         ("slw_global", None),
     ] {
-        for _ in 0..4 {
+        // A call looks at two random shards of 10 (docs/sharding.md): a
+        // call of 6 may draw two that hold 1 each and be refused, which
+        // writes nothing; ask again until 4 are admitted.
+        let mut admitted = 0;
+        for _ in 0..40 {
             let ok: bool = clients[0]
                 .query_one(
                     "SELECT ok FROM rate_limiter.rate_limit($1, $2, 6)",
@@ -80,8 +84,12 @@ fn a_sliding_window_answers_alike_from_every_node() {
                 )
                 .expect("rate_limit")
                 .get(0);
-            assert!(ok, "{name}");
+            admitted += usize::from(ok);
+            if admitted == 4 {
+                break;
+            }
         }
+        assert_eq!(admitted, 4, "{name}");
     }
     // 1 more of each in the next window, so that every row stores the
     // previous window's count (prev), which a read from another node
