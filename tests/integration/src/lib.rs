@@ -241,9 +241,10 @@ pub const HAMMER_LIMIT: u32 = 20;
 pub const REFUSALS_TO_STOP: u32 = 20;
 
 /// [`hammer`] in the database of connection string `url` (the portable
-/// edition's, say), each connection stopping after `duration` only once it
-/// has been refused `refusals_to_stop` times in a row (1: once it has been
-/// refused at all, [`hammer`]'s rule). For "exactly the capacity" of a
+/// edition's, say), each connection stopping after `duration` only while
+/// its last `refusals_to_stop` calls were all refused (1: once it has been
+/// refused at all, [`hammer`]'s rule). An admission after such a run
+/// means tokens were left: the connection goes on. For "exactly the capacity" of a
 /// sharded limit without refill, pass [`REFUSALS_TO_STOP`]: one refusal is
 /// not enough there, as a sharded limit refuses a call whose two drawn
 /// shards are empty while another shard still holds tokens
@@ -273,8 +274,9 @@ pub fn hammer_until(
                 let mut client = Client::connect(&url, NoTls).expect("connect to the database");
                 let statement = client.prepare(&sql).expect("prepare the call");
                 let mut tally = Tally::default();
-                // Refusals since the last admission; whether there have
-                // been refusals_to_stop of them in a row yet.
+                // Refusals since the last admission; whether they are
+                // refusals_to_stop or more (for 1: whether any call was
+                // refused yet).
                 let mut refused_in_a_row = 0;
                 let mut may_stop = false;
                 barrier.wait();
@@ -294,6 +296,10 @@ pub fn hammer_until(
                                 Ok(()) if ok => {
                                     tally.admitted += 1;
                                     refused_in_a_row = 0;
+                                    // Tokens were left after all: for a
+                                    // run of refusals, the current one
+                                    // counts.
+                                    may_stop &= refusals_to_stop == 1;
                                 }
                                 Ok(()) => {
                                     tally.refused += 1;
