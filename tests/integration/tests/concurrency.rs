@@ -10,13 +10,28 @@ use std::thread;
 use std::time::Duration;
 
 const CONNECTIONS: usize = 8;
-const HAMMER_FOR: Duration = Duration::from_secs(3);
+/// A run of the limits without refill: their capacity goes in the first
+/// tenth of a second; the rest of the run shows that nothing more is
+/// admitted.
+const HAMMER_FOR: Duration = Duration::from_secs(1);
+/// A run of the fixed window of a second: several whole windows.
+const WINDOWS_FOR: Duration = Duration::from_secs(3);
 
 /// `CONNECTIONS` connections call `rate_limit(name, 'k', config => ...)`
 /// as fast as they can for `HAMMER_FOR` (see `hammer`).
 fn hammer(name: &str, config_sql: &str, isolation: IsolationLevel) -> Tally {
+    hammer_for(name, config_sql, isolation, HAMMER_FOR)
+}
+
+/// [`hammer`] for `duration`.
+fn hammer_for(
+    name: &str,
+    config_sql: &str,
+    isolation: IsolationLevel,
+    duration: Duration,
+) -> Tally {
     let sql = format!("SELECT ok FROM rate_limiter.rate_limit($1, 'k', config => {config_sql})");
-    rate_limiter_integration_tests::hammer(CONNECTIONS, HAMMER_FOR, &sql, name, isolation)
+    rate_limiter_integration_tests::hammer(CONNECTIONS, duration, &sql, name, isolation)
 }
 
 /// A long period: over a run of a few seconds the limit refills by less
@@ -73,7 +88,7 @@ fn read_committed_fixed_window_never_over_admits() {
     let name = unique_name("hammer_window");
     let config = "rate_limiter.fixed_window(30, '1 second', start => '2000-01-01 00:00:00+00')";
     let start = server_now(&mut client);
-    let tally = hammer(&name, config, IsolationLevel::ReadCommitted);
+    let tally = hammer_for(&name, config, IsolationLevel::ReadCommitted, WINDOWS_FOR);
     let end = server_now(&mut client);
     let windows = (end.floor() - start.floor()) + 1.0;
     let bound = 30.0 * windows;

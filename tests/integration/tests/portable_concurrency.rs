@@ -18,7 +18,7 @@ use std::time::Duration;
 
 const DATABASE: &str = "rate_limiter_portable_concurrency";
 const CONNECTIONS: usize = 16;
-const HAMMER_FOR: Duration = Duration::from_secs(3);
+const HAMMER_FOR: Duration = Duration::from_secs(1);
 
 fn url() -> String {
     format!(
