@@ -81,14 +81,9 @@ SELECT pg_sleep($WORK_MS / 1000.0);
 INSERT INTO done VALUES (1);
 COMMIT;
 EOF
-cat >"$work/pool.sql" <<EOF
-BEGIN;
-SELECT ok FROM rate_limiter.acquire('pool', 'k') \gset
-\if :ok
-SELECT pg_sleep($WORK_MS / 1000.0);
-INSERT INTO done VALUES (1);
-\endif
-COMMIT;
+# The worker pool's: overload.sql, then a wait after a refusal.
+cp "$work/overload.sql" "$work/pool.sql"
+cat >>"$work/pool.sql" <<EOF
 \if :ok
 \else
 \sleep $RETRY_MS ms
