@@ -149,6 +149,22 @@ fn timed_leases_are_released_renewed_and_pruned_from_every_node() {
         }
         for (label, client) in nodes.iter_mut() {
             assert_eq!(free(client, name, key), 0.0, "{name}: status on {label}");
+            // A refusal's retry_after is when the earliest timed lease
+            // ends, read where the slots live: under a minute from now.
+            let (ok, retry_after): (bool, Option<f64>) = {
+                let row = client
+                    .query_one(
+                        "SELECT ok, extract(epoch FROM retry_after)::float8 FROM rate_limiter.acquire($1, $2)",
+                        &[&name, &key],
+                    )
+                    .expect("acquire");
+                (row.get(0), row.get(1))
+            };
+            assert!(!ok, "{name} on {label}");
+            assert!(
+                matches!(retry_after, Some(seconds) if seconds > 0.0 && seconds <= 60.0),
+                "{name} on {label}: retry_after {retry_after:?}"
+            );
         }
         // Released on worker 2, renewed on worker 1; the released one is
         // gone, a second release is false.
