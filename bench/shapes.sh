@@ -9,17 +9,23 @@
 #     calls in one statement, so that the backend's start and the
 #     statement cancel out), on new keys and on existing keys;
 #   - time per call on a running server: one statement of TIMED calls per
-#     contender, the contenders interleaved, ROUNDS rounds, the median
-#     (each statement in a transaction rolled back, so every round finds
-#     the same rows).
+#     contender, the contenders interleaved, ROUNDS rounds (each in the
+#     order of the one before reversed, so that no contender always runs
+#     next to the same one), the median; and each ratio as the median of
+#     the rounds' own ratios (the two statements a few seconds apart: this
+#     machine's speed drifts by 20% and more over minutes, which a ratio of
+#     two medians carries). Each statement runs in a transaction rolled
+#     back, after a VACUUM of the state table, with autovacuum off for it:
+#     every statement starts from the rows as filled, as the instruction
+#     counts do.
 #
-#   bash bench/shapes.sh   (about five minutes; prints two Markdown tables)
+#   bash bench/shapes.sh   (about ten minutes; prints two Markdown tables)
 set -euo pipefail
 cd "$(dirname "$0")/.."
 source scripts/lib.sh
 CALLS=${CALLS:-1000}
 TIMED=${TIMED:-20000}
-ROUNDS=${ROUNDS:-7}
+ROUNDS=${ROUNDS:-21}
 prepare_bench
 bash scripts/portable.sh >/dev/null
 
@@ -38,24 +44,28 @@ fill="SELECT count(*) FROM generate_series(1, $TIMED) AS g,
              FROM unnest(ARRAY['token_bucket', 'fixed_window', 'sliding_window', 'calendar_window',
                                'token_bucket_2']) AS n) AS r"
 psql_as -d postgres -c "CREATE DATABASE native" -c "CREATE DATABASE portable" >/dev/null
+quiet="ALTER TABLE rate_limiter.rate_limits SET (autovacuum_enabled = false)"
 psql_as -d native -c "CREATE EXTENSION rate_limiter" -c "$define" -c "$fill" \
-    -c "VACUUM ANALYZE rate_limiter.rate_limits" >/dev/null
+    -c "VACUUM ANALYZE rate_limiter.rate_limits" -c "$quiet" >/dev/null
 psql_as -d portable -f dist/rate_limiter-portable.sql -c "$define" -c "$fill" \
-    -c "VACUUM ANALYZE rate_limiter.rate_limits" >/dev/null
+    -c "VACUUM ANALYZE rate_limiter.rate_limits" -c "$quiet" >/dev/null
 
 # The timed rounds, on the running server: seconds per statement of TIMED
 # calls of NAME on the existing keys, in DATABASE.
 timed() {
-    psql_as -d "$1" -c '\timing on' -c "BEGIN" \
+    psql_as -d "$1" -c "VACUUM rate_limiter.rate_limits" -c '\timing on' -c "BEGIN" \
         -c "SELECT count(*) FROM generate_series(1, $TIMED) AS g, LATERAL rate_limiter.rate_limit('$2', g::text) AS r" \
         -c "ROLLBACK" | sed -n 's/^Time: \([0-9.]*\) ms.*/\1/p' | sed -n 2p
 }
 declare -A times
+order=(native.token_bucket native.fixed_window native.sliding_window native.calendar_window native.composite
+    portable.token_bucket portable.fixed_window portable.sliding_window portable.calendar_window portable.composite)
 for round in $(seq 1 "$ROUNDS"); do
-    for database in native portable; do
-        for name in token_bucket fixed_window sliding_window calendar_window composite; do
-            times[$database.$name]+="$(timed "$database" "$name") "
-        done
+    for contender in "${order[@]}"; do
+        times[$contender]+="$(timed "${contender%%.*}" "${contender#*.}") "
+    done
+    for ((i = 0, j = ${#order[@]} - 1; i < j; i++, j--)); do
+        contender=${order[i]} order[i]=${order[j]} order[j]=$contender
     done
 done
 sudo -u postgres "$PG_BIN/pg_ctl" -D "$work/pg/data" -m fast -w stop >/dev/null
@@ -104,8 +114,8 @@ print(f'{statistics.median(per):.2f} ({min(per):.2f}–{max(per):.2f})')" "${sam
     done
 done
 echo
-echo "| ratio (same run) | new keys, instructions | existing keys, instructions | existing keys, median time |"
-echo "|---|---:|---:|---:|"
+echo "| ratio (same run) | new keys, instructions | existing keys, instructions | existing keys, time: median of the rounds' ratios (quartiles) | existing keys, ratio of the median times |"
+echo "|---|---:|---:|---:|---:|"
 for database in native portable; do
     for pair in "sliding_window token_bucket" "sliding_window fixed_window" "calendar_window fixed_window" \
         "composite token_bucket"; do
@@ -116,6 +126,13 @@ for database in native portable; do
         a_time=$(median ${times[$database.$a]})
         # shellcheck disable=SC2086
         b_time=$(median ${times[$database.$b]})
-        python3 -c "print(f'| $database: $a / $b | {$a_new / $b_new:.3f}x | {$a_existing / $b_existing:.3f}x | {$a_time / $b_time:.3f}x |')"
+        # shellcheck disable=SC2086
+        rounds=$(python3 -c "
+import statistics, sys
+a, b = sys.argv[1].split(), sys.argv[2].split()
+ratios = [float(x) / float(y) for x, y in zip(a, b)]
+q = statistics.quantiles(ratios, n=4)
+print(f'{statistics.median(ratios):.3f}x ({q[0]:.2f}x–{q[2]:.2f}x)')" "${times[$database.$a]}" "${times[$database.$b]}")
+        python3 -c "print(f'| $database: $a / $b | {$a_new / $b_new:.3f}x | {$a_existing / $b_existing:.3f}x | $rounds | {$a_time / $b_time:.3f}x |')"
     done
 done

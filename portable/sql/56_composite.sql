@@ -307,12 +307,13 @@ BEGIN
                 row_value := new_values[i];
                 row_ts := new_tss[i];
                 row_prev := new_prevs[i];
-                -- (The version's inserter checked too: a minor release
-                -- whose TID scan rechecks no TID after a wait would update
-                -- the latest version.)
+                -- (The version is the one read when its TID holds a
+                -- version its inserter wrote: a TID is reused only once
+                -- the version is gone, by a later transaction; and a minor
+                -- release whose TID scan rechecks no TID after a wait
+                -- would update the latest version, another transaction's.)
                 UPDATE rate_limiter.rate_limits AS r SET value = row_value, ts = row_ts, prev = row_prev
-                WHERE r.ctid = m.row_ctid AND r.name = m.name AND r.key = _composite_fast.key AND r.shard = 0
-                  AND r.xmin = m.row_xmin AND r.regime IS NULL;
+                WHERE r.ctid = m.row_ctid AND r.xmin = m.row_xmin;
                 IF NOT FOUND THEN
                     -- Changed meanwhile: the rows updated before it as they
                     -- were (this transaction's versions, held).
