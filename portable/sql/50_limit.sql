@@ -490,11 +490,11 @@ BEGIN
               AND (lock_free = 'on' OR lock_free IS NULL OR lock_free = '' OR rate_limiter._lock_free()) THEN
             -- No definition: a composite's name may take its fast path
             -- (56_composite.sql).
-            answer := rate_limiter._composite_fast(name, key, count);
-            IF answer.ok THEN
+            left_after := rate_limiter._composite_fast(name, key, count);
+            IF left_after IS NOT NULL THEN
                 ok := true;
                 retry_after := NULL;
-                remaining := rate_limiter._shown(answer.remaining);
+                remaining := rate_limiter._shown(left_after);
                 RETURN NEXT;
                 RETURN;
             END IF;

@@ -137,6 +137,19 @@ BEGIN
 END
 $fast_member$;
 
+-- An install of this version built before _composite_fast returned a
+-- number (it had OUT parameters) has the function with another result
+-- type, which CREATE OR REPLACE cannot change.
+DO $composite_fast_result$
+BEGIN
+    IF (SELECT p.prorettype FROM pg_catalog.pg_proc AS p
+        WHERE p.oid = pg_catalog.to_regprocedure('rate_limiter._composite_fast(text, text, float8)'))
+       = 'pg_catalog.record'::pg_catalog.regtype THEN
+        DROP FUNCTION rate_limiter._composite_fast(text, text, float8);
+    END IF;
+END
+$composite_fast_result$;
+
 -- The fast path of a consuming call of a composite (rate_limit's, in
 -- 50_limit.sql, for several rows; as rate_limit_all does it natively,
 -- src/storage/all_or_nothing.rs): a composite of at most 8 (and at most
@@ -172,14 +185,21 @@ $fast_member$;
 --   inserted first (or whose definition changed) deletes the rows this
 --   call inserted before it takes the general path (they stay held, as
 --   the rows before the one it lost, until the transaction ends).
--- Anything else answers ok NULL and the call takes the general path,
--- which then holds what this held: always the rows before some point of
--- the lock order (so calls never wait for each other in a cycle), with
--- the states they had. ok true: admitted, remaining the least of the
--- members'.
-CREATE FUNCTION rate_limiter._composite_fast(name text, key text, count float8,
-                                             OUT ok boolean, OUT remaining float8)
+-- Anything else answers NULL and the call takes the general path, which
+-- then holds what this held: always the rows before some point of the
+-- lock order (so calls never wait for each other in a cycle), with the
+-- states they had. Admitted: what the call leaves, the least of the
+-- members'. (A number, not a record: a function with OUT parameters
+-- builds its result's row type on every call.)
+CREATE FUNCTION rate_limiter._composite_fast(name text, key text, count float8)
+RETURNS float8
 LANGUAGE plpgsql VOLATILE
+-- The members' read is a nested loop of their definitions and the key's
+-- rows. On a definitions table never analyzed (it is small, so autovacuum
+-- seldom analyzes it) the planner puts a Memoize node over the rows' index
+-- scan, which sets up a hash table on every call and saves nothing: each
+-- member's row is looked up once (bench/report/shapes.md).
+SET enable_memoize = off
 AS $composite_fast$
 DECLARE
     -- The composite's members as named, and as read, in lock order.
@@ -242,7 +262,7 @@ BEGIN
     -- 54000.)
     IF member_count = 0 OR member_count > 8 OR overridden OR pg_catalog.cardinality(members) <> member_count
        OR member_count > rate_limiter._bound('rate_limiter.max_requests', 1000) THEN
-        RETURN;
+        RETURN NULL;
     END IF;
     -- In the lock order (bytewise; an insertion sort of at most 8).
     FOR i IN 2..member_count LOOP
@@ -262,13 +282,13 @@ BEGIN
         period_us := EXTRACT(epoch FROM m.period) * 1000000;
         IF m.shards <> 1 OR m.regime IS NOT NULL OR m.kind = 'calendar window'
            OR NOT rate_limiter._fast_limit(m.kind, m.rate, m.capacity, m.start, period_us, m.block_for, count) THEN
-            RETURN;
+            RETURN NULL;
         END IF;
         periods[i] := period_us::bigint;
         IF m.row_ctid IS NULL THEN
             first_new := coalesce(first_new, i);
         ELSIF first_new IS NOT NULL OR NOT rate_limiter._fast_state(m.value, m.prev) THEN
-            RETURN;
+            RETURN NULL;
         END IF;
     END LOOP;
     last_existing := coalesce(first_new - 1, member_count);
@@ -286,11 +306,7 @@ BEGIN
             IF left_after < 0 THEN
                 -- (Written: cannot be, what a row leaves never shrinks as
                 -- the clock moves on; the first write stands.)
-                IF written THEN
-                    ok := true;
-                    remaining := least_written;
-                END IF;
-                RETURN;
+                RETURN CASE WHEN written THEN least_written END;
             END IF;
             new_values[i] := rate_limiter._fast_value(m.kind, m.rate, periods[i], m.capacity, m.value, row_ts_us,
                                                       m.prev, now_us, count);
@@ -323,7 +339,7 @@ BEGIN
                         UPDATE rate_limiter.rate_limits AS r SET value = m.value, ts = m.ts, prev = m.prev
                         WHERE r.name = m.name AND r.key = _composite_fast.key AND r.shard = 0;
                     END LOOP;
-                    RETURN;
+                    RETURN NULL;
                 END IF;
             END LOOP;
             -- A call that waited is charged when it proceeds: writes that
@@ -349,7 +365,7 @@ BEGIN
               AND r.regime IS NULL
             FOR UPDATE;
             IF NOT FOUND OR NOT rate_limiter._fast_state(row_value, row_prev) THEN
-                RETURN;
+                RETURN NULL;
             END IF;
             m := members[i];
             m.value := row_value;
@@ -382,7 +398,7 @@ BEGIN
                 DELETE FROM rate_limiter.rate_limits AS r
                 WHERE r.name = ANY (ARRAY(SELECT n.name FROM pg_catalog.unnest(members[first_new:i - 1]) AS n))
                   AND r.key = _composite_fast.key AND r.shard = 0;
-                RETURN;
+                RETURN NULL;
             END IF;
         END LOOP;
     END IF;
@@ -399,8 +415,7 @@ BEGIN
             WHERE r.name = member AND r.key = _composite_fast.key AND r.shard = 0;
         END LOOP;
     END IF;
-    ok := true;
-    remaining := least_left;
+    RETURN least_left;
 END
 $composite_fast$;
 
