@@ -131,7 +131,7 @@ for database in native portable; do
 import statistics, sys
 a, b = sys.argv[1].split(), sys.argv[2].split()
 ratios = [float(x) / float(y) for x, y in zip(a, b)]
-q = statistics.quantiles(ratios, n=4)
+q = statistics.quantiles(ratios, n=4) if len(ratios) > 1 else ratios * 3
 print(f'{statistics.median(ratios):.3f}x ({q[0]:.2f}x–{q[2]:.2f}x)')" "${times[$database.$a]}" "${times[$database.$b]}")
         python3 -c "print(f'| $database: $a / $b | {$a_new / $b_new:.3f}x | {$a_existing / $b_existing:.3f}x | $rounds | {$a_time / $b_time:.3f}x |')"
     done
